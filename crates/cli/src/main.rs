@@ -1,0 +1,66 @@
+//! `mmkit`: the command-line front end of mmkit.
+//!
+//! Each subcommand lives in its own module and drives `mmkit-core`; none re-implements
+//! allocator behaviour.
+
+mod live;
+mod size;
+mod zoneinfo;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Linux-grade memory management: embed it, run it, measure it.
+#[derive(Parser, Debug)]
+#[command(name = "mmkit", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print what Linux prints in /proc/zoneinfo for a machine you describe, or compare
+    /// mmkit's computation with this machine's live /proc/zoneinfo (--live).
+    Zoneinfo(zoneinfo::ZoneinfoArgs),
+}
+
+/// A failure the user can act on: a one-line message and an exit status.
+#[derive(Debug)]
+pub struct CliError {
+    message: String,
+    status: u8,
+}
+
+impl CliError {
+    /// Invalid input: exit status 2, like a usage error.
+    pub fn usage(message: impl Into<String>) -> CliError {
+        CliError {
+            message: message.into(),
+            status: 2,
+        }
+    }
+
+    /// The command ran but found a failure (e.g. a fidelity mismatch): exit status 1.
+    pub fn failed(message: impl Into<String>) -> CliError {
+        CliError {
+            message: message.into(),
+            status: 1,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Zoneinfo(args) => zoneinfo::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("mmkit: error: {}", err.message);
+            ExitCode::from(err.status)
+        }
+    }
+}

@@ -1,0 +1,39 @@
+//! mmkit-core: Linux's physical memory manager as a `no_std` library.
+//!
+//! Every structure and policy of mmkit lives here, and nothing else: the simulator, the
+//! trace replayer and the `std` runtime all drive this crate and none of them re-implement
+//! allocator behaviour. The crate needs only `alloc` and forbids `unsafe`; pages are linked
+//! by pfn, not by pointer, and page metadata fields written under different locks are
+//! relaxed atomics (see [`page`]).
+//!
+//! Map of the crate, with the Linux file each part follows:
+//!
+//! - [`page`]: pfns, orders and the 16-byte page descriptor (`include/linux/mm_types.h`).
+//! - [`page_alloc`]: zones, the buddy allocator, watermarks, GFP and alloc flags, PCP sizing
+//!   (`mm/page_alloc.c`, `mm/mm_init.c`).
+//! - [`topology`]: the machine description: nodes, zones, CPUs and the last-level cache.
+//! - [`settings`]: the sysctls (`vm.min_free_kbytes` and friends) with Linux's validity rules.
+//! - [`views`]: Linux's text formats (`/proc/zoneinfo`) and the same data as plain structs.
+//! - [`sync`]: the lock facade, so a model checker can swap the lock implementation.
+//!
+//! The baseline is Linux v6.7; `docs/ARCHITECTURE.md` records where we differ and why.
+
+#![no_std]
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+extern crate alloc;
+
+pub mod page;
+pub mod page_alloc;
+pub mod settings;
+pub mod sync;
+pub mod topology;
+pub mod views;
+
+pub use page::{Order, Pfn};
+pub use page_alloc::{
+    AllocError, FreeError, Gfp, MigrateType, PageAllocator, Zone, ZoneType, MAX_ORDER,
+};
+pub use settings::{Settings, SettingsError};
+pub use topology::{Topology, TopologyError, ZoneSpec};

@@ -1,0 +1,280 @@
+//! The page descriptor: 16 bytes of metadata per 4 KiB frame.
+//!
+//! Linux counterpart: `struct page` (64 bytes, `include/linux/mm_types.h`). Linux unions
+//! most of its fields by page state; we do the same, harder. Four 32-bit words:
+//!
+//! | word | bits | holds |
+//! |---|---|---|
+//! | `flags` | 0..3 | [`PageState`]: which structure owns the page |
+//! | | 3..7 | order of the block this page heads |
+//! | | 7..16 | [`PageFlags`]: `PG_lru`, `PG_active`, `PG_referenced`, ... |
+//! | | 16..32 | memcg id (Linux's `mem_cgroup_id`, 16 bits there too) |
+//! | `next`, `prev` | 32 each | list links as pfns: a buddy free list, a PCP list or an LRU list (a page is on at most one); a large folio's tail pages keep the head pfn in `next` |
+//! | `private` | 0..16 | free or on a PCP list: the cached migratetype; allocated: the reference count |
+//! | | 16..32 | allocated: `_mapcount + 1` (0 = unmapped) |
+//!
+//! Links are pfns, so a system holds at most 2^32 − 1 frames (16 TiB); [`crate::Topology`]
+//! rejects anything larger. Each word is a relaxed atomic: the fields are written under
+//! different locks (zone lock, pcp lock, lruvec lock) and the locks order the accesses;
+//! relaxed loads and stores are plain moves on x86-64.
+
+use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
+use super::Order;
+
+/// The "no page" value of a list link.
+pub const NO_PFN: u32 = u32::MAX;
+
+const STATE_BITS: u32 = 3;
+const STATE_MASK: u32 = (1 << STATE_BITS) - 1;
+const ORDER_SHIFT: u32 = STATE_BITS;
+const ORDER_MASK: u32 = 0xf << ORDER_SHIFT;
+const FLAGS_SHIFT: u32 = 7;
+const FLAGS_MASK: u32 = 0x1ff << FLAGS_SHIFT;
+const MEMCG_SHIFT: u32 = 16;
+
+// The descriptor budget of the product: 16 bytes per 4 KiB page (Linux: 64).
+const _: () = assert!(core::mem::size_of::<Page>() == 16);
+// The order field must hold MAX_ORDER.
+const _: () = assert!((super::MAX_ORDER as u32) < (ORDER_MASK >> ORDER_SHIFT) + 1);
+
+/// Which structure owns a page. Only the first page of a block carries a state other than
+/// [`PageState::Tail`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+pub enum PageState {
+    /// Inside a block; the block's first page says what the block is.
+    Tail = 0,
+    /// First page of a free block on a buddy free list (Linux `PageBuddy`).
+    Buddy = 1,
+    /// First page of a free block on a per-CPU pageset list.
+    Pcp = 2,
+    /// First page of an allocated block.
+    Allocated = 3,
+    /// Present but never given to the allocator (boot memory, firmware): `present − managed`.
+    Reserved = 4,
+    /// Spanned by a zone but absent (a hole).
+    Hole = 5,
+    /// First page of a block between the free call's check and its free list.
+    Freeing = 6,
+}
+
+impl PageState {
+    fn from_bits(bits: u32) -> PageState {
+        match bits & STATE_MASK {
+            0 => PageState::Tail,
+            1 => PageState::Buddy,
+            2 => PageState::Pcp,
+            3 => PageState::Allocated,
+            4 => PageState::Reserved,
+            5 => PageState::Hole,
+            6 => PageState::Freeing,
+            other => panic!("page state {other} is corrupt"),
+        }
+    }
+}
+
+bitflags::bitflags! {
+    /// Linux's page flags that later layers need (`include/linux/page-flags.h`).
+    #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+    pub struct PageFlags: u16 {
+        /// On an LRU list (`PG_lru`).
+        const LRU = 1 << 0;
+        /// On an active LRU list (`PG_active`).
+        const ACTIVE = 1 << 1;
+        /// Recently referenced (`PG_referenced`).
+        const REFERENCED = 1 << 2;
+        /// Anonymous or shmem: backed by swap (`PG_swapbacked`).
+        const SWAPBACKED = 1 << 3;
+        /// Mlocked or otherwise unevictable (`PG_unevictable`).
+        const UNEVICTABLE = 1 << 4;
+        /// Contents differ from backing store (`PG_dirty`).
+        const DIRTY = 1 << 5;
+        /// Under writeback (`PG_writeback`).
+        const WRITEBACK = 1 << 6;
+        /// Locked for I/O or rmap walks (`PG_locked`).
+        const LOCKED = 1 << 7;
+        /// Head of a large folio (`PG_head`).
+        const HEAD = 1 << 8;
+    }
+}
+
+/// The metadata of one 4 KiB frame. See the module documentation for the layout.
+#[derive(Debug)]
+pub struct Page {
+    flags: AtomicU32,
+    next: AtomicU32,
+    prev: AtomicU32,
+    private: AtomicU32,
+}
+
+impl Page {
+    /// A descriptor in `state`, heading a block of order 0, with no links.
+    pub const fn new(state: PageState) -> Page {
+        Page {
+            flags: AtomicU32::new(state as u32),
+            next: AtomicU32::new(NO_PFN),
+            prev: AtomicU32::new(NO_PFN),
+            private: AtomicU32::new(0),
+        }
+    }
+
+    /// Who owns this page.
+    pub fn state(&self) -> PageState {
+        PageState::from_bits(self.flags.load(Relaxed))
+    }
+
+    /// The order of the block this page heads; meaningful for block heads only.
+    pub fn order(&self) -> Order {
+        let bits = (self.flags.load(Relaxed) & ORDER_MASK) >> ORDER_SHIFT;
+        Order::new(bits as u8).expect("order field holds at most MAX_ORDER")
+    }
+
+    /// State and order together, read in one load.
+    pub fn state_order(&self) -> (PageState, Order) {
+        let bits = self.flags.load(Relaxed);
+        let order = Order::new(((bits & ORDER_MASK) >> ORDER_SHIFT) as u8)
+            .expect("order field holds at most MAX_ORDER");
+        (PageState::from_bits(bits), order)
+    }
+
+    /// Set state and order, keeping the page flags and memcg id.
+    pub fn set_state(&self, state: PageState, order: Order) {
+        let bits = self.flags.load(Relaxed);
+        self.flags
+            .store(Self::with_state(bits, state, order), Relaxed);
+    }
+
+    /// Move from (`from`, `order`) to `to` atomically; fails, returning what the page holds
+    /// instead, when the page is not in `from` at `order`. This is what makes a racing double
+    /// free lose cleanly.
+    pub fn transition(
+        &self,
+        from: PageState,
+        order: Order,
+        to: PageState,
+    ) -> Result<(), (PageState, Order)> {
+        let current = self.flags.load(Relaxed);
+        let expected = Self::with_state(current, from, order);
+        let new = Self::with_state(current, to, order);
+        self.flags
+            .compare_exchange(expected, new, Relaxed, Relaxed)
+            .map(|_| ())
+            .map_err(|_| self.state_order())
+    }
+
+    fn with_state(bits: u32, state: PageState, order: Order) -> u32 {
+        (bits & !(STATE_MASK | ORDER_MASK)) | state as u32 | ((order.get() as u32) << ORDER_SHIFT)
+    }
+
+    /// The page flags.
+    pub fn flags(&self) -> PageFlags {
+        PageFlags::from_bits_truncate(
+            ((self.flags.load(Relaxed) & FLAGS_MASK) >> FLAGS_SHIFT) as u16,
+        )
+    }
+
+    /// Replace the page flags.
+    pub fn set_flags(&self, flags: PageFlags) {
+        let bits = self.flags.load(Relaxed);
+        let new = (bits & !FLAGS_MASK) | ((flags.bits() as u32) << FLAGS_SHIFT);
+        self.flags.store(new, Relaxed);
+    }
+
+    /// The memcg id charged for this page (0 = none).
+    pub fn memcg_id(&self) -> u16 {
+        (self.flags.load(Relaxed) >> MEMCG_SHIFT) as u16
+    }
+
+    /// Charge the page to memcg `id`.
+    pub fn set_memcg_id(&self, id: u16) {
+        let bits = self.flags.load(Relaxed);
+        let new = (bits & !(0xffff << MEMCG_SHIFT)) | ((id as u32) << MEMCG_SHIFT);
+        self.flags.store(new, Relaxed);
+    }
+
+    /// The next page on this page's list, as a pfn ([`NO_PFN`] at the end).
+    pub fn next(&self) -> u32 {
+        self.next.load(Relaxed)
+    }
+
+    /// The previous page on this page's list, as a pfn ([`NO_PFN`] at the start).
+    pub fn prev(&self) -> u32 {
+        self.prev.load(Relaxed)
+    }
+
+    /// Set the forward link.
+    pub fn set_next(&self, pfn: u32) {
+        self.next.store(pfn, Relaxed)
+    }
+
+    /// Set the backward link.
+    pub fn set_prev(&self, pfn: u32) {
+        self.prev.store(pfn, Relaxed)
+    }
+
+    /// The migratetype cached when the block went on a free or PCP list (Linux keeps it in
+    /// `page->index`: `set_pcppage_migratetype`).
+    pub fn cached_migratetype(&self) -> u8 {
+        self.private.load(Relaxed) as u8
+    }
+
+    /// Cache the migratetype of a free block.
+    pub fn set_cached_migratetype(&self, migratetype: u8) {
+        self.private.store(migratetype as u32, Relaxed)
+    }
+
+    /// Reference count of an allocated block head.
+    pub fn refcount(&self) -> u16 {
+        self.private.load(Relaxed) as u16
+    }
+
+    /// Set the reference count; clears the map count (Linux `set_page_refcounted` on a
+    /// freshly allocated page, whose `_mapcount` is −1).
+    pub fn init_refcount(&self, count: u16) {
+        self.private.store(count as u32, Relaxed)
+    }
+
+    /// Number of page-table entries mapping this page (Linux `page_mapcount`).
+    pub fn mapcount(&self) -> u16 {
+        (self.private.load(Relaxed) >> 16) as u16
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_do_not_overlap() {
+        let page = Page::new(PageState::Reserved);
+        page.set_memcg_id(0xbeef);
+        page.set_flags(PageFlags::LRU | PageFlags::HEAD);
+        page.set_state(PageState::Allocated, Order::new(9).unwrap());
+        assert_eq!(page.state(), PageState::Allocated);
+        assert_eq!(page.order(), Order::new(9).unwrap());
+        assert_eq!(page.memcg_id(), 0xbeef);
+        assert_eq!(page.flags(), PageFlags::LRU | PageFlags::HEAD);
+        page.set_flags(PageFlags::empty());
+        assert_eq!(page.memcg_id(), 0xbeef);
+        assert_eq!(page.order(), Order::new(9).unwrap());
+    }
+
+    #[test]
+    fn transition_fails_from_the_wrong_state() {
+        let page = Page::new(PageState::Tail);
+        let o1 = Order::new(1).unwrap();
+        page.set_state(PageState::Allocated, o1);
+        assert_eq!(
+            page.transition(PageState::Allocated, Order::ZERO, PageState::Freeing),
+            Err((PageState::Allocated, o1))
+        );
+        assert!(page
+            .transition(PageState::Allocated, o1, PageState::Freeing)
+            .is_ok());
+        assert_eq!(
+            page.transition(PageState::Allocated, o1, PageState::Freeing),
+            Err((PageState::Freeing, o1))
+        );
+    }
+}

@@ -1,0 +1,347 @@
+//! The buddy allocator proper: splitting, merging, migratetype fallback and stealing, and
+//! the high-atomic reserve, all under the zone lock.
+//!
+//! Linux counterpart (v6.7, `mm/page_alloc.c`): `__free_one_page`, `buddy_merge_likely`,
+//! `__rmqueue_smallest`, `expand`, `__rmqueue`, `__rmqueue_fallback`,
+//! `find_suitable_fallback`, `can_steal_fallback`, `steal_suitable_fallback`,
+//! `move_freepages_block`, `boost_watermark`, `reserve_highatomic_pageblock` and
+//! `unreserve_highatomic_pageblock`. CMA, page isolation for offlining and compaction
+//! capture are not modelled.
+
+use core::sync::atomic::Ordering::Relaxed;
+
+use super::free_area::{FreeArea, ListEnd};
+use super::gfp::AllocFlags;
+use super::types::MigrateType;
+use super::watermark::{self, PAGEBLOCK_ORDER, PAGEBLOCK_PAGES};
+use super::zone::{Zone, ZoneFlags};
+use crate::page::{Order, PageFlags, PageState, Pfn, MAX_ORDER};
+use crate::sync::SpinLockGuard;
+
+const PAGEBLOCK: Order = match Order::new(PAGEBLOCK_ORDER) {
+    Some(order) => order,
+    None => panic!("pageblock order exceeds MAX_ORDER"),
+};
+
+/// A zone with its lock held: the calling context of every free-list operation
+/// (Linux's "zone->lock held" comments, as a type).
+pub struct ZoneLocked<'a> {
+    zone: &'a Zone,
+    area: SpinLockGuard<'a, FreeArea>,
+}
+
+impl<'a> ZoneLocked<'a> {
+    pub(crate) fn new(zone: &'a Zone, area: SpinLockGuard<'a, FreeArea>) -> ZoneLocked<'a> {
+        ZoneLocked { zone, area }
+    }
+
+    /// The zone.
+    pub fn zone(&self) -> &'a Zone {
+        self.zone
+    }
+
+    pub(crate) fn area(&self) -> &FreeArea {
+        &self.area
+    }
+
+    /// Whether `pfn` heads a free block of exactly `order` in this zone (`page_is_buddy`).
+    fn is_free_buddy(&self, pfn: Pfn, order: Order) -> bool {
+        self.zone
+            .mem_map
+            .get(pfn)
+            .is_some_and(|page| page.state_order() == (PageState::Buddy, order))
+    }
+
+    /// Return a block to the free lists, merging it with free buddies as far as it can
+    /// (`__free_one_page`). `mt` is the block's pageblock migratetype; the merged block
+    /// goes on that type's list. Merging stops at `MAX_ORDER`, at a buddy that is not free
+    /// at the same order, and at pageblock order and above between two pageblocks whose
+    /// types differ when either is not mergeable (high-atomic, isolated).
+    pub(crate) fn free_one_page(&mut self, pfn: Pfn, order: Order, mt: MigrateType, end: ListEnd) {
+        debug_assert!(pfn.is_aligned(order));
+        if mt != MigrateType::Isolate {
+            self.zone
+                .nr_free_pages
+                .fetch_add(order.pages() as i64, Relaxed);
+        }
+        let (mut pfn, mut order) = (pfn, order);
+        let mut buddy = pfn.buddy(order);
+        while order.get() < MAX_ORDER {
+            buddy = pfn.buddy(order);
+            if !self.is_free_buddy(buddy, order) {
+                break;
+            }
+            if order >= PAGEBLOCK {
+                let buddy_mt = self.zone.mem_map.pageblock_migratetype(buddy);
+                if mt != buddy_mt && (!mt.is_mergeable() || !buddy_mt.is_mergeable()) {
+                    break;
+                }
+            }
+            self.area.remove(&self.zone.mem_map, buddy, order);
+            pfn = Pfn(pfn.0 & buddy.0);
+            order = order.up().expect("order < MAX_ORDER");
+        }
+        let end = match end {
+            ListEnd::Tail => ListEnd::Tail,
+            ListEnd::Head if self.buddy_merge_likely(pfn, buddy, order) => ListEnd::Tail,
+            ListEnd::Head => ListEnd::Head,
+        };
+        self.area.add(&self.zone.mem_map, pfn, order, mt, end);
+    }
+
+    /// If the buddy of the next order up is free, this block will probably merge soon once
+    /// its own buddy is freed: queue it at the tail so it is not handed out first.
+    fn buddy_merge_likely(&self, pfn: Pfn, buddy: Pfn, order: Order) -> bool {
+        if order.get() >= MAX_ORDER - 1 {
+            return false;
+        }
+        let higher = Pfn(pfn.0 & buddy.0);
+        let up = order.up().expect("order < MAX_ORDER - 1");
+        self.is_free_buddy(higher.buddy(up), up)
+    }
+
+    /// Take the first block of at least `order` from `mt`'s lists, splitting off the upper
+    /// halves (`__rmqueue_smallest` + `expand`). The returned block belongs to nobody: the
+    /// caller marks it allocated or puts it on a pageset. `NR_FREE_PAGES` is the caller's.
+    pub(crate) fn rmqueue_smallest(&mut self, order: Order, mt: MigrateType) -> Option<Pfn> {
+        for current in order.up_to_max() {
+            let Some(pfn) = self.area.list(current, mt).first() else {
+                continue;
+            };
+            self.area.remove(&self.zone.mem_map, pfn, current);
+            self.expand(pfn, order, current, mt);
+            self.zone.mem_map.page(pfn).set_cached_migratetype(mt as u8);
+            let events = &self.zone.events;
+            events.alloc_zone_locked.fetch_add(order.pages(), Relaxed);
+            events.alloc_zone_locked_events.fetch_add(1, Relaxed);
+            return Some(pfn);
+        }
+        None
+    }
+
+    /// Split a block of order `high` down to `low`, freeing each upper half at the head of
+    /// its list (`expand`).
+    fn expand(&mut self, pfn: Pfn, low: Order, high: Order, mt: MigrateType) {
+        let mut high = high;
+        while high > low {
+            high = high.down().expect("high > low ≥ 0");
+            let half = pfn.add(high.pages());
+            self.area
+                .add(&self.zone.mem_map, half, high, mt, ListEnd::Head);
+        }
+    }
+
+    /// `__rmqueue`: the requested migratetype first, then a fallback steal and a retry.
+    pub(crate) fn rmqueue(
+        &mut self,
+        order: Order,
+        mt: MigrateType,
+        flags: AllocFlags,
+    ) -> Option<Pfn> {
+        loop {
+            if let Some(pfn) = self.rmqueue_smallest(order, mt) {
+                return Some(pfn);
+            }
+            if !self.rmqueue_fallback(order, mt, flags) {
+                return None;
+            }
+        }
+    }
+
+    /// `__rmqueue_fallback`: find a block on another migratetype's lists and move it (or
+    /// its whole pageblock) to `start_mt`. Searches from the largest order down, so a steal
+    /// takes a big block and fragments less; a movable request that could not claim the
+    /// block takes the smallest suitable block instead, to keep its footprint in another
+    /// type's pageblock small. `ALLOC_NOFRAGMENT` refuses blocks below pageblock order.
+    fn rmqueue_fallback(&mut self, order: Order, start_mt: MigrateType, flags: AllocFlags) -> bool {
+        let min_order = if order < PAGEBLOCK && flags.contains(AllocFlags::NOFRAGMENT) {
+            PAGEBLOCK
+        } else {
+            order
+        };
+        let mut found = None;
+        for current in min_order.up_to_max().rev() {
+            let Some((fallback_mt, can_steal)) = self.find_suitable_fallback(current, start_mt)
+            else {
+                continue;
+            };
+            if !can_steal && start_mt == MigrateType::Movable && current > order {
+                found = order
+                    .up_to_max()
+                    .find_map(|o| self.find_suitable_fallback(o, start_mt).map(|f| (o, f)));
+            } else {
+                found = Some((current, (fallback_mt, can_steal)));
+            }
+            break;
+        }
+        let Some((current, (fallback_mt, can_steal))) = found else {
+            return false;
+        };
+        let pfn = self
+            .area
+            .list(current, fallback_mt)
+            .first()
+            .expect("list was non-empty");
+        self.steal_suitable_fallback(pfn, flags, start_mt, can_steal);
+        self.zone.events.extfrag_events.fetch_add(1, Relaxed);
+        true
+    }
+
+    /// The first fallback type with a free block of `order`, and whether the request may
+    /// claim that block's whole pageblock (`find_suitable_fallback`, `can_steal_fallback`).
+    fn find_suitable_fallback(&self, order: Order, mt: MigrateType) -> Option<(MigrateType, bool)> {
+        if self.area.nr_free(order) == 0 {
+            return None;
+        }
+        let can_steal = order >= PAGEBLOCK
+            || order.get() >= PAGEBLOCK_ORDER / 2
+            || matches!(mt, MigrateType::Reclaimable | MigrateType::Unmovable)
+            || !self.zone.group_by_mobility();
+        mt.fallbacks()
+            .into_iter()
+            .find(|&fallback| !self.area.list(order, fallback).is_empty())
+            .map(|fallback| (fallback, can_steal))
+    }
+
+    /// `steal_suitable_fallback`: claim the block for `start_mt`, and its pageblock too when
+    /// enough of that pageblock is free or of a compatible type.
+    fn steal_suitable_fallback(
+        &mut self,
+        pfn: Pfn,
+        flags: AllocFlags,
+        start_mt: MigrateType,
+        whole_block: bool,
+    ) {
+        let mem_map = &self.zone.mem_map;
+        let order = mem_map.page(pfn).order();
+        let old_mt = mem_map.pageblock_migratetype(pfn);
+        if old_mt == MigrateType::HighAtomic {
+            return self.area.move_to(mem_map, pfn, order, start_mt);
+        }
+        if order >= PAGEBLOCK {
+            self.change_pageblock_range(pfn, order, start_mt);
+            return self.area.move_to(mem_map, pfn, order, start_mt);
+        }
+        if self.boost_watermark() && flags.contains(AllocFlags::KSWAPD) {
+            self.zone.set_flag(ZoneFlags::BOOSTED_WATERMARK);
+        }
+        if !whole_block {
+            return self.area.move_to(mem_map, pfn, order, start_mt);
+        }
+        let Some((free, movable)) = self.move_freepages_block(pfn, start_mt) else {
+            return self.area.move_to(mem_map, pfn, order, start_mt);
+        };
+        let alike = if start_mt == MigrateType::Movable {
+            movable
+        } else if old_mt == MigrateType::Movable {
+            PAGEBLOCK_PAGES.saturating_sub(free + movable)
+        } else {
+            0
+        };
+        if free + alike >= PAGEBLOCK_PAGES / 2 || !self.zone.group_by_mobility() {
+            mem_map.set_pageblock_migratetype(pfn, start_mt);
+        }
+    }
+
+    fn change_pageblock_range(&self, pfn: Pfn, order: Order, mt: MigrateType) {
+        let pageblocks = order.pages() / PAGEBLOCK_PAGES;
+        for i in 0..pageblocks {
+            let block = pfn.add(i * PAGEBLOCK_PAGES);
+            self.zone.mem_map.set_pageblock_migratetype(block, mt);
+        }
+    }
+
+    /// `boost_watermark`: a fragmenting fallback raises the watermarks by a pageblock, up
+    /// to `watermark_boost_factor` of the high watermark, so kswapd reclaims and compacts.
+    fn boost_watermark(&self) -> bool {
+        let marks = &self.zone.watermarks;
+        let high = marks.stored(watermark::WatermarkKind::High);
+        let factor = self.zone.watermark_boost_factor();
+        match watermark::boosted(marks.boost(), high, self.zone.managed, factor) {
+            Some(boost) => {
+                marks.set_boost(boost);
+                self.zone.events.watermark_boosts.fetch_add(1, Relaxed);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Move every free block in `pfn`'s pageblock to `mt`'s lists (`move_freepages_block`).
+    /// Returns the free pages moved and the in-use pages that are movable (on an LRU), or
+    /// `None` when the pageblock crosses the zone's boundary.
+    pub(crate) fn move_freepages_block(&mut self, pfn: Pfn, mt: MigrateType) -> Option<(u64, u64)> {
+        let mem_map = &self.zone.mem_map;
+        let start = pfn.align_down(PAGEBLOCK);
+        let last = start.add(PAGEBLOCK_PAGES - 1);
+        if !mem_map.spans(start) || !mem_map.spans(last) {
+            return None;
+        }
+        let (mut moved, mut movable) = (0, 0);
+        let mut cursor = start;
+        while cursor <= last {
+            let page = mem_map.page(cursor);
+            match page.state_order() {
+                (PageState::Buddy, order) => {
+                    self.area.move_to(mem_map, cursor, order, mt);
+                    moved += order.pages();
+                    cursor = cursor.add(order.pages());
+                }
+                _ => {
+                    if page.flags().contains(PageFlags::LRU) {
+                        movable += 1;
+                    }
+                    cursor = cursor.add(1);
+                }
+            }
+        }
+        Some((moved, movable))
+    }
+
+    /// `reserve_highatomic_pageblock`: after a high-order atomic allocation from `pfn`'s
+    /// pageblock, set that pageblock aside for future ones, up to 1 % of the zone plus a
+    /// pageblock.
+    pub(crate) fn reserve_highatomic_pageblock(&mut self, pfn: Pfn) {
+        let zone = self.zone;
+        let max_managed = zone.managed / 100 + PAGEBLOCK_PAGES;
+        if zone.nr_reserved_highatomic() >= max_managed {
+            return;
+        }
+        let mt = zone.mem_map.pageblock_migratetype(pfn);
+        if !mt.is_mergeable() {
+            return;
+        }
+        zone.nr_reserved_highatomic
+            .fetch_add(PAGEBLOCK_PAGES, Relaxed);
+        zone.mem_map
+            .set_pageblock_migratetype(pfn, MigrateType::HighAtomic);
+        self.move_freepages_block(pfn, MigrateType::HighAtomic);
+    }
+
+    /// `unreserve_highatomic_pageblock` for one zone: give one high-atomic pageblock with
+    /// free pages back to `mt`. Unless `force`, keep the last reserved pageblock.
+    pub(crate) fn unreserve_highatomic_pageblock(&mut self, mt: MigrateType, force: bool) -> bool {
+        let zone = self.zone;
+        if !force && zone.nr_reserved_highatomic() <= PAGEBLOCK_PAGES {
+            return false;
+        }
+        for order in Order::all() {
+            let Some(pfn) = self.area.list(order, MigrateType::HighAtomic).first() else {
+                continue;
+            };
+            if zone.mem_map.pageblock_migratetype(pfn) == MigrateType::HighAtomic {
+                let reserved = zone.nr_reserved_highatomic();
+                zone.nr_reserved_highatomic
+                    .store(reserved - reserved.min(PAGEBLOCK_PAGES), Relaxed);
+            }
+            zone.mem_map.set_pageblock_migratetype(pfn, mt);
+            if self
+                .move_freepages_block(pfn, mt)
+                .is_some_and(|(moved, _)| moved > 0)
+            {
+                return true;
+            }
+        }
+        false
+    }
+}

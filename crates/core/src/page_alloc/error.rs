@@ -1,0 +1,109 @@
+//! Errors of the allocation and free calls. A failed call changes nothing.
+
+use core::fmt;
+
+use super::types::NodeId;
+use crate::page::{Order, Pfn};
+
+/// Why an allocation failed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum AllocError {
+    /// No eligible zone had a free block of the order within the caller's watermark, even
+    /// after giving back the high-atomic reserve.
+    OutOfMemory {
+        /// The order requested.
+        order: Order,
+    },
+    /// The GFP flags contradict each other.
+    InvalidGfp(&'static str),
+    /// The preferred node does not exist.
+    InvalidNode(NodeId),
+    /// No zone the request may use has memory (e.g. `__GFP_DMA` on a machine without DMA).
+    NoZone,
+}
+
+impl fmt::Display for AllocError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AllocError::OutOfMemory { order } => {
+                write!(f, "out of memory for an order-{order} block")
+            }
+            AllocError::InvalidGfp(why) => write!(f, "invalid GFP flags: {why}"),
+            AllocError::InvalidNode(node) => write!(f, "node {node} does not exist"),
+            AllocError::NoZone => write!(f, "no zone with memory matches the GFP flags"),
+        }
+    }
+}
+
+impl core::error::Error for AllocError {}
+
+/// Why a free was refused. The block stays as it was.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum FreeError {
+    /// The pfn is in no zone.
+    OutsideZones {
+        /// The pfn given.
+        pfn: Pfn,
+    },
+    /// The pfn is not aligned to the order given, so it cannot start such a block.
+    Misaligned {
+        /// The pfn given.
+        pfn: Pfn,
+        /// The order given.
+        order: Order,
+    },
+    /// The page is free: freed twice, or never allocated.
+    NotAllocated {
+        /// The pfn given.
+        pfn: Pfn,
+    },
+    /// The block was allocated with another order.
+    WrongOrder {
+        /// The pfn given.
+        pfn: Pfn,
+        /// The order it was allocated with.
+        allocated: Order,
+        /// The order given.
+        given: Order,
+    },
+    /// The pfn is inside an allocated block that starts elsewhere.
+    NotBlockStart {
+        /// The pfn given.
+        pfn: Pfn,
+        /// Where the block starts.
+        block: Pfn,
+    },
+    /// The page is reserved or a hole: the allocator never managed it.
+    Reserved {
+        /// The pfn given.
+        pfn: Pfn,
+    },
+}
+
+impl fmt::Display for FreeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FreeError::OutsideZones { pfn } => write!(f, "pfn {pfn} is outside every zone"),
+            FreeError::Misaligned { pfn, order } => {
+                write!(f, "pfn {pfn} is not aligned for an order-{order} block")
+            }
+            FreeError::NotAllocated { pfn } => {
+                write!(f, "pfn {pfn} is free: double free, or never allocated")
+            }
+            FreeError::WrongOrder {
+                pfn,
+                allocated,
+                given,
+            } => write!(
+                f,
+                "pfn {pfn} was allocated as order {allocated}, freed as order {given}"
+            ),
+            FreeError::NotBlockStart { pfn, block } => {
+                write!(f, "pfn {pfn} is inside the block allocated at pfn {block}")
+            }
+            FreeError::Reserved { pfn } => write!(f, "pfn {pfn} is reserved: never managed"),
+        }
+    }
+}
+
+impl core::error::Error for FreeError {}

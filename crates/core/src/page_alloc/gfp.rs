@@ -1,0 +1,243 @@
+//! GFP flags (what the caller asks for) and alloc flags (what the allocator may do).
+//!
+//! Linux counterpart: `include/linux/gfp_types.h`, `gfp_zone()`, `gfp_migratetype()`,
+//! the `ALLOC_*` flags of `mm/internal.h` and `gfp_to_alloc_flags()` in
+//! `mm/page_alloc.c` (v6.7). Bit values follow v6.7 so that traced `gfp_flags` decode.
+
+use super::types::{MigrateType, ZoneType};
+use super::watermark::WatermarkKind;
+use super::AllocError;
+use crate::page::Order;
+
+bitflags::bitflags! {
+    /// Get-free-pages flags: the zone, mobility and reclaim rights of a request.
+    #[derive(Clone, Copy, PartialEq, Eq, Debug, Default, Hash)]
+    pub struct Gfp: u32 {
+        /// Zone DMA only (`__GFP_DMA`).
+        const DMA = 0x01;
+        /// May use highmem; with `MOVABLE` selects ZONE_MOVABLE (`__GFP_HIGHMEM`).
+        const HIGHMEM = 0x02;
+        /// Zone DMA32 or below (`__GFP_DMA32`).
+        const DMA32 = 0x04;
+        /// The page can be migrated or reclaimed (`__GFP_MOVABLE`).
+        const MOVABLE = 0x08;
+        /// Slab memory a shrinker can free (`__GFP_RECLAIMABLE`).
+        const RECLAIMABLE = 0x10;
+        /// High priority: may dip into half the min reserve (`__GFP_HIGH`).
+        const HIGH = 0x20;
+        /// May start physical I/O (`__GFP_IO`).
+        const IO = 0x40;
+        /// May call into the filesystem (`__GFP_FS`).
+        const FS = 0x80;
+        /// Return zeroed pages (`__GFP_ZERO`).
+        const ZERO = 0x100;
+        /// May enter direct reclaim: the caller can sleep (`__GFP_DIRECT_RECLAIM`).
+        const DIRECT_RECLAIM = 0x400;
+        /// Wake kswapd when below the low watermark (`__GFP_KSWAPD_RECLAIM`).
+        const KSWAPD_RECLAIM = 0x800;
+        /// Do not warn on failure (`__GFP_NOWARN`).
+        const NOWARN = 0x2000;
+        /// Retry hard but may fail (`__GFP_RETRY_MAYFAIL`).
+        const RETRY_MAYFAIL = 0x4000;
+        /// Must not fail (`__GFP_NOFAIL`).
+        const NOFAIL = 0x8000;
+        /// Give up early (`__GFP_NORETRY`).
+        const NORETRY = 0x10000;
+        /// Ignore watermarks entirely: memory reclaim itself is allocating (`__GFP_MEMALLOC`).
+        const MEMALLOC = 0x20000;
+        /// Set up a compound page (`__GFP_COMP`).
+        const COMP = 0x40000;
+        /// Never use the emergency reserves (`__GFP_NOMEMALLOC`).
+        const NOMEMALLOC = 0x80000;
+        /// Enforce the cpuset hardwall (`__GFP_HARDWALL`).
+        const HARDWALL = 0x100000;
+        /// Only the requested node (`__GFP_THISNODE`).
+        const THISNODE = 0x200000;
+        /// Charge to the caller's memcg (`__GFP_ACCOUNT`).
+        const ACCOUNT = 0x400000;
+
+        /// Both reclaim kinds (`__GFP_RECLAIM`).
+        const RECLAIM = Self::DIRECT_RECLAIM.bits() | Self::KSWAPD_RECLAIM.bits();
+        /// Interrupt context, cannot sleep (`GFP_ATOMIC`).
+        const ATOMIC = Self::HIGH.bits() | Self::KSWAPD_RECLAIM.bits();
+        /// Ordinary kernel allocation (`GFP_KERNEL`).
+        const KERNEL = Self::RECLAIM.bits() | Self::IO.bits() | Self::FS.bits();
+        /// Kernel allocation charged to a memcg (`GFP_KERNEL_ACCOUNT`).
+        const KERNEL_ACCOUNT = Self::KERNEL.bits() | Self::ACCOUNT.bits();
+        /// Cannot sleep, no reserves (`GFP_NOWAIT`).
+        const NOWAIT = Self::KSWAPD_RECLAIM.bits();
+        /// User-space allocation the kernel touches (`GFP_USER`).
+        const USER = Self::KERNEL.bits() | Self::HARDWALL.bits();
+        /// User pages that can move (`GFP_HIGHUSER_MOVABLE`).
+        const HIGHUSER_MOVABLE = Self::USER.bits() | Self::HIGHMEM.bits() | Self::MOVABLE.bits();
+        /// A transparent huge page, with direct reclaim (`GFP_TRANSHUGE`).
+        const TRANSHUGE = (Self::HIGHUSER_MOVABLE.bits() | Self::COMP.bits()
+            | Self::NOMEMALLOC.bits() | Self::NOWARN.bits()) & !Self::KSWAPD_RECLAIM.bits();
+    }
+}
+
+const GFP_ZONE_MASK: Gfp = Gfp::DMA
+    .union(Gfp::HIGHMEM)
+    .union(Gfp::DMA32)
+    .union(Gfp::MOVABLE);
+
+impl Gfp {
+    /// The highest zone the request may use (`gfp_zone`, x86-64: no highmem, so
+    /// `__GFP_HIGHMEM` means Normal unless combined with `__GFP_MOVABLE`).
+    pub fn zone(self) -> Result<ZoneType, AllocError> {
+        let zone_bits = self & GFP_ZONE_MASK;
+        let movable = zone_bits.contains(Gfp::MOVABLE);
+        match (zone_bits - Gfp::MOVABLE).bits() {
+            0 => Ok(ZoneType::Normal),
+            b if b == Gfp::DMA.bits() => Ok(ZoneType::Dma),
+            b if b == Gfp::DMA32.bits() => Ok(ZoneType::Dma32),
+            b if b == Gfp::HIGHMEM.bits() && movable => Ok(ZoneType::Movable),
+            b if b == Gfp::HIGHMEM.bits() => Ok(ZoneType::Normal),
+            _ => Err(AllocError::InvalidGfp("more than one zone modifier")),
+        }
+    }
+
+    /// The migratetype of the request (`gfp_migratetype`).
+    pub fn migratetype(self) -> Result<MigrateType, AllocError> {
+        match (self.contains(Gfp::MOVABLE), self.contains(Gfp::RECLAIMABLE)) {
+            (false, false) => Ok(MigrateType::Unmovable),
+            (true, false) => Ok(MigrateType::Movable),
+            (false, true) => Ok(MigrateType::Reclaimable),
+            (true, true) => Err(AllocError::InvalidGfp(
+                "__GFP_MOVABLE and __GFP_RECLAIMABLE together",
+            )),
+        }
+    }
+
+    /// Whether the caller may sleep (`gfpflags_allow_blocking`).
+    pub fn allows_blocking(self) -> bool {
+        self.contains(Gfp::DIRECT_RECLAIM)
+    }
+}
+
+bitflags::bitflags! {
+    /// What one pass over the zones may do (`ALLOC_*`). The low two bits select the
+    /// watermark; use [`AllocFlags::with_wmark`] and [`AllocFlags::wmark`].
+    #[derive(Clone, Copy, PartialEq, Eq, Debug, Default, Hash)]
+    pub struct AllocFlags: u32 {
+        /// Watermark selector bits (`ALLOC_WMARK_MASK`).
+        const WMARK_MASK = 0x03;
+        /// Skip the watermark checks (`ALLOC_NO_WATERMARKS`).
+        const NO_WATERMARKS = 0x04;
+        /// The OOM victim may use more of the reserve (`ALLOC_OOM`).
+        const OOM = 0x08;
+        /// The caller cannot block: a quarter more of the min reserve (`ALLOC_NON_BLOCK`).
+        const NON_BLOCK = 0x10;
+        /// `__GFP_HIGH`: half of the min reserve (`ALLOC_MIN_RESERVE`).
+        const MIN_RESERVE = 0x20;
+        /// Honour cpusets (`ALLOC_CPUSET`).
+        const CPUSET = 0x40;
+        /// May use CMA areas (`ALLOC_CMA`; CMA is not configured).
+        const CMA = 0x80;
+        /// Do not fall back to other migratetypes below pageblock order (`ALLOC_NOFRAGMENT`).
+        const NOFRAGMENT = 0x100;
+        /// A high-order atomic request: may use and grow the high-atomic reserve.
+        const HIGHATOMIC = 0x200;
+        /// Wake kswapd when a watermark is boosted (`ALLOC_KSWAPD`).
+        const KSWAPD = 0x800;
+
+        /// The flags with rights below the min watermark (`ALLOC_RESERVES`).
+        const RESERVES = Self::NON_BLOCK.bits() | Self::MIN_RESERVE.bits()
+            | Self::HIGHATOMIC.bits() | Self::OOM.bits();
+    }
+}
+
+impl AllocFlags {
+    /// The watermark this pass checks.
+    pub fn wmark(self) -> WatermarkKind {
+        match (self & AllocFlags::WMARK_MASK).bits() {
+            0 => WatermarkKind::Min,
+            1 => WatermarkKind::Low,
+            2 => WatermarkKind::High,
+            _ => WatermarkKind::Promo,
+        }
+    }
+
+    /// These flags checking `kind` instead.
+    pub fn with_wmark(self, kind: WatermarkKind) -> AllocFlags {
+        (self - AllocFlags::WMARK_MASK) | AllocFlags::from_bits_retain(kind as u32)
+    }
+
+    /// The slow path's flags (`gfp_to_alloc_flags`, v6.7): the min watermark, reserve
+    /// rights from `__GFP_HIGH`, and for callers that cannot block, more reserve and the
+    /// high-atomic reserve for high orders.
+    pub fn slow_path(gfp: Gfp, order: Order) -> AllocFlags {
+        let mut flags = AllocFlags::CPUSET.with_wmark(WatermarkKind::Min);
+        if gfp.contains(Gfp::HIGH) {
+            flags |= AllocFlags::MIN_RESERVE;
+        }
+        if gfp.contains(Gfp::KSWAPD_RECLAIM) {
+            flags |= AllocFlags::KSWAPD;
+        }
+        if !gfp.allows_blocking() {
+            if !gfp.contains(Gfp::NOMEMALLOC) {
+                flags |= AllocFlags::NON_BLOCK;
+            }
+            if order.get() > 0 {
+                flags |= AllocFlags::HIGHATOMIC;
+            }
+            flags -= AllocFlags::CPUSET;
+        }
+        flags
+    }
+
+    /// Extra rights for callers that reclaim memory themselves (`__gfp_pfmemalloc_flags`:
+    /// `__GFP_MEMALLOC` ignores watermarks unless `__GFP_NOMEMALLOC` forbids it).
+    pub fn pfmemalloc(gfp: Gfp) -> AllocFlags {
+        if gfp.contains(Gfp::NOMEMALLOC) || !gfp.contains(Gfp::MEMALLOC) {
+            AllocFlags::empty()
+        } else {
+            AllocFlags::NO_WATERMARKS
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gfp_zone_follows_the_x86_64_table() {
+        assert_eq!(Gfp::KERNEL.zone(), Ok(ZoneType::Normal));
+        assert_eq!((Gfp::KERNEL | Gfp::DMA).zone(), Ok(ZoneType::Dma));
+        assert_eq!((Gfp::KERNEL | Gfp::DMA32).zone(), Ok(ZoneType::Dma32));
+        assert_eq!(Gfp::HIGHUSER_MOVABLE.zone(), Ok(ZoneType::Movable));
+        assert_eq!((Gfp::USER | Gfp::MOVABLE).zone(), Ok(ZoneType::Normal));
+        assert_eq!((Gfp::USER | Gfp::HIGHMEM).zone(), Ok(ZoneType::Normal));
+        assert!((Gfp::DMA | Gfp::DMA32).zone().is_err());
+    }
+
+    #[test]
+    fn gfp_migratetype_rejects_two_mobilities() {
+        assert_eq!(Gfp::KERNEL.migratetype(), Ok(MigrateType::Unmovable));
+        assert_eq!(
+            Gfp::HIGHUSER_MOVABLE.migratetype(),
+            Ok(MigrateType::Movable)
+        );
+        assert_eq!(
+            (Gfp::KERNEL | Gfp::RECLAIMABLE).migratetype(),
+            Ok(MigrateType::Reclaimable)
+        );
+        assert!((Gfp::MOVABLE | Gfp::RECLAIMABLE).migratetype().is_err());
+    }
+
+    #[test]
+    fn atomic_high_order_gets_reserve_rights() {
+        let flags = AllocFlags::slow_path(Gfp::ATOMIC, Order::new(2).unwrap());
+        assert_eq!(flags.wmark(), WatermarkKind::Min);
+        assert!(flags.contains(AllocFlags::MIN_RESERVE | AllocFlags::NON_BLOCK));
+        assert!(flags.contains(AllocFlags::HIGHATOMIC | AllocFlags::KSWAPD));
+        assert!(!flags.contains(AllocFlags::CPUSET));
+        let kernel = AllocFlags::slow_path(Gfp::KERNEL, Order::ZERO);
+        assert!(!kernel.intersects(AllocFlags::RESERVES));
+        // GFP_NOWAIT cannot block but has no __GFP_HIGH: ALLOC_NON_BLOCK only.
+        let nowait = AllocFlags::slow_path(Gfp::NOWAIT, Order::ZERO);
+        assert!(nowait.contains(AllocFlags::NON_BLOCK));
+        assert!(!nowait.contains(AllocFlags::MIN_RESERVE));
+    }
+}

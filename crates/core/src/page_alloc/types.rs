@@ -1,0 +1,162 @@
+//! Zone types and migratetypes: the two axes of every free list.
+//!
+//! Linux counterpart: `enum zone_type` and `enum migratetype` in `include/linux/mmzone.h`.
+
+use core::fmt;
+
+/// A zone type, in Linux's order (lowest addresses first). x86-64 configures DMA, DMA32,
+/// Normal and Movable; a kernel with `CONFIG_ZONE_DEVICE` adds Device, which never holds
+/// allocatable memory.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum ZoneType {
+    /// Below 16 MiB, for ISA DMA.
+    Dma = 0,
+    /// Below 4 GiB, for 32-bit DMA.
+    Dma32 = 1,
+    /// Everything else the kernel may use.
+    Normal = 2,
+    /// Only movable allocations (hot-removable memory, `kernelcore=`).
+    Movable = 3,
+    /// Device memory (`CONFIG_ZONE_DEVICE`); shown by zoneinfo, never allocated from.
+    Device = 4,
+}
+
+/// The most zone types a node can have (Linux `MAX_NR_ZONES` with `CONFIG_ZONE_DEVICE`).
+pub const MAX_NR_ZONES: usize = 5;
+
+impl ZoneType {
+    /// All zone types in order.
+    pub const ALL: [ZoneType; MAX_NR_ZONES] = [
+        ZoneType::Dma,
+        ZoneType::Dma32,
+        ZoneType::Normal,
+        ZoneType::Movable,
+        ZoneType::Device,
+    ];
+
+    /// The zone index (`zone_idx`).
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The zone type at `index`.
+    pub fn from_index(index: usize) -> Option<ZoneType> {
+        ZoneType::ALL.get(index).copied()
+    }
+
+    /// Linux's name for the zone, as `/proc/zoneinfo` prints it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ZoneType::Dma => "DMA",
+            ZoneType::Dma32 => "DMA32",
+            ZoneType::Normal => "Normal",
+            ZoneType::Movable => "Movable",
+            ZoneType::Device => "Device",
+        }
+    }
+
+    /// Parse Linux's zone name (case-insensitive).
+    pub fn from_name(name: &str) -> Option<ZoneType> {
+        ZoneType::ALL
+            .into_iter()
+            .find(|z| z.name().eq_ignore_ascii_case(name))
+    }
+
+    /// Zones counted as "lowmem" by the watermark code: all but Movable (and HighMem,
+    /// which x86-64 does not have) and Device.
+    pub const fn is_lowmem(self) -> bool {
+        matches!(self, ZoneType::Dma | ZoneType::Dma32 | ZoneType::Normal)
+    }
+}
+
+impl fmt::Display for ZoneType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A migratetype: which free lists a block belongs on, grouping pages by mobility.
+/// CMA is not configured.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum MigrateType {
+    /// Kernel allocations that cannot move.
+    Unmovable = 0,
+    /// User pages and page cache: can be migrated or reclaimed.
+    Movable = 1,
+    /// Slab caches that a shrinker can free.
+    Reclaimable = 2,
+    /// Pageblocks reserved for high-order atomic allocations.
+    HighAtomic = 3,
+    /// Pageblocks being isolated (memory offline, `zone_pcp_disable`, contiguous allocation).
+    Isolate = 4,
+}
+
+/// Number of migratetypes, and so of free lists per order.
+pub const MIGRATE_TYPES: usize = 5;
+/// The migratetypes that have per-CPU lists (Linux `MIGRATE_PCPTYPES`).
+pub const MIGRATE_PCPTYPES: usize = 3;
+
+impl MigrateType {
+    /// All migratetypes, in Linux's order.
+    pub const ALL: [MigrateType; MIGRATE_TYPES] = [
+        MigrateType::Unmovable,
+        MigrateType::Movable,
+        MigrateType::Reclaimable,
+        MigrateType::HighAtomic,
+        MigrateType::Isolate,
+    ];
+
+    /// The index of this type's free list.
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The migratetype with index `index`.
+    pub fn from_index(index: usize) -> Option<MigrateType> {
+        MigrateType::ALL.get(index).copied()
+    }
+
+    /// Whether blocks of this type may merge with blocks of another mergeable type at
+    /// pageblock order and above (`migratetype_is_mergeable`: the PCP types).
+    pub const fn is_mergeable(self) -> bool {
+        (self as usize) < MIGRATE_PCPTYPES
+    }
+
+    /// The types a request of this type falls back to, in order (`fallbacks[]`).
+    pub const fn fallbacks(self) -> [MigrateType; 2] {
+        match self {
+            MigrateType::Unmovable => [MigrateType::Reclaimable, MigrateType::Movable],
+            MigrateType::Movable => [MigrateType::Reclaimable, MigrateType::Unmovable],
+            MigrateType::Reclaimable => [MigrateType::Unmovable, MigrateType::Movable],
+            // Linux never falls back for these; callers do not ask.
+            MigrateType::HighAtomic | MigrateType::Isolate => {
+                [MigrateType::Isolate, MigrateType::Isolate]
+            }
+        }
+    }
+
+    /// Linux's name (`migratetype_names`), as `/proc/pagetypeinfo` prints it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            MigrateType::Unmovable => "Unmovable",
+            MigrateType::Movable => "Movable",
+            MigrateType::Reclaimable => "Reclaimable",
+            MigrateType::HighAtomic => "HighAtomic",
+            MigrateType::Isolate => "Isolate",
+        }
+    }
+}
+
+impl fmt::Display for MigrateType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A NUMA node id.
+pub type NodeId = u16;
+
+/// A CPU id, `0..nr_cpus`.
+pub type CpuId = u32;

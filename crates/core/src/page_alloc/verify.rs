@@ -1,0 +1,231 @@
+//! The zone walker: checks that every page is accounted for exactly once and that the
+//! free lists are what their counters say.
+//!
+//! Linux has no single counterpart; its checks are scattered (`check_new_pages`,
+//! `bad_page`, `CONFIG_DEBUG_VM` list checks). talc's heap verifier is the model: run it
+//! after every step of a test and any corruption is caught where it happens.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec;
+
+use super::types::MigrateType;
+use super::watermark::PAGEBLOCK_ORDER;
+use super::zone::Zone;
+use super::PageAllocator;
+use crate::page::{Order, PageState, Pfn, MAX_ORDER, NO_PFN};
+
+/// Pages of a zone by owner, as the walk found them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct ZoneCensus {
+    /// Pages in free blocks on the buddy lists.
+    pub free: u64,
+    /// Pages in blocks on per-CPU lists.
+    pub pcp: u64,
+    /// Pages in allocated blocks.
+    pub allocated: u64,
+    /// Reserved pages.
+    pub reserved: u64,
+    /// Holes.
+    pub holes: u64,
+}
+
+/// What the walker found wrong, in words.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct VerifyError(pub String);
+
+impl core::fmt::Display for VerifyError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+macro_rules! ensure {
+    ($cond:expr, $($arg:tt)*) => {
+        if !$cond {
+            return Err(VerifyError(format!($($arg)*)));
+        }
+    };
+}
+
+impl Zone {
+    /// Walk the whole zone under its lock. Checks: each page lies in exactly one block or is
+    /// reserved or a hole; every block is aligned and inside the zone; the free lists are
+    /// well linked, hold only free blocks of their order that cache their list's type, and
+    /// match `nr_free`; `NR_FREE_PAGES` equals the free pages outside isolated lists;
+    /// free + on PCP lists + allocated = managed; no two free buddies are left unmerged
+    /// when the merge rules allow merging.
+    pub fn verify(&self) -> Result<ZoneCensus, VerifyError> {
+        let locked = self.lock();
+        let area = locked.area();
+        let mem_map = &self.mem_map;
+        let name = format!("node {} zone {}", self.node, self.zone_type);
+
+        let mut census = ZoneCensus::default();
+        let mut covered_until = self.start_pfn.0;
+        for (pfn, page) in mem_map.iter() {
+            let (state, order) = page.state_order();
+            match state {
+                PageState::Reserved => census.reserved += 1,
+                PageState::Hole => census.holes += 1,
+                PageState::Tail => {
+                    ensure!(pfn.0 < covered_until, "{name}: {pfn:?} belongs to no block");
+                    continue;
+                }
+                PageState::Freeing => {
+                    return Err(VerifyError(format!(
+                        "{name}: {pfn:?} is mid-free while the zone is quiet"
+                    )));
+                }
+                PageState::Buddy | PageState::Pcp | PageState::Allocated => {
+                    ensure!(
+                        pfn.is_aligned(order),
+                        "{name}: block {pfn:?} of order {order} misaligned"
+                    );
+                    let end = pfn.0 + order.pages();
+                    ensure!(
+                        end <= self.start_pfn.0 + self.spanned,
+                        "{name}: block {pfn:?} runs past the zone"
+                    );
+                    let counter = match state {
+                        PageState::Buddy => &mut census.free,
+                        PageState::Pcp => &mut census.pcp,
+                        _ => &mut census.allocated,
+                    };
+                    *counter += order.pages();
+                }
+            }
+            ensure!(
+                pfn.0 >= covered_until,
+                "{name}: {pfn:?} heads a block inside another block"
+            );
+            covered_until = match state {
+                PageState::Reserved | PageState::Hole => pfn.0 + 1,
+                _ => pfn.0 + order.pages(),
+            };
+        }
+        ensure!(
+            census.free + census.pcp + census.allocated == self.managed,
+            "{name}: free {} + pcp {} + allocated {} != managed {}",
+            census.free,
+            census.pcp,
+            census.allocated,
+            self.managed
+        );
+        ensure!(
+            census.reserved == self.present - self.managed,
+            "{name}: reserved pages changed"
+        );
+
+        let mut listed = 0;
+        let mut free_not_isolated = 0i64;
+        for order in Order::all() {
+            let mut blocks = 0;
+            for mt in MigrateType::ALL {
+                let list = area.list(order, mt);
+                let mut prev = NO_PFN;
+                let mut len = 0;
+                for pfn in list.iter(mem_map) {
+                    let page = mem_map.page(pfn);
+                    ensure!(page.prev() == prev, "{name}: broken back link at {pfn:?}");
+                    ensure!(
+                        page.state_order() == (PageState::Buddy, order),
+                        "{name}: {pfn:?} on the order-{order} {mt} list is not a free order-{order} block"
+                    );
+                    ensure!(
+                        page.cached_migratetype() == mt as u8,
+                        "{name}: {pfn:?} caches the wrong migratetype"
+                    );
+                    ensure!(
+                        len < self.managed,
+                        "{name}: the order-{order} {mt} list loops"
+                    );
+                    prev = pfn.0 as u32;
+                    len += 1;
+                }
+                ensure!(
+                    len == list.len(),
+                    "{name}: order-{order} {mt} list length {} but {len} linked",
+                    list.len()
+                );
+                blocks += len;
+                if mt != MigrateType::Isolate {
+                    free_not_isolated += (len * order.pages()) as i64;
+                }
+            }
+            ensure!(
+                blocks == area.nr_free(order),
+                "{name}: nr_free[{order}] {} but {blocks} listed",
+                area.nr_free(order)
+            );
+            listed += blocks * order.pages();
+        }
+        ensure!(
+            listed == census.free,
+            "{name}: {listed} pages listed but {} free",
+            census.free
+        );
+        ensure!(
+            free_not_isolated == self.free_pages(),
+            "{name}: NR_FREE_PAGES {} but {free_not_isolated} free pages listed",
+            self.free_pages()
+        );
+        self.verify_merged(&name)?;
+        Ok(census)
+    }
+
+    /// No free block has a free buddy of its own order that the merge rules would have
+    /// merged with it.
+    fn verify_merged(&self, name: &str) -> Result<(), VerifyError> {
+        let mem_map = &self.mem_map;
+        for (pfn, page) in mem_map.iter() {
+            let (state, order) = page.state_order();
+            if state != PageState::Buddy || order.get() == MAX_ORDER {
+                continue;
+            }
+            let buddy = pfn.buddy(order);
+            let Some(buddy_page) = mem_map.get(buddy) else {
+                continue;
+            };
+            if buddy_page.state_order() != (PageState::Buddy, order) {
+                continue;
+            }
+            let blocked = order.get() >= PAGEBLOCK_ORDER && {
+                let (a, b) = (
+                    mem_map.pageblock_migratetype(pfn),
+                    mem_map.pageblock_migratetype(buddy),
+                );
+                a != b && (!a.is_mergeable() || !b.is_mergeable())
+            };
+            ensure!(
+                blocked,
+                "{name}: free buddies {pfn:?} and {buddy:?} of order {order} left unmerged"
+            );
+        }
+        Ok(())
+    }
+}
+
+impl PageAllocator {
+    /// [`Zone::verify`] on every zone; returns the census of each.
+    pub fn verify(&self) -> Result<alloc::vec::Vec<ZoneCensus>, VerifyError> {
+        let mut all = vec![];
+        for zone in self.zones() {
+            all.push(zone.verify()?);
+        }
+        Ok(all)
+    }
+}
+
+/// The pfns of a zone with their owner state, for tests that compare layouts.
+pub fn block_heads(zone: &Zone) -> impl Iterator<Item = (Pfn, PageState, Order)> + '_ {
+    zone.mem_map()
+        .iter()
+        .map(|(pfn, page)| (pfn, page.state(), page.order()))
+        .filter(|(_, state, _)| {
+            !matches!(
+                state,
+                PageState::Tail | PageState::Reserved | PageState::Hole
+            )
+        })
+}

@@ -1,0 +1,348 @@
+//! A zone: a pfn range of one node with its own free lists, watermarks, statistics and
+//! per-CPU pagesets.
+//!
+//! Linux counterpart: `struct zone` (`include/linux/mmzone.h`). Fields written under the
+//! zone lock but read without it (watermarks, `NR_FREE_PAGES`, flags) are relaxed atomics;
+//! the free lists themselves live inside the lock ([`Zone::lock`]).
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering::Relaxed};
+
+use super::buddy::ZoneLocked;
+use super::free_area::{FreeArea, ListEnd};
+use super::mem_map::MemMap;
+use super::pcp::PerCpuPages;
+use super::types::{MigrateType, NodeId, ZoneType, MAX_NR_ZONES};
+use super::watermark::{WatermarkInput, WatermarkKind, Watermarks};
+use crate::page::{Order, Pfn, NR_PAGE_ORDERS};
+use crate::sync::SpinLock;
+use crate::topology::ZoneSpec;
+
+bitflags::bitflags! {
+    /// Zone flags (`enum zone_flags`).
+    #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+    pub struct ZoneFlags: u32 {
+        /// A fallback boosted the watermarks; kswapd should run (`ZONE_BOOSTED_WATERMARK`).
+        const BOOSTED_WATERMARK = 1 << 0;
+        /// kswapd is reclaiming for this zone (`ZONE_RECLAIM_ACTIVE`).
+        const RECLAIM_ACTIVE = 1 << 1;
+        /// Free pages fell below the high watermark (`ZONE_BELOW_HIGH`, v6.7).
+        const BELOW_HIGH = 1 << 2;
+    }
+}
+
+/// Event counters of a zone, in pages unless named `_events`. Linux keeps these per CPU;
+/// here they are zone-wide relaxed atomics.
+#[derive(Debug, Default)]
+pub struct ZoneEvents {
+    /// `PGALLOC`: pages allocated from this zone, from the PCP or the buddy lists.
+    pub pgalloc: AtomicU64,
+    /// `PGFREE`: pages freed to this zone through the counted paths.
+    pub pgfree: AtomicU64,
+    /// Pages taken off the buddy lists (Σ 2^order over `mm_page_alloc_zone_locked`): the
+    /// seed's `alloc_zone`.
+    pub alloc_zone_locked: AtomicU64,
+    /// Blocks taken off the buddy lists (`mm_page_alloc_zone_locked` events).
+    pub alloc_zone_locked_events: AtomicU64,
+    /// Fallbacks to another migratetype (`mm_page_alloc_extfrag` events).
+    pub extfrag_events: AtomicU64,
+    /// Watermark boosts applied by fragmenting fallbacks.
+    pub watermark_boosts: AtomicU64,
+}
+
+/// A zone.
+#[derive(Debug)]
+pub struct Zone {
+    pub(crate) node: NodeId,
+    pub(crate) zone_type: ZoneType,
+    pub(crate) start_pfn: Pfn,
+    pub(crate) spanned: u64,
+    pub(crate) present: u64,
+    pub(crate) managed: u64,
+    pub(crate) mem_map: MemMap,
+    /// `zone->lock` and what it protects.
+    pub(crate) free_area: SpinLock<FreeArea>,
+    pub(crate) watermarks: Watermarks,
+    pub(crate) lowmem_reserve: [AtomicU64; MAX_NR_ZONES],
+    pub(crate) flags: AtomicU32,
+    /// `NR_FREE_PAGES`: pages on the buddy lists, isolated pageblocks excepted.
+    pub(crate) nr_free_pages: AtomicI64,
+    /// Pages in high-atomic pageblocks (`nr_reserved_highatomic`); written under the lock.
+    pub(crate) nr_reserved_highatomic: AtomicU64,
+    pub(crate) stat_threshold: AtomicU32,
+    /// `vm.watermark_boost_factor`, copied here for the fallback path.
+    pub(crate) watermark_boost_factor: AtomicU32,
+    /// False on tiny systems (`page_group_by_mobility_disabled`).
+    pub(crate) group_by_mobility: AtomicBool,
+    pub(crate) events: ZoneEvents,
+    /// One pageset per CPU (`zone->per_cpu_pageset`).
+    pub(crate) pagesets: Box<[SpinLock<PerCpuPages>]>,
+}
+
+impl Zone {
+    /// Build the zone of `spec` with `nr_cpus` pagesets and free its managed pages into the
+    /// buddy lists in maximal aligned blocks, at the list tails, as boot does
+    /// (`memblock_free_all` → `__free_pages_core`, `FPI_TO_TAIL`).
+    pub(crate) fn new(spec: &ZoneSpec, nr_cpus: u32) -> Zone {
+        let zone = Zone {
+            node: spec.node,
+            zone_type: spec.zone_type,
+            start_pfn: spec.start_pfn,
+            spanned: spec.spanned,
+            present: spec.present,
+            managed: spec.managed,
+            mem_map: MemMap::new(spec.start_pfn.0, spec.spanned, spec.present, spec.managed),
+            free_area: SpinLock::new(FreeArea::new()),
+            watermarks: Watermarks::default(),
+            lowmem_reserve: Default::default(),
+            flags: AtomicU32::new(0),
+            nr_free_pages: AtomicI64::new(0),
+            nr_reserved_highatomic: AtomicU64::new(0),
+            stat_threshold: AtomicU32::new(0),
+            watermark_boost_factor: AtomicU32::new(0),
+            group_by_mobility: AtomicBool::new(true),
+            events: ZoneEvents::default(),
+            pagesets: (0..nr_cpus)
+                .map(|_| SpinLock::new(PerCpuPages::default()))
+                .collect(),
+        };
+        zone.free_boot_memory();
+        zone
+    }
+
+    fn free_boot_memory(&self) {
+        let first = self.start_pfn.0 + (self.present - self.managed);
+        let end = self.start_pfn.0 + self.present;
+        let mut locked = self.lock();
+        for (pfn, order) in aligned_blocks(first, end) {
+            let mt = self.mem_map.pageblock_migratetype(pfn);
+            locked.free_one_page(pfn, order, mt, ListEnd::Tail);
+        }
+    }
+
+    /// Take the zone lock.
+    pub fn lock(&self) -> ZoneLocked<'_> {
+        ZoneLocked::new(self, self.free_area.lock())
+    }
+
+    /// The node.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// The zone type.
+    pub fn zone_type(&self) -> ZoneType {
+        self.zone_type
+    }
+
+    /// First pfn spanned.
+    pub fn start_pfn(&self) -> Pfn {
+        self.start_pfn
+    }
+
+    /// Pfns spanned.
+    pub fn spanned(&self) -> u64 {
+        self.spanned
+    }
+
+    /// Pages present.
+    pub fn present(&self) -> u64 {
+        self.present
+    }
+
+    /// Pages managed by the buddy allocator.
+    pub fn managed(&self) -> u64 {
+        self.managed
+    }
+
+    /// Whether the zone has pages to allocate (`managed_zone`).
+    pub fn is_managed(&self) -> bool {
+        self.managed > 0
+    }
+
+    /// Whether the zone spans `pfn`.
+    pub fn spans(&self, pfn: Pfn) -> bool {
+        self.mem_map.spans(pfn)
+    }
+
+    /// The zone's mem_map.
+    pub fn mem_map(&self) -> &MemMap {
+        &self.mem_map
+    }
+
+    /// `NR_FREE_PAGES`.
+    pub fn free_pages(&self) -> i64 {
+        self.nr_free_pages.load(Relaxed)
+    }
+
+    /// Effective watermark `kind` (stored + boost: `wmark_pages`).
+    pub fn wmark(&self, kind: WatermarkKind) -> u64 {
+        self.watermarks.get(kind)
+    }
+
+    /// The watermarks.
+    pub fn watermarks(&self) -> &Watermarks {
+        &self.watermarks
+    }
+
+    /// `lowmem_reserve[]`: pages this zone keeps back from requests that could have used a
+    /// higher zone, by that request's highest zone.
+    pub fn lowmem_reserve(&self) -> [u64; MAX_NR_ZONES] {
+        core::array::from_fn(|i| self.lowmem_reserve[i].load(Relaxed))
+    }
+
+    /// Pages in high-atomic pageblocks.
+    pub fn nr_reserved_highatomic(&self) -> u64 {
+        self.nr_reserved_highatomic.load(Relaxed)
+    }
+
+    /// The zone flags.
+    pub fn flags(&self) -> ZoneFlags {
+        ZoneFlags::from_bits_truncate(self.flags.load(Relaxed))
+    }
+
+    /// Set `flag`; true if it was clear (`test_and_set_bit`).
+    pub fn set_flag(&self, flag: ZoneFlags) -> bool {
+        self.flags.fetch_or(flag.bits(), Relaxed) & flag.bits() == 0
+    }
+
+    /// Clear `flag`; true if it was set.
+    pub fn clear_flag(&self, flag: ZoneFlags) -> bool {
+        self.flags.fetch_and(!flag.bits(), Relaxed) & flag.bits() != 0
+    }
+
+    /// The vmstat threshold of this zone's per-CPU counters.
+    pub fn stat_threshold(&self) -> u32 {
+        self.stat_threshold.load(Relaxed)
+    }
+
+    /// `vm.watermark_boost_factor` as this zone applies it.
+    pub fn watermark_boost_factor(&self) -> u64 {
+        self.watermark_boost_factor.load(Relaxed) as u64
+    }
+
+    /// Whether pages are grouped by mobility (false on systems under five pageblocks).
+    pub fn group_by_mobility(&self) -> bool {
+        self.group_by_mobility.load(Relaxed)
+    }
+
+    /// Event counters.
+    pub fn events(&self) -> &ZoneEvents {
+        &self.events
+    }
+
+    /// A copy of `cpu`'s pageset, taken under its lock.
+    pub fn pageset(&self, cpu: u32) -> Option<PerCpuPages> {
+        self.pagesets.get(cpu as usize).map(|p| p.lock().clone())
+    }
+
+    /// Number of pagesets (one per CPU).
+    pub fn nr_pagesets(&self) -> usize {
+        self.pagesets.len()
+    }
+
+    /// Free blocks per order (`nr_free`), as `/proc/buddyinfo` shows them.
+    pub fn buddyinfo(&self) -> [u64; NR_PAGE_ORDERS] {
+        let area = self.free_area.lock();
+        core::array::from_fn(|o| area.nr_free(Order::new(o as u8).expect("o ≤ MAX_ORDER")))
+    }
+
+    /// The free blocks, as (pfn, order, migratetype list) triples in list order, order by
+    /// order: what a test compares before and after.
+    pub fn free_blocks(&self) -> Vec<(Pfn, Order, MigrateType)> {
+        let area = self.free_area.lock();
+        let mut blocks = Vec::new();
+        for order in Order::all() {
+            for mt in MigrateType::ALL {
+                let list = area.list(order, mt);
+                blocks.extend(list.iter(&self.mem_map).map(|pfn| (pfn, order, mt)));
+            }
+        }
+        blocks
+    }
+
+    /// The watermark-check view of the zone for a request whose highest zone is
+    /// `highest_zoneidx`. `free_blocks` is filled by the caller when the order needs it.
+    pub(crate) fn watermark_input<'a>(
+        &self,
+        highest_zoneidx: ZoneType,
+        free_blocks: &'a [(bool, bool)],
+    ) -> WatermarkInput<'a> {
+        WatermarkInput {
+            free_pages: self.free_pages(),
+            reserved_highatomic: self.nr_reserved_highatomic(),
+            lowmem_reserve: self.lowmem_reserve[highest_zoneidx.index()].load(Relaxed),
+            free_blocks,
+        }
+    }
+
+    /// Per order: whether a block sits on a PCP-type list, and on the high-atomic list.
+    /// Linux reads `free_area` without the lock here; we take it, which is only a cost.
+    pub(crate) fn free_block_summary(&self) -> [(bool, bool); NR_PAGE_ORDERS] {
+        let area = self.free_area.lock();
+        core::array::from_fn(|o| {
+            let order = Order::new(o as u8).expect("o ≤ MAX_ORDER");
+            let pcp_types = [
+                MigrateType::Unmovable,
+                MigrateType::Movable,
+                MigrateType::Reclaimable,
+            ]
+            .iter()
+            .any(|&mt| !area.list(order, mt).is_empty());
+            (
+                pcp_types,
+                !area.list(order, MigrateType::HighAtomic).is_empty(),
+            )
+        })
+    }
+}
+
+/// The maximal aligned blocks covering `[start, end)`, in address order
+/// (`__free_pages_memory`).
+pub(crate) fn aligned_blocks(start: u64, end: u64) -> impl Iterator<Item = (Pfn, Order)> {
+    let mut pfn = start;
+    core::iter::from_fn(move || {
+        if pfn >= end {
+            return None;
+        }
+        let align = if pfn == 0 { 63 } else { pfn.trailing_zeros() };
+        let mut order = align.min(crate::page::MAX_ORDER as u32);
+        while pfn + (1 << order) > end {
+            order -= 1;
+        }
+        let block = (
+            Pfn(pfn),
+            Order::new(order as u8).expect("order ≤ MAX_ORDER"),
+        );
+        pfn += 1 << order;
+        Some(block)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aligned_blocks_cover_the_range_greedily() {
+        let blocks: Vec<_> = aligned_blocks(1, 20).map(|(p, o)| (p.0, o.get())).collect();
+        assert_eq!(blocks, [(1, 0), (2, 1), (4, 2), (8, 3), (16, 2)]);
+        let big: Vec<_> = aligned_blocks(0, 3000)
+            .map(|(p, o)| (p.0, o.get()))
+            .collect();
+        assert_eq!(
+            big,
+            [
+                (0, 10),
+                (1024, 10),
+                (2048, 9),
+                (2560, 8),
+                (2816, 7),
+                (2944, 5),
+                (2976, 4),
+                (2992, 3)
+            ]
+        );
+    }
+}
