@@ -13,7 +13,7 @@ use std::path::Path;
 use mmkit_core::settings::MinFreeKbytes;
 use mmkit_core::topology::{CacheInfo, ZoneSpec};
 use mmkit_core::views::zoneinfo::{self, ZoneInfo};
-use mmkit_core::{PageAllocator, Pfn, Settings, Topology, ZoneType};
+use mmkit_core::{PageAllocator, Pfn, Policy, Settings, Topology, ZoneType};
 use serde::Serialize;
 
 use crate::size::parse_bytes;
@@ -45,7 +45,7 @@ pub fn run(root: &Path, json: bool) -> Result<(), CliError> {
     let kernel = zoneinfo::parse(&text).map_err(|e| CliError::usage(e.to_string()))?;
     let settings = live_settings(root)?;
     let topology = live_topology(root, &kernel)?;
-    let allocator = PageAllocator::new(topology.clone(), settings.clone())
+    let allocator = PageAllocator::new(topology.clone(), settings.clone(), Policy::V6_7)
         .map_err(|e| CliError::usage(e.to_string()))?;
     let ours = zoneinfo::collect(&allocator);
     let comparisons = compare(&kernel, &ours);
@@ -55,6 +55,7 @@ pub fn run(root: &Path, json: bool) -> Result<(), CliError> {
             min_free_kbytes: MinFreeKbytes::Default,
             ..settings
         },
+        Policy::V6_7,
     )
     .map_err(|e| CliError::usage(e.to_string()))?;
     let report = LiveReport {

@@ -7,10 +7,11 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use mmkit_core::policy::PRESETS;
 use mmkit_core::settings::MinFreeKbytes;
 use mmkit_core::topology::{CacheInfo, ZoneSize};
 use mmkit_core::views::zoneinfo;
-use mmkit_core::{PageAllocator, Settings, Topology};
+use mmkit_core::{PageAllocator, Policy, Settings, Topology};
 use serde::Serialize;
 
 use crate::size::{parse_bytes, parse_zone};
@@ -71,6 +72,11 @@ pub struct ZoneinfoArgs {
     #[arg(long, value_name = "DIR", requires = "live", default_value = "/")]
     pub root: PathBuf,
 
+    /// The policy preset (base, patch1 … patch9, v6.7). Before patch 7 a pageset's `high`
+    /// is fixed at `high_min`; from patch 7 it is tuned and shows 0 until first use.
+    #[arg(long, default_value = "v6.7")]
+    pub policy: String,
+
     /// Print JSON instead of Linux's text layout.
     #[arg(long)]
     pub json: bool,
@@ -90,7 +96,10 @@ pub fn run(args: &ZoneinfoArgs) -> Result<(), CliError> {
     }
     let settings = settings_from_args(args)?;
     let topology = topology_from_args(args)?;
-    let allocator = PageAllocator::new(topology, settings.clone())
+    let policy = Policy::preset(&args.policy).ok_or_else(|| {
+        CliError::usage(format!("unknown policy {:?}: use one of {}", args.policy, PRESETS.join(", ")))
+    })?;
+    let allocator = PageAllocator::new(topology, settings.clone(), policy)
         .map_err(|e| CliError::usage(e.to_string()))?;
     let zones = zoneinfo::collect(&allocator);
     if args.json {

@@ -26,6 +26,7 @@ extern crate alloc;
 
 pub mod page;
 pub mod page_alloc;
+pub mod policy;
 pub mod settings;
 pub mod sync;
 pub mod topology;
@@ -35,5 +36,6 @@ pub use page::{Order, Pfn};
 pub use page_alloc::{
     AllocError, FreeError, Gfp, MigrateType, PageAllocator, Zone, ZoneType, MAX_ORDER,
 };
+pub use policy::{DrainMode, PcpPolicy, Policy};
 pub use settings::{Settings, SettingsError};
 pub use topology::{Topology, TopologyError, ZoneSpec};

@@ -64,6 +64,12 @@ impl<'a> ZoneLocked<'a> {
                 .nr_free_pages
                 .fetch_add(order.pages() as i64, Relaxed);
         }
+        // The head gives up its own state now: if it merges into a lower buddy it becomes
+        // a tail page of the merged block, and `add` below marks whichever pfn heads it.
+        self.zone
+            .mem_map
+            .page(pfn)
+            .set_state(PageState::Tail, Order::ZERO);
         let (mut pfn, mut order) = (pfn, order);
         let mut buddy = pfn.buddy(order);
         while order.get() < MAX_ORDER {

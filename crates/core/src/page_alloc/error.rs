@@ -2,7 +2,7 @@
 
 use core::fmt;
 
-use super::types::NodeId;
+use super::types::{CpuId, NodeId};
 use crate::page::{Order, Pfn};
 
 /// Why an allocation failed.
@@ -20,6 +20,8 @@ pub enum AllocError {
     InvalidNode(NodeId),
     /// No zone the request may use has memory (e.g. `__GFP_DMA` on a machine without DMA).
     NoZone,
+    /// The CPU does not exist or is offline.
+    InvalidCpu(CpuId),
 }
 
 impl fmt::Display for AllocError {
@@ -31,6 +33,7 @@ impl fmt::Display for AllocError {
             AllocError::InvalidGfp(why) => write!(f, "invalid GFP flags: {why}"),
             AllocError::InvalidNode(node) => write!(f, "node {node} does not exist"),
             AllocError::NoZone => write!(f, "no zone with memory matches the GFP flags"),
+            AllocError::InvalidCpu(cpu) => write!(f, "CPU {cpu} does not exist or is offline"),
         }
     }
 }
@@ -78,6 +81,13 @@ pub enum FreeError {
         /// The pfn given.
         pfn: Pfn,
     },
+    /// The freeing CPU does not exist or is offline.
+    InvalidCpu(CpuId),
+    /// A batched free names the same block twice.
+    Duplicate {
+        /// The pfn given twice.
+        pfn: Pfn,
+    },
 }
 
 impl fmt::Display for FreeError {
@@ -102,6 +112,8 @@ impl fmt::Display for FreeError {
                 write!(f, "pfn {pfn} is inside the block allocated at pfn {block}")
             }
             FreeError::Reserved { pfn } => write!(f, "pfn {pfn} is reserved: never managed"),
+            FreeError::InvalidCpu(cpu) => write!(f, "CPU {cpu} does not exist or is offline"),
+            FreeError::Duplicate { pfn } => write!(f, "pfn {pfn} appears twice in one batch"),
         }
     }
 }

@@ -5,101 +5,15 @@
 //! `move_to_free_list`, `del_page_from_free_list` in `mm/page_alloc.c`. Everything here
 //! runs under the zone lock; the [`FreeArea`] lives inside it.
 
+use super::list::PfnList;
 use super::mem_map::MemMap;
 use super::types::{MigrateType, MIGRATE_TYPES};
-use crate::page::{Order, PageState, Pfn, NO_PFN, NR_PAGE_ORDERS};
-
-/// One free list. `head` is where Linux's `list_add` puts a block, `tail` where
-/// `list_add_tail` does.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct FreeList {
-    head: u32,
-    tail: u32,
-    len: u64,
-}
-
-impl FreeList {
-    const EMPTY: FreeList = FreeList {
-        head: NO_PFN,
-        tail: NO_PFN,
-        len: 0,
-    };
-
-    pub(crate) fn first(&self) -> Option<Pfn> {
-        (self.head != NO_PFN).then_some(Pfn(self.head as u64))
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.head == NO_PFN
-    }
-
-    pub(crate) fn len(&self) -> u64 {
-        self.len
-    }
-
-    fn push_head(&mut self, mem_map: &MemMap, pfn: Pfn) {
-        let raw = pfn.0 as u32;
-        let page = mem_map.page(pfn);
-        page.set_prev(NO_PFN);
-        page.set_next(self.head);
-        match self.head {
-            NO_PFN => self.tail = raw,
-            old => mem_map.page(Pfn(old as u64)).set_prev(raw),
-        }
-        self.head = raw;
-        self.len += 1;
-    }
-
-    fn push_tail(&mut self, mem_map: &MemMap, pfn: Pfn) {
-        let raw = pfn.0 as u32;
-        let page = mem_map.page(pfn);
-        page.set_next(NO_PFN);
-        page.set_prev(self.tail);
-        match self.tail {
-            NO_PFN => self.head = raw,
-            old => mem_map.page(Pfn(old as u64)).set_next(raw),
-        }
-        self.tail = raw;
-        self.len += 1;
-    }
-
-    fn unlink(&mut self, mem_map: &MemMap, pfn: Pfn) {
-        let page = mem_map.page(pfn);
-        let (prev, next) = (page.prev(), page.next());
-        match prev {
-            NO_PFN => {
-                assert_eq!(self.head, pfn.0 as u32, "{pfn:?} is not on this free list");
-                self.head = next;
-            }
-            p => mem_map.page(Pfn(p as u64)).set_next(next),
-        }
-        match next {
-            NO_PFN => self.tail = prev,
-            n => mem_map.page(Pfn(n as u64)).set_prev(prev),
-        }
-        page.set_next(NO_PFN);
-        page.set_prev(NO_PFN);
-        self.len -= 1;
-    }
-
-    /// The pfns on the list from head to tail.
-    pub(crate) fn iter<'a>(&self, mem_map: &'a MemMap) -> impl Iterator<Item = Pfn> + 'a {
-        let mut cursor = self.head;
-        core::iter::from_fn(move || {
-            if cursor == NO_PFN {
-                return None;
-            }
-            let pfn = Pfn(cursor as u64);
-            cursor = mem_map.page(pfn).next();
-            Some(pfn)
-        })
-    }
-}
+use crate::page::{Order, PageState, Pfn, NR_PAGE_ORDERS};
 
 /// All free lists of a zone and the block count per order (`nr_free`).
 #[derive(Debug)]
 pub(crate) struct FreeArea {
-    lists: [[FreeList; MIGRATE_TYPES]; NR_PAGE_ORDERS],
+    lists: [[PfnList; MIGRATE_TYPES]; NR_PAGE_ORDERS],
     nr_free: [u64; NR_PAGE_ORDERS],
 }
 
@@ -115,12 +29,12 @@ pub(crate) enum ListEnd {
 impl FreeArea {
     pub(crate) const fn new() -> FreeArea {
         FreeArea {
-            lists: [[FreeList::EMPTY; MIGRATE_TYPES]; NR_PAGE_ORDERS],
+            lists: [[PfnList::EMPTY; MIGRATE_TYPES]; NR_PAGE_ORDERS],
             nr_free: [0; NR_PAGE_ORDERS],
         }
     }
 
-    pub(crate) fn list(&self, order: Order, mt: MigrateType) -> &FreeList {
+    pub(crate) fn list(&self, order: Order, mt: MigrateType) -> &PfnList {
         &self.lists[order.index()][mt.index()]
     }
 

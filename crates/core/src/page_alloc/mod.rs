@@ -15,14 +15,24 @@
 //! | `gfp` | GFP flags and alloc flags |
 //! | `pcp_sizing` | `batch`, `high_min`, `high_max`, `FREE_HIGH_BATCH`, stat thresholds |
 //! | `pcp` | the per-CPU pageset state |
-//! | `allocator` | the machine's zones, zonelists, settings, alloc and free |
+//! | `allocator` | the machine's zones, zonelists, settings, policy, online CPUs |
+//! | `alloc` | allocation: zonelist walk, watermarks, PCP and buddy paths, slow path |
+//! | `free` | free: validation, PCP commit and drain, buddy path, batched free |
+//! | `bulk` | the bulk allocator |
+//! | `drain` | drains, the vmstat tick (decay), `zone_pcp_disable`, CPU hotplug |
+//! | `list` | the pfn-linked list both free lists and PCP lists use |
 //! | `verify` | the walker that checks every page is accounted for |
 
+mod alloc;
 mod allocator;
 mod buddy;
+mod bulk;
+mod drain;
 mod error;
+mod free;
 mod free_area;
 pub mod gfp;
+mod list;
 mod mem_map;
 pub mod pcp;
 pub mod pcp_sizing;
@@ -33,13 +43,15 @@ mod zone;
 
 pub use allocator::{KswapdState, PageAllocator};
 pub use buddy::ZoneLocked;
+pub use drain::{DrainAll, DrainMutexGuard, DrainWork};
 pub use error::{AllocError, FreeError};
 pub use gfp::{AllocFlags, Gfp};
 pub use mem_map::MemMap;
 pub use types::{
-    CpuId, MigrateType, NodeId, ZoneType, MAX_NR_ZONES, MIGRATE_PCPTYPES, MIGRATE_TYPES,
+    Caller, Context, CpuId, MigrateType, NodeId, ZoneType, MAX_NR_ZONES, MIGRATE_PCPTYPES,
+    MIGRATE_TYPES,
 };
 pub use watermark::{WatermarkKind, ZoneWatermarks, PAGEBLOCK_ORDER, PAGEBLOCK_PAGES};
-pub use zone::{Zone, ZoneEvents, ZoneFlags};
+pub use zone::{DrainReason, Zone, ZoneEvents, ZoneFlags, ZoneId};
 
 pub use crate::page::MAX_ORDER;

@@ -1,9 +1,51 @@
-//! Per-CPU pagesets: the state each CPU keeps for each zone.
+//! Per-CPU pagesets: each CPU's cache of free pages for each zone, and the sizing rules of
+//! every step of the PCP series.
 //!
-//! Linux counterpart: `struct per_cpu_pages` (`include/linux/mmzone.h`, v6.7). This module
-//! holds the sizing state that `/proc/zoneinfo` prints (`count`, `high`, `batch`,
-//! `high_min`, `high_max`) and the flags. The per-order lists and the allocation, free and
-//! decay paths that move pages through them build on this struct (the PCP issue).
+//! Linux counterpart: `struct per_cpu_pages` (`include/linux/mmzone.h`) and, in
+//! `mm/page_alloc.c` (v6.6 → v6.7), `nr_pcp_alloc`, `nr_pcp_high`, `nr_pcp_free`, the
+//! `free_high` decision of `free_unref_page_commit`, and `decay_pcp_high`. The rules here
+//! are pure arithmetic on one pageset, switched by [`PcpPolicy`]; `pcp-patch-deltas.md` §2
+//! gives each step. The paths that move pages (refill, drain) are in `rmqueue.rs` and
+//! `free.rs`; they call these rules and nothing else decides sizes.
+
+use super::list::PfnList;
+use super::types::MigrateType;
+use super::watermark::PAGEBLOCK_ORDER;
+use super::zone::ZoneFlags;
+use crate::page::Order;
+use crate::policy::PcpPolicy;
+
+/// Lists per pageset: one per cheap order (0..=3) and PCP migratetype, plus one shared THP
+/// list (`NR_PCP_LISTS` in v6.7).
+pub const NR_PCP_LISTS: usize = 3 * 4 + 1;
+/// Index of the THP list.
+const THP_PINDEX: usize = NR_PCP_LISTS - 1;
+/// The highest order with per-migratetype lists (`PAGE_ALLOC_COSTLY_ORDER`).
+pub const PAGE_ALLOC_COSTLY_ORDER: u8 = 3;
+
+/// Whether blocks of `order` are cached on pagesets (`pcp_allowed_order`): the cheap orders
+/// and the THP order.
+pub fn pcp_allowed_order(order: Order) -> bool {
+    order.get() <= PAGE_ALLOC_COSTLY_ORDER || order.get() == PAGEBLOCK_ORDER
+}
+
+/// The list for (migratetype, order) (`order_to_pindex`). `mt` must be a PCP type.
+pub fn order_to_pindex(mt: MigrateType, order: Order) -> usize {
+    if order.get() <= PAGE_ALLOC_COSTLY_ORDER {
+        3 * order.index() + mt.index()
+    } else {
+        THP_PINDEX
+    }
+}
+
+/// The order of the blocks on list `pindex` (`pindex_to_order`).
+pub fn pindex_to_order(pindex: usize) -> Order {
+    if pindex == THP_PINDEX {
+        Order::new(PAGEBLOCK_ORDER).expect("pageblock order ≤ MAX_ORDER")
+    } else {
+        Order::new((pindex / 3) as u8).expect("pindex < 12 gives order ≤ 3")
+    }
+}
 
 /// Pageset flags (`PCPF_*`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -16,13 +58,14 @@ pub struct PcpFlags {
     pub free_high_batch: bool,
 }
 
-/// One CPU's pageset for one zone.
+/// One CPU's pageset for one zone. All fields are guarded by the pageset's lock.
 #[derive(Clone, Debug, Default)]
 pub struct PerCpuPages {
     /// Pages on all lists.
     pub count: u64,
-    /// Current drain threshold; auto-tuned within `[high_min, high_max]`, clamped lazily on
-    /// use, so a pageset that was never used shows 0, as on Linux.
+    /// Current drain threshold. Before patch 7 a fixed copy of `high_min`; from patch 7
+    /// auto-tuned within `[high_min, high_max]` and clamped lazily on use, so a pageset
+    /// that was never used shows 0, as on Linux.
     pub high: u64,
     /// Pages moved per refill or drain step.
     pub batch: u64,
@@ -32,4 +75,275 @@ pub struct PerCpuPages {
     pub high_max: u64,
     /// Flags.
     pub flags: PcpFlags,
+    /// Refill scale (patch 5): doubles consecutive order-0 refills, halved by each free.
+    pub alloc_factor: u8,
+    /// Drain scale before patch 9 (`free_factor`): doubles consecutive drains, halved by
+    /// each allocation.
+    pub free_factor: u8,
+    /// Pages freed in a row (patch 9 `free_count`), halved by each allocation.
+    pub free_count: u64,
+    /// NUMA: ticks left before a remote node's pageset is trimmed by a batch.
+    pub expire: u8,
+    /// Touched the zone (refill or drain) since the last vmstat tick; stands in for the
+    /// per-CPU stat diffs that re-arm `expire` in Linux.
+    pub(crate) zone_touched: bool,
+    pub(crate) lists: [PfnList; NR_PCP_LISTS],
+}
+
+/// `clamp` as Linux's macro evaluates it: `min(max(v, lo), hi)`; `hi` wins if `lo > hi`.
+fn clamp(v: u64, lo: u64, hi: u64) -> u64 {
+    v.max(lo).min(hi)
+}
+
+impl PerCpuPages {
+    /// Blocks on list `pindex`.
+    pub fn list_len(&self, pindex: usize) -> u64 {
+        self.lists[pindex].len()
+    }
+
+    /// Set the limits (`pageset_update`). Before patch 7 this also fixes `high`.
+    pub(crate) fn update_limits(
+        &mut self,
+        policy: &PcpPolicy,
+        batch: u64,
+        high_min: u64,
+        high_max: u64,
+    ) {
+        self.batch = batch;
+        self.high_min = high_min;
+        self.high_max = high_max;
+        if !policy.auto_tune {
+            self.high = high_min;
+        }
+    }
+
+    /// The lazy clamp of patch 7: `high` into `[high_min, high_max]`.
+    fn clamp_high(&mut self) -> u64 {
+        self.high = clamp(self.high, self.high_min, self.high_max);
+        self.high
+    }
+
+    /// What an allocation attempt does to the free-side state (`rmqueue_pcplist`): halve
+    /// the consecutive-free detector.
+    pub(crate) fn on_alloc(&mut self, policy: &PcpPolicy) {
+        if policy.free_count {
+            self.free_count >>= 1;
+        } else {
+            self.free_factor >>= 1;
+        }
+    }
+
+    /// How many blocks of `order` a refill pulls from the zone (`nr_pcp_alloc`).
+    pub(crate) fn nr_pcp_alloc(
+        &mut self,
+        policy: &PcpPolicy,
+        zone: ZoneFlags,
+        order: Order,
+        scale_max: u8,
+    ) -> u64 {
+        let batch = self.batch;
+        if !policy.alloc_factor {
+            return if batch > 1 {
+                (batch >> order.get()).max(2)
+            } else {
+                batch
+            };
+        }
+        let mut high = if policy.auto_tune {
+            self.clamp_high()
+        } else {
+            self.high_min
+        };
+        if high < batch {
+            return 1;
+        }
+        let mut blocks = if order == Order::ZERO {
+            batch << self.alloc_factor
+        } else {
+            batch
+        };
+        let growth_gated = if policy.below_high {
+            zone.contains(ZoneFlags::BELOW_HIGH)
+        } else {
+            zone.contains(ZoneFlags::RECLAIM_ACTIVE)
+        };
+        if policy.auto_tune && self.high_min != self.high_max && !growth_gated {
+            self.high = (high + blocks).min(self.high_max);
+            high = self.high;
+        }
+        if order == Order::ZERO {
+            let max_blocks =
+                (high as i64 - self.count as i64 - batch as i64).max(batch as i64) as u64;
+            if blocks <= max_blocks && self.alloc_factor < scale_max {
+                self.alloc_factor += 1;
+            }
+            blocks = blocks.min(max_blocks);
+        }
+        if blocks > 1 {
+            blocks = (blocks >> order.get()).max(2);
+        }
+        blocks
+    }
+
+    /// The start of `free_unref_page_commit`: a free halves the refill scale (patch 5).
+    pub(crate) fn on_free(&mut self, policy: &PcpPolicy) {
+        if policy.alloc_factor {
+            self.alloc_factor >>= 1;
+        }
+    }
+
+    /// The `free_high` decision for a block of `order` just added (so `count` includes
+    /// it), and the `PREV_FREE_HIGH_ORDER` bookkeeping. Then, with patch 9, count the free.
+    pub(crate) fn free_high(&mut self, policy: &PcpPolicy, order: Order, scale_max: u8) -> bool {
+        let cheap_high = (1..=PAGE_ALLOC_COSTLY_ORDER).contains(&order.get());
+        let detected = if policy.free_count {
+            self.free_count >= self.batch
+        } else {
+            self.free_factor > 0
+        };
+        let free_high = if !policy.prev_free_high_order {
+            cheap_high && detected
+        } else if cheap_high {
+            let keep_batch =
+                policy.free_high_batch && self.flags.free_high_batch && self.count < self.batch;
+            let free_high = detected && self.flags.prev_free_high_order && !keep_batch;
+            self.flags.prev_free_high_order = true;
+            free_high
+        } else {
+            self.flags.prev_free_high_order = false;
+            false
+        };
+        if policy.free_count && self.free_count < self.batch << scale_max {
+            self.free_count += order.pages();
+        }
+        free_high
+    }
+
+    /// The drain threshold after a free (`nr_pcp_high`); with patch 7 it also retunes
+    /// `high`. The pageset drains when `count ≥` the result.
+    pub(crate) fn nr_pcp_high(
+        &mut self,
+        policy: &PcpPolicy,
+        zone: ZoneFlags,
+        free_high: bool,
+        scale_max: u8,
+    ) -> u64 {
+        let batch = self.batch;
+        if !policy.auto_tune {
+            let high = self.high_min;
+            return match () {
+                _ if high == 0 || free_high => 0,
+                _ if zone.contains(ZoneFlags::RECLAIM_ACTIVE) => (4 * batch).min(high),
+                _ => high,
+            };
+        }
+        let high = self.clamp_high();
+        if high == 0 {
+            return 0;
+        }
+        let shrink = if policy.free_count {
+            self.free_count.max(batch)
+        } else {
+            batch << self.free_factor
+        };
+        if free_high {
+            self.high = high.saturating_sub(batch << scale_max).max(self.high_min);
+            return 0;
+        }
+        if zone.contains(ZoneFlags::RECLAIM_ACTIVE) {
+            self.high = high.saturating_sub(shrink).max(self.high_min);
+            return (4 * batch).min(self.high);
+        }
+        if policy.below_high {
+            if self.high_min == self.high_max {
+                return high;
+            }
+            if zone.contains(ZoneFlags::BELOW_HIGH) {
+                self.high = high.saturating_sub(shrink).max(self.high_min);
+                return self.count.max(self.high_min);
+            }
+        }
+        if self.count >= high && self.high_min != self.high_max {
+            let need = if policy.free_count {
+                self.free_count + batch
+            } else {
+                (batch << self.free_factor) + batch
+            };
+            if self.high < need {
+                self.high = clamp(need, self.high_min, self.high_max);
+            }
+        }
+        high
+    }
+
+    /// How many pages a drain at threshold `high` frees (`nr_pcp_free`). Before patch 9
+    /// this doubles `free_factor` on consecutive drains.
+    pub(crate) fn nr_pcp_free(
+        &mut self,
+        policy: &PcpPolicy,
+        high: u64,
+        free_high: bool,
+        scale_max: u8,
+    ) -> u64 {
+        let batch = self.batch;
+        if free_high {
+            return if policy.auto_tune {
+                self.count.min(batch << scale_max)
+            } else {
+                self.count
+            };
+        }
+        if high < batch {
+            return 1;
+        }
+        let (lo, hi) = (batch, high - batch);
+        if policy.free_count {
+            return clamp(self.free_count, lo, hi);
+        }
+        let scaled = batch << self.free_factor;
+        let fits = if policy.auto_tune {
+            scaled <= hi
+        } else {
+            scaled < hi
+        };
+        if fits && (!policy.cap_free_factor || self.free_factor < scale_max) {
+            self.free_factor += 1;
+        }
+        clamp(scaled, lo, hi)
+    }
+
+    /// One vmstat tick (`decay_pcp_high`, patch 7): lower `high` by at most an eighth,
+    /// never more than `batch << S` below `count`, never under `high_min`. Returns whether
+    /// `high` is still above `high_min`, and how many pages to drain to get `count` down to
+    /// `high`.
+    pub(crate) fn decay(&mut self, scale_max: u8) -> (bool, u64) {
+        let mut todo = false;
+        if self.high > self.high_min {
+            let floor = self.count.saturating_sub(self.batch << scale_max);
+            self.high = floor.max(self.high - self.high / 8).max(self.high_min);
+            todo = self.high > self.high_min;
+        }
+        (todo, self.count.saturating_sub(self.high))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pindex_maps_orders_and_types() {
+        let o = |n| Order::new(n).unwrap();
+        assert_eq!(order_to_pindex(MigrateType::Unmovable, o(0)), 0);
+        assert_eq!(order_to_pindex(MigrateType::Reclaimable, o(3)), 11);
+        assert_eq!(order_to_pindex(MigrateType::Movable, o(9)), 12);
+        for pindex in 0..NR_PCP_LISTS {
+            let order = pindex_to_order(pindex);
+            assert!(pcp_allowed_order(order));
+            let mt = MigrateType::from_index(pindex % 3).unwrap();
+            assert_eq!(order_to_pindex(mt, order), pindex);
+        }
+        assert!(!pcp_allowed_order(o(4)));
+        assert!(!pcp_allowed_order(o(10)));
+    }
 }

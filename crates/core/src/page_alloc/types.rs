@@ -160,3 +160,48 @@ pub type NodeId = u16;
 
 /// A CPU id, `0..nr_cpus`.
 pub type CpuId = u32;
+
+/// Where a request runs: Linux's "current CPU" and execution context, made explicit.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Caller {
+    /// The CPU whose pagesets serve the request.
+    pub cpu: CpuId,
+    /// Task or interrupt context.
+    pub context: Context,
+}
+
+/// Execution context of a request.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum Context {
+    /// Process context.
+    Task,
+    /// Softirq (e.g. network receive).
+    SoftIrq,
+    /// Hard interrupt.
+    HardIrq,
+}
+
+impl Caller {
+    /// A request from a task on `cpu`.
+    pub const fn task(cpu: CpuId) -> Caller {
+        Caller {
+            cpu,
+            context: Context::Task,
+        }
+    }
+
+    /// A request from softirq context on `cpu`.
+    pub const fn softirq(cpu: CpuId) -> Caller {
+        Caller {
+            cpu,
+            context: Context::SoftIrq,
+        }
+    }
+
+    /// Linux's `in_interrupt()`: any context but a task.
+    pub const fn in_interrupt(&self) -> bool {
+        !matches!(self.context, Context::Task)
+    }
+}

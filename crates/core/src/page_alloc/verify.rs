@@ -9,6 +9,7 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec;
 
+use super::pcp::{pindex_to_order, PerCpuPages, NR_PCP_LISTS};
 use super::types::MigrateType;
 use super::watermark::PAGEBLOCK_ORDER;
 use super::zone::Zone;
@@ -56,6 +57,8 @@ impl Zone {
     /// free + on PCP lists + allocated = managed; no two free buddies are left unmerged
     /// when the merge rules allow merging.
     pub fn verify(&self) -> Result<ZoneCensus, VerifyError> {
+        // LOCK ORDER: every pcp lock of the zone, then the zone lock.
+        let pagesets: alloc::vec::Vec<_> = self.pagesets.iter().map(|p| p.lock()).collect();
         let locked = self.lock();
         let area = locked.area();
         let mem_map = &self.mem_map;
@@ -170,6 +173,15 @@ impl Zone {
             "{name}: NR_FREE_PAGES {} but {free_not_isolated} free pages listed",
             self.free_pages()
         );
+        let mut on_pagesets = 0;
+        for (cpu, pcp) in pagesets.iter().enumerate() {
+            on_pagesets += verify_pageset(mem_map, pcp, &format!("{name} cpu {cpu}"))?;
+        }
+        ensure!(
+            on_pagesets == census.pcp,
+            "{name}: pagesets list {on_pagesets} pages but {} pages are in PCP state",
+            census.pcp
+        );
         self.verify_merged(&name)?;
         Ok(census)
     }
@@ -204,6 +216,66 @@ impl Zone {
         }
         Ok(())
     }
+}
+
+/// One pageset: lists well linked, each block in PCP state at the list's order, caching
+/// the list's migratetype (or a non-PCP type on the MOVABLE list), and `count` equal to the
+/// pages listed. Returns the pages listed.
+fn verify_pageset(
+    mem_map: &super::MemMap,
+    pcp: &PerCpuPages,
+    name: &str,
+) -> Result<u64, VerifyError> {
+    let mut pages = 0;
+    for pindex in 0..NR_PCP_LISTS {
+        let list = &pcp.lists[pindex];
+        let order = pindex_to_order(pindex);
+        let list_mt = if pindex < NR_PCP_LISTS - 1 {
+            Some(pindex % 3)
+        } else {
+            None
+        };
+        let mut prev = NO_PFN;
+        let mut len = 0;
+        for pfn in list.iter(mem_map) {
+            let page = mem_map.page(pfn);
+            ensure!(
+                page.prev() == prev,
+                "{name}: broken back link at {pfn:?} on list {pindex}"
+            );
+            ensure!(
+                page.state_order() == (PageState::Pcp, order),
+                "{name}: {pfn:?} on list {pindex} is not a PCP block of order {order}"
+            );
+            let cached = page.cached_migratetype() as usize;
+            let fits = match list_mt {
+                None => cached < MigrateType::Isolate as usize,
+                Some(mt) if mt == MigrateType::Movable as usize => {
+                    cached == mt || cached == MigrateType::HighAtomic as usize
+                }
+                Some(mt) => cached == mt,
+            };
+            ensure!(
+                fits,
+                "{name}: {pfn:?} caches migratetype {cached} on list {pindex}"
+            );
+            ensure!(len <= list.len(), "{name}: list {pindex} loops");
+            prev = pfn.0 as u32;
+            len += 1;
+        }
+        ensure!(
+            len == list.len(),
+            "{name}: list {pindex} length {} but {len} linked",
+            list.len()
+        );
+        pages += len * order.pages();
+    }
+    ensure!(
+        pages == pcp.count,
+        "{name}: count {} but {pages} pages listed",
+        pcp.count
+    );
+    Ok(pages)
 }
 
 impl PageAllocator {

@@ -13,6 +13,7 @@ use super::buddy::ZoneLocked;
 use super::free_area::{FreeArea, ListEnd};
 use super::mem_map::MemMap;
 use super::pcp::PerCpuPages;
+use super::pcp_sizing::PcpLimits;
 use super::types::{MigrateType, NodeId, ZoneType, MAX_NR_ZONES};
 use super::watermark::{WatermarkInput, WatermarkKind, Watermarks};
 use crate::page::{Order, Pfn, NR_PAGE_ORDERS};
@@ -49,6 +50,69 @@ pub struct ZoneEvents {
     pub extfrag_events: AtomicU64,
     /// Watermark boosts applied by fragmenting fallbacks.
     pub watermark_boosts: AtomicU64,
+    /// PCP refills (`rmqueue_bulk` calls).
+    pub pcp_refills: AtomicU64,
+    /// Pages moved from the buddy lists to pagesets by refills.
+    pub pcp_refill_pages: AtomicU64,
+    /// PCP drains (`free_pcppages_bulk` calls), by reason.
+    pub pcp_drains: [AtomicU64; DrainReason::COUNT],
+    /// Pages moved from pagesets to the buddy lists, by reason.
+    pub pcp_drain_pages: [AtomicU64; DrainReason::COUNT],
+    /// Pageset try-locks that failed, sending the request to the zone.
+    pub pcp_lock_contended: AtomicU64,
+    /// Requests that bypassed the PCP because they came from interrupt context (seed 001
+    /// `irq_bypass` policy).
+    pub pcp_irq_bypass: AtomicU64,
+}
+
+/// Why pages left a pageset.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum DrainReason {
+    /// A free pushed `count` to the drain threshold.
+    Free = 0,
+    /// A free of consecutive cheap high-order blocks (`free_high`).
+    FreeHigh = 1,
+    /// The vmstat tick trimmed `count` to the decayed `high`.
+    Decay = 2,
+    /// The vmstat tick trimmed a remote node's pageset (NUMA `expire`).
+    NumaExpire = 3,
+    /// An explicit drain: local, remote, `drain_all_pages`, CPU offline, `zone_pcp_disable`.
+    Explicit = 4,
+}
+
+impl DrainReason {
+    /// Number of reasons.
+    pub const COUNT: usize = 5;
+    /// Every reason, in index order.
+    pub const ALL: [DrainReason; DrainReason::COUNT] = [
+        DrainReason::Free,
+        DrainReason::FreeHigh,
+        DrainReason::Decay,
+        DrainReason::NumaExpire,
+        DrainReason::Explicit,
+    ];
+}
+
+impl ZoneEvents {
+    /// Drain events of all reasons.
+    pub fn pcp_drains_total(&self) -> u64 {
+        self.pcp_drains.iter().map(|c| c.load(Relaxed)).sum()
+    }
+
+    /// Pages drained for all reasons.
+    pub fn pcp_drain_pages_total(&self) -> u64 {
+        self.pcp_drain_pages.iter().map(|c| c.load(Relaxed)).sum()
+    }
+}
+
+/// Names a zone: its node and type.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct ZoneId {
+    /// The node.
+    pub node: NodeId,
+    /// The zone type.
+    pub zone_type: ZoneType,
 }
 
 /// A zone.
@@ -78,6 +142,10 @@ pub struct Zone {
     pub(crate) events: ZoneEvents,
     /// One pageset per CPU (`zone->per_cpu_pageset`).
     pub(crate) pagesets: Box<[SpinLock<PerCpuPages>]>,
+    /// The limits every pageset gets (`pageset_batch`, `pageset_high_min/max`).
+    pub(crate) pcp_limits: SpinLock<PcpLimits>,
+    /// Nesting depth of `zone_pcp_disable`.
+    pub(crate) pcp_disabled: AtomicU32,
 }
 
 impl Zone {
@@ -106,6 +174,8 @@ impl Zone {
             pagesets: (0..nr_cpus)
                 .map(|_| SpinLock::new(PerCpuPages::default()))
                 .collect(),
+            pcp_limits: SpinLock::new(PcpLimits::default()),
+            pcp_disabled: AtomicU32::new(0),
         };
         zone.free_boot_memory();
         zone
@@ -129,6 +199,19 @@ impl Zone {
     /// The node.
     pub fn node(&self) -> NodeId {
         self.node
+    }
+
+    /// The zone's name: node and type.
+    pub fn id(&self) -> ZoneId {
+        ZoneId {
+            node: self.node,
+            zone_type: self.zone_type,
+        }
+    }
+
+    /// Pages on all of this zone's pagesets (each read under its lock).
+    pub fn pcp_pages(&self) -> u64 {
+        self.pagesets.iter().map(|p| p.lock().count).sum()
     }
 
     /// The zone type.

@@ -1,0 +1,422 @@
+//! Allocation: the zonelist walk, watermark checks, the PCP and buddy paths, and the
+//! reduced slow path.
+//!
+//! Linux counterpart (v6.7, `mm/page_alloc.c`): `__alloc_pages`, `prepare_alloc_pages`,
+//! `alloc_flags_nofragment`, `get_page_from_freelist`, `rmqueue`, `rmqueue_pcplist`,
+//! `__rmqueue_pcplist`, `rmqueue_bulk`, `rmqueue_buddy`, `__alloc_pages_slowpath`
+//! (reduced: no direct reclaim, compaction or OOM killer yet; it releases the high-atomic
+//! reserve and then reports [`AllocError::OutOfMemory`]), `wakeup_kswapd`.
+
+use core::sync::atomic::Ordering::Relaxed;
+
+use super::allocator::PageAllocator;
+use super::buddy::ZoneLocked;
+use super::error::AllocError;
+use super::gfp::{AllocFlags, Gfp};
+use super::pcp::{order_to_pindex, pcp_allowed_order, PerCpuPages};
+use super::types::{Caller, MigrateType, NodeId, ZoneType};
+use super::watermark::{self, WatermarkKind};
+use super::zone::{Zone, ZoneFlags};
+use crate::page::{Order, PageState, Pfn};
+
+/// A request after `prepare_alloc_pages`.
+pub(crate) struct AllocContext<'a> {
+    pub(crate) caller: Caller,
+    pub(crate) gfp: Gfp,
+    pub(crate) order: Order,
+    pub(crate) migratetype: MigrateType,
+    pub(crate) highest_zoneidx: ZoneType,
+    pub(crate) zonelist: &'a [usize],
+    pub(crate) preferred: usize,
+}
+
+impl AllocContext<'_> {
+    /// A copy (the context is small and read-only).
+    pub(crate) fn clone_shallow(&self) -> Self {
+        AllocContext { ..*self }
+    }
+}
+
+impl PageAllocator {
+    /// Allocate a block of 2^`order` pages for `caller`, preferring the caller's node
+    /// (`alloc_pages`). The block's first page is marked allocated with a reference
+    /// count of 1.
+    pub fn alloc_pages(&self, caller: Caller, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
+        let node = self
+            .topology
+            .cpu_node(caller.cpu)
+            .ok_or(AllocError::InvalidCpu(caller.cpu))?;
+        self.alloc_pages_node(caller, gfp, order, node)
+    }
+
+    /// Allocate for `caller`, preferring `node` (`__alloc_pages` with a preferred nid).
+    pub fn alloc_pages_node(
+        &self,
+        caller: Caller,
+        gfp: Gfp,
+        order: Order,
+        node: NodeId,
+    ) -> Result<Pfn, AllocError> {
+        let ac = self.prepare_alloc_pages(caller, gfp, order, node)?;
+        let flags =
+            AllocFlags::empty().with_wmark(WatermarkKind::Low) | self.alloc_flags_nofragment(&ac);
+        if let Some(pfn) = self.get_page_from_freelist(&ac, flags) {
+            return Ok(pfn);
+        }
+        self.alloc_pages_slowpath(&ac)
+    }
+
+    pub(crate) fn prepare_alloc_pages(
+        &self,
+        caller: Caller,
+        gfp: Gfp,
+        order: Order,
+        node: NodeId,
+    ) -> Result<AllocContext<'_>, AllocError> {
+        if !self.cpu_online(caller.cpu) {
+            return Err(AllocError::InvalidCpu(caller.cpu));
+        }
+        let zonelist = self
+            .zonelists
+            .get(node as usize)
+            .ok_or(AllocError::InvalidNode(node))?;
+        let highest_zoneidx = gfp.zone()?;
+        let mut migratetype = gfp.migratetype()?;
+        if !self.zones[0].group_by_mobility() {
+            migratetype = MigrateType::Unmovable;
+        }
+        let eligible = |&&i: &&usize| {
+            let zone = &self.zones[i];
+            zone.zone_type <= highest_zoneidx && (!gfp.contains(Gfp::THISNODE) || zone.node == node)
+        };
+        let preferred = *zonelist.iter().find(eligible).ok_or(AllocError::NoZone)?;
+        Ok(AllocContext {
+            caller,
+            gfp,
+            order,
+            migratetype,
+            highest_zoneidx,
+            zonelist,
+            preferred,
+        })
+    }
+
+    /// `alloc_flags_nofragment`: a request whose preferred zone is Normal avoids splitting
+    /// pageblocks of other types on its first pass, since DMA32 can absorb it (on a
+    /// multi-node machine only when this node has a populated DMA32).
+    pub(crate) fn alloc_flags_nofragment(&self, ac: &AllocContext<'_>) -> AllocFlags {
+        let mut flags = AllocFlags::empty();
+        if ac.gfp.contains(Gfp::KSWAPD_RECLAIM) {
+            flags |= AllocFlags::KSWAPD;
+        }
+        let preferred = &self.zones[ac.preferred];
+        if preferred.zone_type != ZoneType::Normal {
+            return flags;
+        }
+        if self.topology.nr_nodes() > 1 {
+            let dma32 = self.zone(preferred.node, ZoneType::Dma32);
+            if !dma32.is_some_and(|z| z.present > 0) {
+                return flags;
+            }
+        }
+        flags | AllocFlags::NOFRAGMENT
+    }
+
+    pub(crate) fn eligible_zones<'a>(
+        &'a self,
+        ac: &'a AllocContext<'_>,
+    ) -> impl Iterator<Item = (usize, &'a Zone)> + 'a {
+        let this_node = self.zones[ac.preferred].node;
+        ac.zonelist
+            .iter()
+            .map(|&i| (i, &self.zones[i]))
+            .filter(move |(_, zone)| {
+                zone.zone_type <= ac.highest_zoneidx
+                    && (!ac.gfp.contains(Gfp::THISNODE) || zone.node == this_node)
+            })
+    }
+
+    /// `get_page_from_freelist` (v6.7): walk the zonelist; a zone above its high watermark
+    /// is used at once, one below it gets `BELOW_HIGH` (which makes the PCP shrink) and is
+    /// then checked against the caller's watermark.
+    pub(crate) fn get_page_from_freelist(
+        &self,
+        ac: &AllocContext<'_>,
+        flags: AllocFlags,
+    ) -> Option<Pfn> {
+        let mut flags = flags;
+        'retry: loop {
+            let no_fallback = flags.contains(AllocFlags::NOFRAGMENT);
+            for (index, zone) in self.eligible_zones(ac) {
+                if no_fallback
+                    && self.topology.nr_nodes() > 1
+                    && index != ac.preferred
+                    && zone.node != self.zones[ac.preferred].node
+                {
+                    // Fragmenting the local node beats using a remote one.
+                    flags -= AllocFlags::NOFRAGMENT;
+                    continue 'retry;
+                }
+                if !self.zone_allows(zone, ac, flags) {
+                    continue;
+                }
+                if let Some(pfn) = self.rmqueue(zone, ac, flags) {
+                    if flags.contains(AllocFlags::HIGHATOMIC) {
+                        zone.lock().reserve_highatomic_pageblock(pfn);
+                    }
+                    return Some(pfn);
+                }
+            }
+            if no_fallback {
+                flags -= AllocFlags::NOFRAGMENT;
+                continue 'retry;
+            }
+            return None;
+        }
+    }
+
+    /// The watermark part of `get_page_from_freelist` for one zone.
+    fn zone_allows(&self, zone: &Zone, ac: &AllocContext<'_>, flags: AllocFlags) -> bool {
+        if !zone.is_managed() {
+            return false;
+        }
+        // Patch 8: a zone above its high watermark is used at once; one below it is
+        // flagged so that frees shrink the pagesets.
+        if self.policy.pcp.below_high && !zone.flags().contains(ZoneFlags::BELOW_HIGH) {
+            if self.zone_watermark_fast(zone, ac, zone.wmark(WatermarkKind::High), flags) {
+                return true;
+            }
+            zone.set_flag(ZoneFlags::BELOW_HIGH);
+        }
+        let mark = zone.wmark(flags.wmark());
+        self.zone_watermark_fast(zone, ac, mark, flags) || flags.contains(AllocFlags::NO_WATERMARKS)
+    }
+
+    pub(crate) fn zone_watermark_fast(
+        &self,
+        zone: &Zone,
+        ac: &AllocContext<'_>,
+        mark: u64,
+        flags: AllocFlags,
+    ) -> bool {
+        let summary;
+        let blocks: &[(bool, bool)] = if ac.order == Order::ZERO {
+            &[]
+        } else {
+            summary = zone.free_block_summary();
+            &summary
+        };
+        let input = zone.watermark_input(ac.highest_zoneidx, blocks);
+        let marks = zone.watermarks();
+        watermark::watermark_fast(
+            ac.order,
+            mark,
+            flags,
+            marks.stored(WatermarkKind::Min),
+            marks.boost(),
+            &input,
+        )
+    }
+
+    /// `rmqueue`: the pageset for orders it caches, else (or when the pageset cannot
+    /// serve) the buddy lists; then wake kswapd if a fallback boosted the watermarks.
+    fn rmqueue(&self, zone: &Zone, ac: &AllocContext<'_>, flags: AllocFlags) -> Option<Pfn> {
+        let bypass = self.policy.irq_bypass && ac.caller.in_interrupt();
+        if bypass && pcp_allowed_order(ac.order) {
+            zone.events.pcp_irq_bypass.fetch_add(1, Relaxed);
+        }
+        let pfn = if pcp_allowed_order(ac.order) && !bypass {
+            self.rmqueue_pcplist(zone, ac, flags)
+                .or_else(|| self.rmqueue_buddy(zone, ac, flags))
+        } else {
+            self.rmqueue_buddy(zone, ac, flags)
+        }?;
+        if flags.contains(AllocFlags::KSWAPD) && zone.clear_flag(ZoneFlags::BOOSTED_WATERMARK) {
+            self.wakeup_kswapd(zone.node, Order::ZERO, zone.zone_type);
+        }
+        Some(pfn)
+    }
+
+    /// `rmqueue_pcplist`: take a block from the caller's pageset, refilling the list from
+    /// the zone when it is empty. A pageset that is busy (try-lock failed: a remote drain,
+    /// or re-entry from an interrupt) sends the request to the zone instead.
+    fn rmqueue_pcplist(
+        &self,
+        zone: &Zone,
+        ac: &AllocContext<'_>,
+        flags: AllocFlags,
+    ) -> Option<Pfn> {
+        let Some(mut pcp) = zone.pagesets[ac.caller.cpu as usize].try_lock() else {
+            zone.events.pcp_lock_contended.fetch_add(1, Relaxed);
+            return None;
+        };
+        pcp.on_alloc(&self.policy.pcp);
+        let pfn = self.rmqueue_pcplist_locked(zone, &mut pcp, ac.order, ac.migratetype, flags)?;
+        drop(pcp);
+        zone.events.pgalloc.fetch_add(ac.order.pages(), Relaxed);
+        Some(pfn)
+    }
+
+    /// `__rmqueue_pcplist`: the list for (migratetype, order), refilled by
+    /// `nr_pcp_alloc` blocks when empty; the head block is taken. Shared with the bulk
+    /// allocator, which does not touch the free-side detector.
+    pub(crate) fn rmqueue_pcplist_locked(
+        &self,
+        zone: &Zone,
+        pcp: &mut PerCpuPages,
+        order: Order,
+        mt: MigrateType,
+        flags: AllocFlags,
+    ) -> Option<Pfn> {
+        let pindex = order_to_pindex(mt, order);
+        if pcp.lists[pindex].is_empty() {
+            let scale_max = self.scale_max.load(Relaxed);
+            let blocks = pcp.nr_pcp_alloc(&self.policy.pcp, zone.flags(), order, scale_max);
+            // LOCK ORDER: pcp lock → zone lock.
+            let mut locked = zone.lock();
+            locked.rmqueue_bulk(order, blocks, mt, flags, pcp, pindex);
+        }
+        let pfn = pcp.lists[pindex].first()?;
+        pcp.lists[pindex].unlink(&zone.mem_map, pfn);
+        pcp.count -= order.pages();
+        let page = zone.mem_map.page(pfn);
+        debug_assert_eq!(page.state_order(), (PageState::Pcp, order));
+        page.set_state(PageState::Allocated, order);
+        page.init_refcount(1);
+        Some(pfn)
+    }
+
+    /// `rmqueue_buddy`: take a block under the zone lock, using the high-atomic reserve
+    /// first for high-order atomic requests and last for any request that cannot block.
+    fn rmqueue_buddy(&self, zone: &Zone, ac: &AllocContext<'_>, flags: AllocFlags) -> Option<Pfn> {
+        let order = ac.order;
+        let mut locked = zone.lock();
+        let mut pfn = None;
+        if flags.contains(AllocFlags::HIGHATOMIC) {
+            pfn = locked.rmqueue_smallest(order, MigrateType::HighAtomic);
+        }
+        if pfn.is_none() {
+            pfn = locked.rmqueue(order, ac.migratetype, flags);
+            if pfn.is_none() && flags.intersects(AllocFlags::OOM | AllocFlags::NON_BLOCK) {
+                pfn = locked.rmqueue_smallest(order, MigrateType::HighAtomic);
+            }
+        }
+        let pfn = pfn?;
+        let page = zone.mem_map.page(pfn);
+        if page.cached_migratetype() != MigrateType::Isolate as u8 {
+            zone.nr_free_pages.fetch_sub(order.pages() as i64, Relaxed);
+        }
+        page.set_state(PageState::Allocated, order);
+        page.init_refcount(1);
+        drop(locked);
+        zone.events.pgalloc.fetch_add(order.pages(), Relaxed);
+        Some(pfn)
+    }
+
+    /// The reduced slow path: wake kswapd, retry at the min watermark with the caller's
+    /// reserve rights, then (for callers that may block, in place of direct reclaim) give
+    /// back high-atomic pageblocks and retry.
+    pub(crate) fn alloc_pages_slowpath(&self, ac: &AllocContext<'_>) -> Result<Pfn, AllocError> {
+        let mut flags = AllocFlags::slow_path(ac.gfp, ac.order);
+        if flags.contains(AllocFlags::KSWAPD) {
+            self.wake_all_kswapds(ac);
+        }
+        if let Some(pfn) = self.get_page_from_freelist(ac, flags) {
+            return Ok(pfn);
+        }
+        let reserve = AllocFlags::pfmemalloc(ac.gfp);
+        if !reserve.is_empty() {
+            flags = reserve | (flags & AllocFlags::KSWAPD);
+            if let Some(pfn) = self.get_page_from_freelist(ac, flags) {
+                return Ok(pfn);
+            }
+        }
+        if !ac.gfp.allows_blocking() {
+            return Err(AllocError::OutOfMemory { order: ac.order });
+        }
+        for force in [false, true] {
+            while self.unreserve_highatomic_pageblock(ac, force) {
+                if let Some(pfn) = self.get_page_from_freelist(ac, flags) {
+                    return Ok(pfn);
+                }
+            }
+        }
+        Err(AllocError::OutOfMemory { order: ac.order })
+    }
+
+    fn unreserve_highatomic_pageblock(&self, ac: &AllocContext<'_>, force: bool) -> bool {
+        self.eligible_zones(ac).any(|(_, zone)| {
+            zone.lock()
+                .unreserve_highatomic_pageblock(ac.migratetype, force)
+        })
+    }
+
+    fn wake_all_kswapds(&self, ac: &AllocContext<'_>) {
+        let mut woken = [false; 64];
+        for (_, zone) in self.eligible_zones(ac) {
+            let node = zone.node as usize;
+            if node < woken.len() && !woken[node] {
+                woken[node] = true;
+                self.wakeup_kswapd(zone.node, ac.order, ac.highest_zoneidx);
+            }
+        }
+    }
+
+    /// `wakeup_kswapd`: record a wake-up unless the node is balanced (some eligible zone
+    /// above its high watermark) and no zone is boosted.
+    pub(crate) fn wakeup_kswapd(&self, node: NodeId, order: Order, highest_zoneidx: ZoneType) {
+        let node_zones = &self.zones[node as usize * self.nr_zone_types..]
+            [..=highest_zoneidx.index().min(self.nr_zone_types - 1)];
+        let boosted = node_zones.iter().any(|z| z.watermarks.boost() > 0);
+        let balanced = !node_zones.iter().any(|z| z.is_managed())
+            || node_zones.iter().filter(|z| z.is_managed()).any(|z| {
+                let summary = z.free_block_summary();
+                let input = z.watermark_input(highest_zoneidx, &summary);
+                watermark::watermark_ok(
+                    order,
+                    z.wmark(WatermarkKind::High),
+                    AllocFlags::empty(),
+                    &input,
+                )
+            });
+        if balanced && !boosted {
+            return;
+        }
+        let kswapd = &self.kswapd[node as usize];
+        kswapd.wakeups.fetch_add(1, Relaxed);
+        kswapd.pending.store(true, Relaxed);
+    }
+}
+
+impl ZoneLocked<'_> {
+    /// `rmqueue_bulk`: move up to `blocks` blocks of `order` from the buddy lists to the
+    /// tail of pageset list `pindex`, keeping them in the order the buddy hands them out.
+    /// Stops early when the zone runs dry. Returns the blocks moved.
+    pub(crate) fn rmqueue_bulk(
+        &mut self,
+        order: Order,
+        blocks: u64,
+        mt: MigrateType,
+        flags: AllocFlags,
+        pcp: &mut PerCpuPages,
+        pindex: usize,
+    ) -> u64 {
+        let zone = self.zone();
+        let mut got = 0;
+        while got < blocks {
+            let Some(pfn) = self.rmqueue(order, mt, flags) else {
+                break;
+            };
+            zone.mem_map.page(pfn).set_state(PageState::Pcp, order);
+            pcp.lists[pindex].push_tail(&zone.mem_map, pfn);
+            got += 1;
+        }
+        let pages = got << order.get();
+        zone.nr_free_pages.fetch_sub(pages as i64, Relaxed);
+        pcp.count += pages;
+        pcp.zone_touched = true;
+        zone.events.pcp_refills.fetch_add(1, Relaxed);
+        zone.events.pcp_refill_pages.fetch_add(pages, Relaxed);
+        got
+    }
+}

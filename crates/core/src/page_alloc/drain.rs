@@ -1,0 +1,338 @@
+//! Drains, the vmstat tick, `zone_pcp_disable`, and CPU hotplug.
+//!
+//! Linux counterpart (v6.7, `mm/page_alloc.c`, `mm/vmstat.c`): `drain_pages_zone`,
+//! `drain_pages`, `drain_local_pages`, `__drain_all_pages` with `pcpu_drain_mutex`,
+//! `decay_pcp_high` and the NUMA `expire` trim of `refresh_cpu_vm_stats`,
+//! `zone_pcp_disable`/`zone_pcp_enable`, `page_alloc_cpu_online`/`page_alloc_cpu_dead`.
+//!
+//! `drain_all_pages` has the two mechanisms of the policy: direct (Linux ≥ 6.0: the caller
+//! locks each remote pageset and drains it) and workqueue (4.11 – 5.19, seed 001: work is
+//! queued on each CPU with pages, each CPU drains itself when it runs the work, and the
+//! caller waits). The core has no threads, so the workqueue wait is split into
+//! [`DrainAll::Queued`] and [`PageAllocator::drain_work_finished`]; each target CPU runs
+//! [`PageAllocator::run_drain_work`] at its next safe point (the runtime's worker, the
+//! simulator's scheduler).
+
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
+
+use super::allocator::PageAllocator;
+use super::pcp_sizing::PcpLimits;
+use super::types::CpuId;
+use super::zone::{DrainReason, Zone, ZoneId};
+use crate::policy::DrainMode;
+
+/// Drain work pending per CPU: no work, all zones, or one zone (index + 2).
+const NO_WORK: u8 = 0;
+const ALL_ZONES: u8 = 1;
+
+/// `pcpu_drain_mutex` and the per-CPU drain work items.
+#[derive(Debug)]
+pub(crate) struct DrainWorkState {
+    mutex: AtomicBool,
+    pending: Vec<AtomicU8>,
+}
+
+impl DrainWorkState {
+    pub(crate) fn new(nr_cpus: u32) -> DrainWorkState {
+        DrainWorkState {
+            mutex: AtomicBool::new(false),
+            pending: (0..nr_cpus).map(|_| AtomicU8::new(NO_WORK)).collect(),
+        }
+    }
+
+    fn try_lock(&self) -> bool {
+        self.mutex
+            .compare_exchange(false, true, core::sync::atomic::Ordering::Acquire, Relaxed)
+            .is_ok()
+    }
+
+    fn unlock(&self) {
+        self.mutex
+            .store(false, core::sync::atomic::Ordering::Release);
+    }
+}
+
+/// What `drain_all_pages` did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum DrainAll {
+    /// Drained these CPUs' pagesets, returning `pages` to the zones.
+    Done {
+        /// CPUs drained.
+        cpus: Vec<CpuId>,
+        /// Pages returned.
+        pages: u64,
+    },
+    /// Another drain was running and this was a global request: nothing done (a second
+    /// drain gains a direct reclaimer little).
+    Skipped,
+    /// Workqueue mode: work queued on these CPUs; the drain mutex stays held until
+    /// [`PageAllocator::drain_work_finished`] reports them all done.
+    Queued(DrainWork),
+}
+
+/// Drain work queued by a workqueue-mode `drain_all_pages`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct DrainWork {
+    /// The CPUs that must each run their work.
+    pub cpus: Vec<CpuId>,
+}
+
+/// A held drain mutex, for tests and simulators that model a drain in progress.
+#[derive(Debug)]
+pub struct DrainMutexGuard<'a> {
+    state: &'a DrainWorkState,
+}
+
+impl Drop for DrainMutexGuard<'_> {
+    fn drop(&mut self) {
+        self.state.unlock();
+    }
+}
+
+impl PageAllocator {
+    fn zone_index(&self, id: ZoneId) -> Option<usize> {
+        let zone = self.zone(id.node, id.zone_type)?;
+        self.zones.iter().position(|z| core::ptr::eq(z, zone))
+    }
+
+    /// `drain_pages_zone`: return all of `cpu`'s pages of `zone` to the buddy lists.
+    pub fn drain_pages_zone(&self, cpu: CpuId, zone: &Zone) -> u64 {
+        let Some(pageset) = zone.pagesets.get(cpu as usize) else {
+            return 0;
+        };
+        let mut pcp = pageset.lock();
+        if pcp.count == 0 {
+            return 0;
+        }
+        let count = pcp.count;
+        // LOCK ORDER: pcp lock → zone lock.
+        zone.lock()
+            .free_pcppages_bulk(&mut pcp, count, 0, DrainReason::Explicit)
+    }
+
+    /// `drain_pages`: every zone of `cpu`.
+    pub fn drain_pages(&self, cpu: CpuId) -> u64 {
+        self.zones
+            .iter()
+            .map(|zone| self.drain_pages_zone(cpu, zone))
+            .sum()
+    }
+
+    /// `drain_local_pages`: the caller's own pagesets, of one zone or all.
+    pub fn drain_local_pages(&self, cpu: CpuId, zone: Option<ZoneId>) -> u64 {
+        match zone.and_then(|id| self.zone(id.node, id.zone_type)) {
+            Some(zone) => self.drain_pages_zone(cpu, zone),
+            None => self.drain_pages(cpu),
+        }
+    }
+
+    /// `drain_all_pages`: empty every CPU's pagesets (of one zone, or all). Only one drain
+    /// runs at a time: a global request finding one running returns
+    /// [`DrainAll::Skipped`]; a zone request (memory offline, contiguous allocation needs
+    /// it finished) waits for it.
+    pub fn drain_all_pages(&self, zone: Option<ZoneId>) -> DrainAll {
+        self.drain_all(zone, false)
+    }
+
+    fn drain_all(&self, zone: Option<ZoneId>, force_all_cpus: bool) -> DrainAll {
+        let state = &self.drain_work;
+        if !state.try_lock() {
+            if zone.is_none() {
+                return DrainAll::Skipped;
+            }
+            while !state.try_lock() {
+                core::hint::spin_loop();
+            }
+        }
+        let zones: Vec<&Zone> = match zone.and_then(|id| self.zone(id.node, id.zone_type)) {
+            Some(zone) => alloc::vec![zone],
+            None => self.zones.iter().collect(),
+        };
+        // Racy scan, as in Linux: a CPU whose pagesets fill after the check is skipped.
+        let cpus: Vec<CpuId> = (0..self.topology.nr_cpus())
+            .filter(|&cpu| self.cpu_online(cpu))
+            .filter(|&cpu| {
+                force_all_cpus
+                    || zones
+                        .iter()
+                        .any(|z| z.pagesets[cpu as usize].lock().count > 0)
+            })
+            .collect();
+        if self.policy.drain == DrainMode::Workqueue && !force_all_cpus {
+            let work = match zone.and_then(|id| self.zone_index(id)) {
+                Some(index) => index as u8 + 2,
+                None => ALL_ZONES,
+            };
+            for &cpu in &cpus {
+                state.pending[cpu as usize].store(work, Relaxed);
+            }
+            if cpus.is_empty() {
+                state.unlock();
+                return DrainAll::Done { cpus, pages: 0 };
+            }
+            return DrainAll::Queued(DrainWork { cpus });
+        }
+        let pages = cpus
+            .iter()
+            .map(|&cpu| {
+                zones
+                    .iter()
+                    .map(|z| self.drain_pages_zone(cpu, z))
+                    .sum::<u64>()
+            })
+            .sum();
+        state.unlock();
+        DrainAll::Done { cpus, pages }
+    }
+
+    /// Workqueue mode: `cpu` runs its queued drain work, if any, draining its own
+    /// pagesets. Returns the pages drained.
+    pub fn run_drain_work(&self, cpu: CpuId) -> u64 {
+        let Some(slot) = self.drain_work.pending.get(cpu as usize) else {
+            return 0;
+        };
+        match slot.load(Relaxed) {
+            NO_WORK => 0,
+            work => {
+                let pages = match work {
+                    ALL_ZONES => self.drain_pages(cpu),
+                    index => self.drain_pages_zone(cpu, &self.zones[(index - 2) as usize]),
+                };
+                slot.store(NO_WORK, Relaxed);
+                pages
+            }
+        }
+    }
+
+    /// Workqueue mode: whether every CPU of `work` ran its drain (`flush_work` on each).
+    /// Once true the drain mutex is released and `work` is spent.
+    pub fn drain_work_finished(&self, work: &DrainWork) -> bool {
+        let state = &self.drain_work;
+        let done = work
+            .cpus
+            .iter()
+            .all(|&cpu| state.pending[cpu as usize].load(Relaxed) == NO_WORK);
+        if done {
+            state.unlock();
+        }
+        done
+    }
+
+    /// Take the drain mutex as a running drain would, for tests and simulators.
+    /// `None` if a drain is running.
+    pub fn hold_drain_mutex(&self) -> Option<DrainMutexGuard<'_>> {
+        self.drain_work.try_lock().then_some(DrainMutexGuard {
+            state: &self.drain_work,
+        })
+    }
+
+    /// The per-CPU vmstat tick (`refresh_cpu_vm_stats` with pagesets), run on `cpu` every
+    /// `stat_interval`: decay each pageset's `high` (patch 7 on) and trim it, and trim
+    /// pagesets of remote nodes a batch at a time once their `expire` runs out. Returns
+    /// whether anything changed (Linux re-arms the tick while it does).
+    pub fn vmstat_tick(&self, cpu: CpuId) -> bool {
+        if !self.cpu_online(cpu) {
+            return false;
+        }
+        let scale_max = self.scale_max.load(Relaxed);
+        let local_node = self.topology.cpu_node(cpu);
+        let mut changes = false;
+        for zone in self.zones.iter().filter(|z| z.present > 0) {
+            let mut pcp = zone.pagesets[cpu as usize].lock();
+            if core::mem::take(&mut pcp.zone_touched) {
+                pcp.expire = 3;
+            }
+            if self.policy.pcp.auto_tune {
+                let (todo, to_drain) = pcp.decay(scale_max);
+                changes |= todo;
+                if to_drain > 0 {
+                    // LOCK ORDER: pcp lock → zone lock.
+                    zone.lock()
+                        .free_pcppages_bulk(&mut pcp, to_drain, 0, DrainReason::Decay);
+                    changes = true;
+                }
+            }
+            if pcp.expire == 0 || pcp.count == 0 {
+                continue;
+            }
+            if Some(zone.node) == local_node {
+                pcp.expire = 0;
+                continue;
+            }
+            pcp.expire -= 1;
+            changes = true;
+            if pcp.expire == 0 {
+                let batch = pcp.batch.min(pcp.count);
+                zone.lock()
+                    .free_pcppages_bulk(&mut pcp, batch, 0, DrainReason::NumaExpire);
+            }
+        }
+        changes
+    }
+
+    /// `zone_pcp_disable`: set every pageset of the zone to (high 0, batch 1), so each free
+    /// goes back to the zone, and drain all CPUs. Nests; undo with
+    /// [`PageAllocator::zone_pcp_enable`].
+    pub fn zone_pcp_disable(&self, id: ZoneId) -> Option<u64> {
+        let zone = self.zone(id.node, id.zone_type)?;
+        zone.pcp_disabled.fetch_add(1, Relaxed);
+        self.set_pagesets(
+            zone,
+            PcpLimits {
+                batch: 1,
+                high_min: 0,
+                high_max: 0,
+            },
+        );
+        Some(match self.drain_all(Some(id), true) {
+            DrainAll::Done { pages, .. } => pages,
+            DrainAll::Skipped | DrainAll::Queued(_) => 0,
+        })
+    }
+
+    /// `zone_pcp_enable`: restore the zone's pageset limits.
+    pub fn zone_pcp_enable(&self, id: ZoneId) -> Option<()> {
+        let zone = self.zone(id.node, id.zone_type)?;
+        let depth = zone.pcp_disabled.load(Relaxed);
+        if depth == 0 {
+            return None;
+        }
+        if zone.pcp_disabled.fetch_sub(1, Relaxed) == 1 {
+            let limits = *zone.pcp_limits.lock();
+            self.set_pagesets(zone, limits);
+        }
+        Some(())
+    }
+
+    /// `page_alloc_cpu_dead`: drain the CPU's pagesets, mark it offline, recompute every
+    /// zone's limits, stat thresholds and the cache slices. False if it was not online or
+    /// is the last online CPU.
+    pub fn cpu_offline(&self, cpu: CpuId) -> bool {
+        if !self.cpu_online(cpu) || self.nr_online.load(Relaxed) == 1 {
+            return false;
+        }
+        self.online[cpu as usize].store(false, Relaxed);
+        self.nr_online.fetch_sub(1, Relaxed);
+        self.drain_pages(cpu);
+        self.setup_pcp_cacheinfo();
+        self.update_pcp_limits(&self.settings(), 0);
+        self.refresh_zone_stat_thresholds();
+        true
+    }
+
+    /// `page_alloc_cpu_online`: recompute limits counting the new CPU (not yet in its
+    /// node's mask, hence `cpu_online` 1), then mark it online and recompute the cache
+    /// slices. False if it does not exist or is already online.
+    pub fn cpu_online_event(&self, cpu: CpuId) -> bool {
+        if cpu >= self.topology.nr_cpus() || self.cpu_online(cpu) {
+            return false;
+        }
+        self.update_pcp_limits(&self.settings(), 1);
+        self.online[cpu as usize].store(true, Relaxed);
+        self.nr_online.fetch_add(1, Relaxed);
+        self.setup_pcp_cacheinfo();
+        self.refresh_zone_stat_thresholds();
+        true
+    }
+}

@@ -1,0 +1,107 @@
+//! A doubly linked list of blocks threaded through the page descriptors by pfn.
+//!
+//! Linux counterpart: `struct list_head` as used by `free_area.free_list[]` (through
+//! `page->buddy_list`) and `per_cpu_pages.lists[]` (through `page->pcp_list`). A block is
+//! on at most one list at a time, so one pair of links in the descriptor serves both.
+//! Callers hold the lock that owns the list.
+
+use super::mem_map::MemMap;
+use crate::page::{Pfn, NO_PFN};
+
+/// A list of blocks linked through their first pages' `next`/`prev`. `head` is where
+/// Linux's `list_add` puts a block, `tail` where `list_add_tail` does.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PfnList {
+    head: u32,
+    tail: u32,
+    len: u64,
+}
+
+impl PfnList {
+    pub(crate) const EMPTY: PfnList = PfnList {
+        head: NO_PFN,
+        tail: NO_PFN,
+        len: 0,
+    };
+
+    pub(crate) fn first(&self) -> Option<Pfn> {
+        (self.head != NO_PFN).then_some(Pfn(self.head as u64))
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.head == NO_PFN
+    }
+
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub(crate) fn push_head(&mut self, mem_map: &MemMap, pfn: Pfn) {
+        let raw = pfn.0 as u32;
+        let page = mem_map.page(pfn);
+        page.set_prev(NO_PFN);
+        page.set_next(self.head);
+        match self.head {
+            NO_PFN => self.tail = raw,
+            old => mem_map.page(Pfn(old as u64)).set_prev(raw),
+        }
+        self.head = raw;
+        self.len += 1;
+    }
+
+    pub(crate) fn push_tail(&mut self, mem_map: &MemMap, pfn: Pfn) {
+        let raw = pfn.0 as u32;
+        let page = mem_map.page(pfn);
+        page.set_next(NO_PFN);
+        page.set_prev(self.tail);
+        match self.tail {
+            NO_PFN => self.head = raw,
+            old => mem_map.page(Pfn(old as u64)).set_next(raw),
+        }
+        self.tail = raw;
+        self.len += 1;
+    }
+
+    pub(crate) fn unlink(&mut self, mem_map: &MemMap, pfn: Pfn) {
+        let page = mem_map.page(pfn);
+        let (prev, next) = (page.prev(), page.next());
+        match prev {
+            NO_PFN => {
+                assert_eq!(self.head, pfn.0 as u32, "{pfn:?} is not on this list");
+                self.head = next;
+            }
+            p => mem_map.page(Pfn(p as u64)).set_next(next),
+        }
+        match next {
+            NO_PFN => self.tail = prev,
+            n => mem_map.page(Pfn(n as u64)).set_prev(prev),
+        }
+        page.set_next(NO_PFN);
+        page.set_prev(NO_PFN);
+        self.len -= 1;
+    }
+
+    /// The pfns on the list from head to tail.
+    pub(crate) fn iter<'a>(&self, mem_map: &'a MemMap) -> impl Iterator<Item = Pfn> + 'a {
+        let mut cursor = self.head;
+        core::iter::from_fn(move || {
+            if cursor == NO_PFN {
+                return None;
+            }
+            let pfn = Pfn(cursor as u64);
+            cursor = mem_map.page(pfn).next();
+            Some(pfn)
+        })
+    }
+
+    /// The block at the tail (the oldest for head-pushed lists).
+    pub(crate) fn last(&self) -> Option<Pfn> {
+        (self.tail != NO_PFN).then_some(Pfn(self.tail as u64))
+    }
+}
+
+impl Default for PfnList {
+    fn default() -> PfnList {
+        PfnList::EMPTY
+    }
+}

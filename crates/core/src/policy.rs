@@ -1,0 +1,162 @@
+//! Named, switchable policies: every behaviour a seed adds is a switch here, and presets
+//! name the combinations the seed tables compare.
+//!
+//! The PCP presets follow "mm: PCP high auto-tuning" (Huang Ying, v6.7): `base` is v6.6,
+//! `patch1` … `patch9` apply the series cumulatively, `v6.7` equals `patch9`. The rules
+//! of each step are in `pcp-patch-deltas.md`; the code that reads these switches is in
+//! [`crate::page_alloc::pcp`]. Seed 001 (Mel Gorman, 2017) adds two more switches: whether
+//! interrupt-context requests bypass the PCP, and how remote drains are done.
+
+use core::fmt;
+
+/// The PCP series, one switch per patch. Each preset turns on a prefix of them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct PcpPolicy {
+    /// Patch 1: a `free_high` drain needs two consecutive frees of cheap high orders
+    /// (`PCPF_PREV_FREE_HIGH_ORDER`), so one order-1 free at process exit no longer
+    /// empties the PCP.
+    pub prev_free_high_order: bool,
+    /// Patch 2: compute each CPU's share of the last-level cache. No allocator behaviour
+    /// of its own; patch 3 reads it.
+    pub cache_slice: bool,
+    /// Patch 3: with a large cache slice (`PCPF_FREE_HIGH_BATCH`), keep a batch of pages
+    /// on the PCP before a `free_high` drain.
+    pub free_high_batch: bool,
+    /// Patch 4: cap the free scale factor at `CONFIG_PCP_BATCH_SCALE_MAX`.
+    pub cap_free_factor: bool,
+    /// Patch 5: scale the refill size with `alloc_factor` on consecutive refills.
+    pub alloc_factor: bool,
+    /// Patch 6: `high_min`/`high_max` per pageset (no behaviour change by itself).
+    pub high_min_max: bool,
+    /// Patch 7: tune `pcp->high` automatically: grow on refill, shrink on `free_high`,
+    /// decay once per `stat_interval`.
+    pub auto_tune: bool,
+    /// Patch 8: shrink `pcp->high` while the zone is below its high watermark (`BELOW_HIGH`).
+    pub below_high: bool,
+    /// Patch 9: detect consecutive frees with `free_count` instead of `free_factor`.
+    pub free_count: bool,
+}
+
+/// How `drain_all_pages` reaches other CPUs' pagesets.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum DrainMode {
+    /// Lock each remote pageset and drain it from the calling CPU (Linux ≥ 6.0).
+    #[default]
+    Direct,
+    /// Queue a work item on each CPU with pages and wait until each CPU has drained
+    /// itself (Linux 4.11 – 5.19, seed 001).
+    Workqueue,
+}
+
+/// Everything switchable about the allocator's behaviour.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Policy {
+    /// The preset this came from, or "custom".
+    pub name: &'static str,
+    /// The PCP series switches.
+    pub pcp: PcpPolicy,
+    /// Seed 001 (4.11-rc1 … rc6, reverted): requests from interrupt context never use the
+    /// PCP; they go to the zone under its lock.
+    pub irq_bypass: bool,
+    /// Remote drain mechanism.
+    pub drain: DrainMode,
+}
+
+/// The preset names, in series order.
+pub const PRESETS: [&str; 11] = [
+    "base", "patch1", "patch2", "patch3", "patch4", "patch5", "patch6", "patch7", "patch8",
+    "patch9", "v6.7",
+];
+
+impl Policy {
+    /// Linux v6.7: every patch of the series, direct drains, no interrupt bypass.
+    pub const V6_7: Policy = Policy::patches("v6.7", 9);
+
+    /// Linux v6.6, before the series.
+    pub const BASE: Policy = Policy::patches("base", 0);
+
+    /// The first `n` patches of the series.
+    const fn patches(name: &'static str, n: u8) -> Policy {
+        Policy {
+            name,
+            pcp: PcpPolicy {
+                prev_free_high_order: n >= 1,
+                cache_slice: n >= 2,
+                free_high_batch: n >= 3,
+                cap_free_factor: n >= 4,
+                alloc_factor: n >= 5,
+                high_min_max: n >= 6,
+                auto_tune: n >= 7,
+                below_high: n >= 8,
+                free_count: n >= 9,
+            },
+            irq_bypass: false,
+            drain: DrainMode::Direct,
+        }
+    }
+
+    /// The preset called `name` (see [`PRESETS`]).
+    pub fn preset(name: &str) -> Option<Policy> {
+        let index = PRESETS.iter().position(|&p| p == name)?;
+        let name = PRESETS[index];
+        Some(match index {
+            10 => Policy::patches(name, 9),
+            n => Policy::patches(name, n as u8),
+        })
+    }
+}
+
+impl Default for Policy {
+    fn default() -> Policy {
+        Policy::V6_7
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_are_cumulative() {
+        let mut previous = Policy::preset("base").unwrap();
+        assert_eq!(previous.pcp, PcpPolicy::default());
+        for name in &PRESETS[1..10] {
+            let policy = Policy::preset(name).unwrap();
+            let flags = |p: &PcpPolicy| {
+                [
+                    p.prev_free_high_order,
+                    p.cache_slice,
+                    p.free_high_batch,
+                    p.cap_free_factor,
+                    p.alloc_factor,
+                    p.high_min_max,
+                    p.auto_tune,
+                    p.below_high,
+                    p.free_count,
+                ]
+            };
+            let (old, new) = (flags(&previous.pcp), flags(&policy.pcp));
+            let added = old.iter().zip(new).filter(|(o, n)| !**o && *n).count();
+            assert_eq!(added, 1, "{name} adds exactly one patch");
+            assert!(
+                old.iter().zip(new).all(|(o, n)| !*o || n),
+                "{name} keeps earlier patches"
+            );
+            previous = policy;
+        }
+        assert_eq!(
+            Policy::preset("v6.7").unwrap().pcp,
+            Policy::preset("patch9").unwrap().pcp
+        );
+        assert!(Policy::preset("patch10").is_none());
+    }
+}
