@@ -18,6 +18,7 @@ use super::types::{Caller, MigrateType, NodeId, ZoneType};
 use super::watermark::{self, WatermarkKind};
 use super::zone::{Zone, ZoneFlags};
 use crate::page::{Order, PageState, Pfn};
+use crate::policy::DrainMode;
 
 /// A request after `prepare_alloc_pages`.
 pub(crate) struct AllocContext<'a> {
@@ -334,14 +335,34 @@ impl PageAllocator {
         if !ac.gfp.allows_blocking() {
             return Err(AllocError::OutOfMemory { order: ac.order });
         }
-        for force in [false, true] {
-            while self.unreserve_highatomic_pageblock(ac, force) {
-                if let Some(pfn) = self.get_page_from_freelist(ac, flags) {
-                    return Ok(pfn);
-                }
+        // Where direct reclaim failed, Linux gives back one high-atomic pageblock and
+        // drains every pageset, then retries (`__alloc_pages_direct_reclaim`).
+        self.unreserve_highatomic_pageblock(ac, false);
+        self.drain_all_for_retry(ac);
+        if let Some(pfn) = self.get_page_from_freelist(ac, flags) {
+            return Ok(pfn);
+        }
+        // Out of retries (`should_reclaim_retry`): the reserve goes, down to the last block.
+        while self.unreserve_highatomic_pageblock(ac, true) {
+            if let Some(pfn) = self.get_page_from_freelist(ac, flags) {
+                return Ok(pfn);
             }
         }
         Err(AllocError::OutOfMemory { order: ac.order })
+    }
+
+    /// The slow path's `drain_all_pages(NULL)`. In workqueue mode the core cannot wait
+    /// for other CPUs to run their work, so it drains only the caller's pagesets; the
+    /// runtime and simulator drive queued work themselves.
+    fn drain_all_for_retry(&self, ac: &AllocContext<'_>) {
+        match self.policy.drain {
+            DrainMode::Direct => {
+                self.drain_all_pages(None);
+            }
+            DrainMode::Workqueue => {
+                self.drain_local_pages(ac.caller.cpu, None);
+            }
+        }
     }
 
     fn unreserve_highatomic_pageblock(&self, ac: &AllocContext<'_>, force: bool) -> bool {
@@ -362,29 +383,45 @@ impl PageAllocator {
         }
     }
 
-    /// `wakeup_kswapd`: record a wake-up unless the node is balanced (some eligible zone
-    /// above its high watermark) and no zone is boosted.
+    /// `wakeup_kswapd`: record a wake-up unless the node is balanced and no zone is
+    /// boosted.
     pub(crate) fn wakeup_kswapd(&self, node: NodeId, order: Order, highest_zoneidx: ZoneType) {
-        let node_zones = &self.zones[node as usize * self.nr_zone_types..]
-            [..=highest_zoneidx.index().min(self.nr_zone_types - 1)];
-        let boosted = node_zones.iter().any(|z| z.watermarks.boost() > 0);
-        let balanced = !node_zones.iter().any(|z| z.is_managed())
-            || node_zones.iter().filter(|z| z.is_managed()).any(|z| {
-                let summary = z.free_block_summary();
-                let input = z.watermark_input(highest_zoneidx, &summary);
-                watermark::watermark_ok(
-                    order,
-                    z.wmark(WatermarkKind::High),
-                    AllocFlags::empty(),
-                    &input,
-                )
-            });
-        if balanced && !boosted {
+        let boosted = self
+            .node_zones(node, highest_zoneidx)
+            .iter()
+            .any(|z| z.watermarks.boost() > 0);
+        if self.pgdat_balanced(node, order, highest_zoneidx) && !boosted {
             return;
         }
         let kswapd = &self.kswapd[node as usize];
         kswapd.wakeups.fetch_add(1, Relaxed);
         kswapd.pending.store(true, Relaxed);
+    }
+
+    fn node_zones(&self, node: NodeId, highest_zoneidx: ZoneType) -> &[Zone] {
+        let first = node as usize * self.nr_zone_types;
+        let count = (highest_zoneidx.index() + 1).min(self.nr_zone_types);
+        &self.zones[first..first + count]
+    }
+
+    /// `pgdat_balanced`: some managed zone of `node` up to `highest_zoneidx` is above its
+    /// high watermark for `order` (or the node has no managed zone). kswapd stops there.
+    pub fn pgdat_balanced(&self, node: NodeId, order: Order, highest_zoneidx: ZoneType) -> bool {
+        let zones = self.node_zones(node, highest_zoneidx);
+        let mut managed = zones.iter().filter(|z| z.is_managed()).peekable();
+        if managed.peek().is_none() {
+            return true;
+        }
+        managed.any(|z| {
+            let summary = z.free_block_summary();
+            let input = z.watermark_input(highest_zoneidx, &summary);
+            watermark::watermark_ok(
+                order,
+                z.wmark(WatermarkKind::High),
+                AllocFlags::empty(),
+                &input,
+            )
+        })
     }
 }
 

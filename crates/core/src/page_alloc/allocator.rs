@@ -380,3 +380,9 @@ fn build_zonelists(zones: &[Zone], nr_zone_types: usize, nr_nodes: usize) -> Vec
         })
         .collect()
 }
+
+// The allocator is shared by every CPU: it must be usable from several threads at once.
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    shared::<PageAllocator>();
+};

@@ -301,3 +301,5 @@ pub fn block_heads(zone: &Zone) -> impl Iterator<Item = (Pfn, PageState, Order)>
             )
         })
 }
+
+impl core::error::Error for VerifyError {}

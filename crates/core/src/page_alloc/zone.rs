@@ -300,6 +300,12 @@ impl Zone {
         self.stat_threshold.load(Relaxed)
     }
 
+    /// Drop the watermark boost, as kswapd does once it has balanced the node.
+    pub fn clear_watermark_boost(&self) {
+        let _locked = self.lock();
+        self.watermarks.set_boost(0);
+    }
+
     /// `vm.watermark_boost_factor` as this zone applies it.
     pub fn watermark_boost_factor(&self) -> u64 {
         self.watermark_boost_factor.load(Relaxed) as u64

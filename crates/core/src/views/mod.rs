@@ -2,6 +2,8 @@
 //!
 //! - [`zoneinfo`]: `/proc/zoneinfo` (`mm/vmstat.c: zoneinfo_show_print`).
 //! - [`buddyinfo`]: `/proc/buddyinfo` (`mm/vmstat.c: frag_show_print`).
+//! - [`vmstat`]: the page-allocator lines of `/proc/vmstat`.
 
 pub mod buddyinfo;
+pub mod vmstat;
 pub mod zoneinfo;

@@ -1,0 +1,311 @@
+//! The arena: one anonymous `mmap` region that backs every page the pool hands out.
+//!
+//! This is one of the two modules of mmkit with `unsafe` (the other is [`crate::cpu`]).
+//! Everything here is about the mapping itself: creating it aligned, handing out raw
+//! pointers into it, returning page contents to the OS, and unmapping it. Whether a range
+//! may be touched is the allocator's business, not the arena's.
+
+use std::io;
+use std::ptr::NonNull;
+
+/// A private anonymous mapping, aligned to `align` bytes.
+///
+/// # Invariants
+///
+/// `base .. base + len` lies inside one live mapping created by [`Arena::new`] with
+/// read/write protection; `map_base .. map_base + map_len` is exactly that mapping, and it
+/// is unmapped only by `Drop`. `base` is a multiple of the alignment given to `new`.
+#[derive(Debug)]
+pub struct Arena {
+    base: NonNull<u8>,
+    len: usize,
+    map_base: NonNull<u8>,
+    map_len: usize,
+}
+
+// SAFETY: the arena is a plain memory region; it holds no thread-affine state. Which
+// thread may touch which bytes is decided by the page allocator, which is thread-safe.
+unsafe impl Send for Arena {}
+// SAFETY: as above; shared references only hand out raw pointers.
+unsafe impl Sync for Arena {}
+
+impl Arena {
+    /// Reserve `len` bytes aligned to `align` (a power of two, at least the page size),
+    /// with `MAP_NORESERVE` so untouched pages cost nothing. With `huge_pages`, ask for
+    /// transparent huge pages (`MADV_HUGEPAGE`).
+    pub fn new(len: usize, align: usize, huge_pages: bool) -> io::Result<Arena> {
+        if len == 0 || !align.is_power_of_two() || len % page_size() != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "arena size must be a positive multiple of the page size",
+            ));
+        }
+        let map_len = len
+            .checked_add(align)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "arena size overflows"))?;
+        // SAFETY: an anonymous private mapping at an address of the kernel's choosing
+        // touches no existing memory; the result is checked before use.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let map_base = NonNull::new(raw.cast::<u8>()).ok_or_else(io::Error::last_os_error)?;
+        let offset = map_base.as_ptr().align_offset(align);
+        // SAFETY: `offset < align`, so `map_base + offset` is inside the mapping of
+        // `len + align` bytes, and `len` bytes from there still are.
+        let base = unsafe { map_base.add(offset) };
+        let arena = Arena {
+            base,
+            len,
+            map_base,
+            map_len,
+        };
+        if huge_pages {
+            // Best effort: a kernel without THP says EINVAL, which changes nothing.
+            // SAFETY: the range is inside our own live mapping.
+            unsafe { libc::madvise(arena.base.as_ptr().cast(), len, libc::MADV_HUGEPAGE) };
+        }
+        Ok(arena)
+    }
+
+    /// The first byte.
+    pub fn base(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the arena is empty (never: `new` refuses 0).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The byte offset of `addr` in the arena, if it is inside.
+    pub fn offset_of(&self, addr: usize) -> Option<usize> {
+        let base = self.base.as_ptr() as usize;
+        (addr >= base && addr - base < self.len).then(|| addr - base)
+    }
+
+    /// A raw pointer `offset` bytes in. Panics past the end.
+    pub fn ptr_at(&self, offset: usize) -> *mut u8 {
+        assert!(
+            offset < self.len,
+            "offset {offset} outside an arena of {} bytes",
+            self.len
+        );
+        // SAFETY: checked to be inside the arena.
+        unsafe { self.base.as_ptr().add(offset) }
+    }
+
+    /// Give the contents of `offset .. offset + len` back to the OS (`MADV_DONTNEED`):
+    /// resident memory drops, and the next touch reads zeros.
+    ///
+    /// # Safety
+    ///
+    /// No reference (`&[u8]` or `&mut [u8]`) into the range may be alive: its contents
+    /// change without a write through it.
+    pub unsafe fn discard(&self, offset: usize, len: usize) -> io::Result<()> {
+        assert!(
+            offset.checked_add(len).is_some_and(|end| end <= self.len),
+            "range outside the arena"
+        );
+        // SAFETY: the range is inside our mapping (checked); the caller promises no live
+        // references into it.
+        let rc = unsafe { libc::madvise(self.ptr_at(offset).cast(), len, libc::MADV_DONTNEED) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: by the type invariant this is exactly our live mapping, and the arena is
+        // being dropped, so nothing in the pool can use it any more.
+        unsafe { libc::munmap(self.map_base.as_ptr().cast(), self.map_len) };
+    }
+}
+
+/// The OS page size.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no memory effects.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size).unwrap_or(4096)
+}
+
+/// An allocated block as memory: `2^order` pages owned by this handle until it drops.
+///
+/// # Invariants
+///
+/// `ptr .. ptr + len` is inside the pool's arena and is an allocated block that nothing
+/// else may touch: the page allocator handed it out once, to this handle, and only the
+/// `unsafe` raw free could take it away, whose contract forbids that. Dropping the handle
+/// frees the block.
+pub struct PageBlock<'pool> {
+    pool: &'pool crate::PagePool,
+    pfn: mmkit_core::Pfn,
+    order: mmkit_core::Order,
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the handle owns its memory exclusively (type invariant), like a Box<[u8]>; the
+// pool it refers to is Sync.
+unsafe impl Send for PageBlock<'_> {}
+// SAFETY: shared access only gives `&[u8]`.
+unsafe impl Sync for PageBlock<'_> {}
+
+impl<'pool> PageBlock<'pool> {
+    /// Wrap a block the allocator just handed out.
+    pub(crate) fn new(
+        pool: &'pool crate::PagePool,
+        pfn: mmkit_core::Pfn,
+        order: mmkit_core::Order,
+    ) -> PageBlock<'pool> {
+        let offset = pool.offset_of_pfn(pfn);
+        let len = order.pages() as usize * mmkit_core::page::PAGE_SIZE;
+        let ptr = NonNull::new(pool.arena().ptr_at(offset)).expect("arena pointers are non-null");
+        PageBlock {
+            pool,
+            pfn,
+            order,
+            ptr,
+            len,
+        }
+    }
+
+    /// The block's first pfn.
+    pub fn pfn(&self) -> mmkit_core::Pfn {
+        self.pfn
+    }
+
+    /// The block's order.
+    pub fn order(&self) -> mmkit_core::Order {
+        self.order
+    }
+
+    /// The address of the first byte.
+    pub fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    /// Give up the handle without freeing: the block becomes a raw allocation that
+    /// [`crate::PagePool::free_raw`] frees.
+    pub fn into_raw(self) -> mmkit_core::Pfn {
+        std::mem::ManuallyDrop::new(self).pfn
+    }
+}
+
+impl std::ops::Deref for PageBlock<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // SAFETY: the range is inside the arena and owned by this handle (invariant).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl std::ops::DerefMut for PageBlock<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as for Deref, and `&mut self` makes this the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for PageBlock<'_> {
+    fn drop(&mut self) {
+        self.pool.free_handle(self.pfn, self.order);
+    }
+}
+
+impl std::fmt::Debug for PageBlock<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageBlock")
+            .field("pfn", &self.pfn)
+            .field("order", &self.order)
+            .field("addr", &format_args!("{:#x}", self.addr()))
+            .finish()
+    }
+}
+
+impl crate::PagePool {
+    /// Free a block obtained from [`crate::PagePool::alloc_raw`] or
+    /// [`PageBlock::into_raw`]. Bad calls (a double free, a wrong order, a pfn outside the
+    /// arena or not at a block start) are refused with an error and change nothing.
+    ///
+    /// # Safety
+    ///
+    /// The caller owns the block: it came from `alloc_raw` or `into_raw` and has not been
+    /// freed since, and no reference into its memory is used after this call. (A block
+    /// owned by a live [`PageBlock`] must not be freed this way.)
+    pub unsafe fn free_raw(
+        &self,
+        pfn: mmkit_core::Pfn,
+        order: mmkit_core::Order,
+    ) -> Result<(), crate::PoolError> {
+        self.free_pfn(pfn, order)
+    }
+
+    /// [`free_raw`](Self::free_raw) by address.
+    ///
+    /// # Safety
+    ///
+    /// As for `free_raw`.
+    pub unsafe fn free_raw_addr(
+        &self,
+        addr: usize,
+        order: mmkit_core::Order,
+    ) -> Result<(), crate::PoolError> {
+        let pfn = self.addr_to_pfn(addr)?;
+        self.free_pfn(pfn, order)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arena_is_aligned_and_writable() {
+        let arena = Arena::new(8 << 20, 4 << 20, false).unwrap();
+        assert_eq!(arena.base() as usize % (4 << 20), 0);
+        // SAFETY: inside the arena; no references exist.
+        unsafe {
+            arena.ptr_at(0).write(7);
+            arena.ptr_at(arena.len() - 1).write(9);
+            assert_eq!(arena.ptr_at(0).read(), 7);
+        }
+        assert_eq!(arena.offset_of(arena.base() as usize + 10), Some(10));
+        assert_eq!(arena.offset_of(arena.base() as usize + arena.len()), None);
+    }
+
+    #[test]
+    fn discard_reads_back_zero() {
+        let arena = Arena::new(1 << 20, 4096, false).unwrap();
+        // SAFETY: inside the arena; no references exist.
+        unsafe {
+            arena.ptr_at(4096).write(42);
+            arena.discard(4096, 4096).unwrap();
+            assert_eq!(arena.ptr_at(4096).read(), 0);
+        }
+    }
+
+    #[test]
+    fn zero_size_is_refused() {
+        assert!(Arena::new(0, 4096, false).is_err());
+    }
+}

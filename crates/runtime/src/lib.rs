@@ -1,0 +1,43 @@
+//! mmkit-runtime: Linux's page allocator as a thread-safe page pool on real memory.
+//!
+//! A [`PagePool`] reserves one `mmap`ed arena, lays the zones of `mmkit-core` over it, and
+//! serves each thread from the per-CPU pageset of the CPU it runs on. Background threads do
+//! what Linux's do: the per-CPU vmstat tick (PCP `high` decay) once per `stat_interval`,
+//! and a kswapd per node that runs a [`Reclaim`] hook while a zone is below its low
+//! watermark. Allocation policy, sizing and statistics are the core's; this crate adds
+//! memory, threads and the OS.
+//!
+//! ```
+//! use mmkit_runtime::PagePool;
+//! use mmkit_core::Order;
+//!
+//! let pool = PagePool::builder().memory_bytes(64 << 20).cpus(2).build()?;
+//! let mut block = pool.alloc(Order::ZERO)?;   // 4 KiB, freed when `block` drops
+//! block[..5].copy_from_slice(b"hello");
+//! assert_eq!(&block[..5], b"hello");
+//! drop(block);
+//! assert_eq!(pool.verify()?.iter().map(|z| z.allocated).sum::<u64>(), 0);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! `unsafe` lives in two modules only: [`arena`] (the mapping and the block handles
+//! into it) and [`cpu`] (`sched_getcpu`).
+
+#![deny(missing_docs)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+pub mod arena;
+mod background;
+mod builder;
+pub mod cpu;
+mod error;
+mod fault;
+mod pool;
+mod reclaim;
+
+pub use arena::PageBlock;
+pub use builder::PagePoolBuilder;
+pub use error::PoolError;
+pub use fault::FaultConfig;
+pub use pool::{PagePool, PoolStats};
+pub use reclaim::{NoReclaim, Reclaim, ReclaimContext};

@@ -1,0 +1,322 @@
+//! The page pool: the core's allocator on the arena, served to the calling thread's CPU.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use mmkit_core::page::PAGE_SIZE;
+use mmkit_core::page_alloc::verify::{VerifyError, ZoneCensus};
+use mmkit_core::page_alloc::{Caller, DrainAll, Gfp, NodeId, ZoneId};
+use mmkit_core::views::{buddyinfo, zoneinfo};
+use mmkit_core::{Order, PageAllocator, Pfn, Settings};
+
+use crate::arena::{Arena, PageBlock};
+use crate::background::Background;
+use crate::cpu;
+use crate::fault::{FaultConfig, FaultInjector};
+use crate::reclaim::Reclaim;
+use crate::PoolError;
+
+/// State shared by the pool handle and its background threads.
+pub(crate) struct Inner {
+    pub(crate) allocator: PageAllocator,
+    pub(crate) arena: Arena,
+    pub(crate) nr_cpus: u32,
+    pub(crate) fault: FaultInjector,
+    pub(crate) reclaim: Arc<dyn Reclaim>,
+    pub(crate) kswapd_runs: std::sync::atomic::AtomicU64,
+}
+
+impl Inner {
+    pub(crate) fn new(
+        allocator: PageAllocator,
+        arena: Arena,
+        nr_cpus: u32,
+        fault: FaultConfig,
+        reclaim: Arc<dyn Reclaim>,
+    ) -> Inner {
+        let injector = FaultInjector::default();
+        injector.configure(fault);
+        Inner {
+            allocator,
+            arena,
+            nr_cpus,
+            fault: injector,
+            reclaim,
+            kswapd_runs: Default::default(),
+        }
+    }
+}
+
+/// A page pool on real memory. Thread-safe: share it by reference (or in an `Arc`).
+pub struct PagePool {
+    pub(crate) inner: Arc<Inner>,
+    background: Option<Background>,
+}
+
+impl std::fmt::Debug for PagePool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PagePool")
+            .field("bytes", &self.inner.arena.len())
+            .field("cpus", &self.inner.nr_cpus)
+            .field("policy", &self.inner.allocator.policy().name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Counters of the whole pool.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Pages allocated (`PGALLOC`).
+    pub pgalloc: u64,
+    /// Pages freed through counted paths (`PGFREE`).
+    pub pgfree: u64,
+    /// Free pages on the buddy lists.
+    pub free_pages: u64,
+    /// Free pages cached on pagesets.
+    pub pcp_pages: u64,
+    /// Pages taken from the buddy lists (refills and direct).
+    pub alloc_zone: u64,
+    /// Pageset refills.
+    pub pcp_refills: u64,
+    /// Pageset drains of any reason.
+    pub pcp_drains: u64,
+    /// Pageset try-locks that failed.
+    pub pcp_lock_contended: u64,
+    /// Allocations failed by fault injection.
+    pub injected_failures: u64,
+    /// kswapd balancing runs.
+    pub kswapd_runs: u64,
+}
+
+impl PagePool {
+    /// Start building a pool.
+    pub fn builder() -> crate::PagePoolBuilder {
+        crate::PagePoolBuilder::default()
+    }
+
+    pub(crate) fn start(inner: Inner, background: bool) -> Result<PagePool, PoolError> {
+        let inner = Arc::new(inner);
+        let background = if background {
+            Some(Background::start(&inner)?)
+        } else {
+            None
+        };
+        Ok(PagePool { inner, background })
+    }
+
+    /// The core allocator underneath (for statistics, views and experiments).
+    pub fn allocator(&self) -> &PageAllocator {
+        &self.inner.allocator
+    }
+
+    pub(crate) fn arena(&self) -> &Arena {
+        &self.inner.arena
+    }
+
+    /// The caller as the core sees it: this thread's CPU (`sched_getcpu`, or the pinned
+    /// CPU), folded into the pool's CPUs, skipping offline ones.
+    pub fn caller(&self) -> Caller {
+        let nr = self.inner.nr_cpus;
+        let first = cpu::current_cpu() % nr;
+        let cpu = (0..nr)
+            .map(|i| (first + i) % nr)
+            .find(|&c| self.inner.allocator.cpu_online(c))
+            .unwrap_or(first);
+        Caller::task(cpu)
+    }
+
+    /// Allocate a block of 2^`order` pages for user data (`GFP_HIGHUSER_MOVABLE`-like:
+    /// movable, may wait for kswapd's drains).
+    pub fn alloc(&self, order: Order) -> Result<PageBlock<'_>, PoolError> {
+        self.alloc_gfp(Gfp::USER | Gfp::MOVABLE, order)
+    }
+
+    /// Allocate with explicit GFP flags.
+    pub fn alloc_gfp(&self, gfp: Gfp, order: Order) -> Result<PageBlock<'_>, PoolError> {
+        let pfn = self.alloc_pfn(gfp, order)?;
+        Ok(PageBlock::new(self, pfn, order))
+    }
+
+    /// Allocate a block the caller will free with [`PagePool::free_raw`]; returns its pfn.
+    /// Its memory is at [`PagePool::pfn_to_addr`].
+    pub fn alloc_raw(&self, gfp: Gfp, order: Order) -> Result<Pfn, PoolError> {
+        self.alloc_pfn(gfp, order)
+    }
+
+    fn alloc_pfn(&self, gfp: Gfp, order: Order) -> Result<Pfn, PoolError> {
+        if self.inner.fault.should_fail(order) {
+            return Err(PoolError::Injected);
+        }
+        let result = self.inner.allocator.alloc_pages(self.caller(), gfp, order);
+        self.kick_kswapd();
+        Ok(result?)
+    }
+
+    /// Fill the empty slots of `out` with order-0 pages under one pageset lock hold
+    /// (`alloc_pages_bulk_array`); returns how many slots are filled. Free them with
+    /// [`PagePool::free_raw`] or [`PagePool::free_batch`].
+    pub fn alloc_bulk(&self, out: &mut [Option<Pfn>]) -> Result<usize, PoolError> {
+        let filled = self.inner.allocator.alloc_pages_bulk_array(
+            self.caller(),
+            Gfp::USER | Gfp::MOVABLE,
+            None,
+            out,
+        )?;
+        self.kick_kswapd();
+        Ok(filled)
+    }
+
+    /// Free many order-0 raw pages at once; all or nothing.
+    pub fn free_batch(&self, pfns: &[Pfn]) -> Result<(), PoolError> {
+        self.inner
+            .allocator
+            .free_pages_batch(self.caller(), pfns)
+            .map_err(|(_, e)| PoolError::Free(e))
+    }
+
+    pub(crate) fn free_pfn(&self, pfn: Pfn, order: Order) -> Result<(), PoolError> {
+        if pfn.0 >= (self.inner.arena.len() / PAGE_SIZE) as u64 {
+            return Err(PoolError::OutsideArena(
+                self.inner.arena.base() as usize + pfn.0 as usize * PAGE_SIZE,
+            ));
+        }
+        Ok(self.inner.allocator.free_pages(self.caller(), pfn, order)?)
+    }
+
+    /// Free a block whose handle dropped. The handle owned it, so refusal is corruption.
+    pub(crate) fn free_handle(&self, pfn: Pfn, order: Order) {
+        if let Err(e) = self.inner.allocator.free_pages(self.caller(), pfn, order) {
+            panic!("freeing a block owned by a handle failed: {e}");
+        }
+    }
+
+    /// The arena offset of `pfn`.
+    pub(crate) fn offset_of_pfn(&self, pfn: Pfn) -> usize {
+        pfn.0 as usize * PAGE_SIZE
+    }
+
+    /// The address of `pfn`'s first byte.
+    pub fn pfn_to_addr(&self, pfn: Pfn) -> Result<usize, PoolError> {
+        let offset = pfn.0 as usize * PAGE_SIZE;
+        if offset >= self.inner.arena.len() {
+            return Err(PoolError::Invalid(format!("pfn {pfn} is outside the pool")));
+        }
+        Ok(self.inner.arena.base() as usize + offset)
+    }
+
+    /// The pfn of the page at `addr`.
+    pub fn addr_to_pfn(&self, addr: usize) -> Result<Pfn, PoolError> {
+        let offset = self
+            .inner
+            .arena
+            .offset_of(addr)
+            .ok_or(PoolError::OutsideArena(addr))?;
+        if offset % PAGE_SIZE != 0 {
+            return Err(PoolError::Misaligned(addr));
+        }
+        Ok(Pfn((offset / PAGE_SIZE) as u64))
+    }
+
+    /// Wake the kswapd of any node the allocator asked for.
+    fn kick_kswapd(&self) {
+        if let Some(background) = &self.background {
+            background.kick(&self.inner);
+        }
+    }
+
+    /// Drain this CPU's pagesets.
+    pub fn drain_local(&self) -> u64 {
+        self.inner
+            .allocator
+            .drain_local_pages(self.caller().cpu, None)
+    }
+
+    /// Drain every CPU's pagesets (of one zone, or all).
+    pub fn drain_all(&self, zone: Option<ZoneId>) -> DrainAll {
+        self.inner.allocator.drain_all_pages(zone)
+    }
+
+    /// One vmstat tick of `cpu` (the background thread does this every `stat_interval`).
+    pub fn vmstat_tick(&self, cpu: u32) -> bool {
+        self.inner.allocator.vmstat_tick(cpu)
+    }
+
+    /// Change the sysctls at run time.
+    pub fn set_settings(&self, settings: Settings) -> Result<(), PoolError> {
+        self.inner
+            .allocator
+            .set_settings(settings)
+            .map_err(PoolError::Settings)
+    }
+
+    /// The sysctls in force.
+    pub fn settings(&self) -> Settings {
+        self.inner.allocator.settings()
+    }
+
+    /// Change fault injection at run time.
+    pub fn set_fault_injection(&self, fault: FaultConfig) {
+        self.inner.fault.configure(fault);
+    }
+
+    /// Take a CPU offline (its pagesets drain) or back online.
+    pub fn set_cpu_online(&self, cpu: u32, online: bool) -> bool {
+        if online {
+            self.inner.allocator.cpu_online_event(cpu)
+        } else {
+            self.inner.allocator.cpu_offline(cpu)
+        }
+    }
+
+    /// Check every page of every zone; returns each zone's census.
+    pub fn verify(&self) -> Result<Vec<ZoneCensus>, VerifyError> {
+        self.inner.allocator.verify()
+    }
+
+    /// Counters of the whole pool.
+    pub fn stats(&self) -> PoolStats {
+        let mut stats = PoolStats::default();
+        for zone in self.inner.allocator.zones() {
+            let e = zone.events();
+            stats.pgalloc += e.pgalloc.load(Relaxed);
+            stats.pgfree += e.pgfree.load(Relaxed);
+            stats.free_pages += zone.free_pages().max(0) as u64;
+            stats.pcp_pages += zone.pcp_pages();
+            stats.alloc_zone += e.alloc_zone_locked.load(Relaxed);
+            stats.pcp_refills += e.pcp_refills.load(Relaxed);
+            stats.pcp_drains += e.pcp_drains_total();
+            stats.pcp_lock_contended += e.pcp_lock_contended.load(Relaxed);
+        }
+        stats.injected_failures = self.inner.fault.injected.load(Relaxed);
+        stats.kswapd_runs = self.inner.kswapd_runs.load(Relaxed);
+        stats
+    }
+
+    /// `/proc/zoneinfo` of the live pool.
+    pub fn zoneinfo(&self) -> String {
+        zoneinfo::render(&zoneinfo::collect(&self.inner.allocator))
+    }
+
+    /// `/proc/buddyinfo` of the live pool.
+    pub fn buddyinfo(&self) -> String {
+        buddyinfo::render(&self.inner.allocator)
+    }
+
+    /// `/proc/vmstat`'s page-allocator lines for the live pool.
+    pub fn vmstat(&self) -> String {
+        mmkit_core::views::vmstat::render(&self.inner.allocator)
+    }
+
+    /// Number of nodes.
+    pub fn nr_nodes(&self) -> NodeId {
+        self.inner.allocator.topology().nr_nodes() as NodeId
+    }
+}
+
+impl Drop for PagePool {
+    fn drop(&mut self) {
+        if let Some(background) = self.background.take() {
+            background.stop();
+        }
+    }
+}

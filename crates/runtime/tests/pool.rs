@@ -1,0 +1,425 @@
+//! The page pool on real memory and real threads.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mmkit_core::page_alloc::{DrainReason, Gfp, ZoneFlags, ZoneType};
+use mmkit_core::settings::MinFreeKbytes;
+use mmkit_core::views::zoneinfo;
+use mmkit_core::{Order, Pfn, Settings};
+use mmkit_runtime::{cpu, FaultConfig, PageBlock, PagePool, PoolError, Reclaim, ReclaimContext};
+
+fn order(n: u8) -> Order {
+    Order::new(n).unwrap()
+}
+
+/// Write `(address ^ generation)` into every word of the block.
+fn paint(block: &mut PageBlock<'_>, generation: u64) {
+    let addr = block.addr() as u64;
+    for (i, word) in block.chunks_exact_mut(8).enumerate() {
+        word.copy_from_slice(&(addr ^ generation ^ i as u64).to_ne_bytes());
+    }
+}
+
+/// Count the words that no longer hold the paint.
+fn check(block: &PageBlock<'_>, generation: u64) -> usize {
+    let addr = block.addr() as u64;
+    block
+        .chunks_exact(8)
+        .enumerate()
+        .filter(|(i, word)| {
+            u64::from_ne_bytes((*word).try_into().unwrap()) != addr ^ generation ^ *i as u64
+        })
+        .count()
+}
+
+#[test]
+fn blocks_are_writable_memory_at_stable_addresses() {
+    let pool = PagePool::builder()
+        .memory_bytes(32 << 20)
+        .cpus(2)
+        .background(false)
+        .build()
+        .unwrap();
+    let mut a = pool.alloc(order(0)).unwrap();
+    let mut b = pool.alloc(order(3)).unwrap();
+    assert_eq!((a.len(), b.len()), (4096, 32768));
+    paint(&mut a, 1);
+    paint(&mut b, 2);
+    assert_eq!((check(&a, 1), check(&b, 2)), (0, 0));
+    assert_eq!(
+        b.addr() % 32768,
+        0,
+        "an order-3 block is aligned to its size"
+    );
+    assert_eq!(pool.addr_to_pfn(b.addr()).unwrap(), b.pfn());
+    drop((a, b));
+    let census = pool.verify().unwrap();
+    assert_eq!(census.iter().map(|c| c.allocated).sum::<u64>(), 0);
+}
+
+#[test]
+fn threads_allocate_and_free_each_others_blocks_without_damage() {
+    let pool = PagePool::builder()
+        .memory_bytes(64 << 20)
+        .cpus(2)
+        .build()
+        .unwrap();
+    let violations = AtomicU64::new(0);
+    let mailbox: Mutex<Vec<(PageBlock<'_>, u64)>> = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let (pool, violations, mailbox) = (&pool, &violations, &mailbox);
+            s.spawn(move || {
+                cpu::pin_thread(Some(t as u32));
+                let mut held: Vec<(PageBlock<'_>, u64)> = Vec::new();
+                for i in 0..3000u64 {
+                    let generation = t << 40 | i;
+                    match i % 7 {
+                        0..=3 => {
+                            if let Ok(mut block) =
+                                pool.alloc(order([0, 0, 1, 2, 3][(i % 5) as usize]))
+                            {
+                                paint(&mut block, generation);
+                                held.push((block, generation));
+                            }
+                        }
+                        4 => {
+                            if let Some(item) = held.pop() {
+                                mailbox.lock().unwrap().push(item);
+                            }
+                        }
+                        5 => {
+                            let item = mailbox.lock().unwrap().pop();
+                            if let Some((block, g)) = item {
+                                violations.fetch_add(check(&block, g) as u64, Relaxed);
+                            }
+                        }
+                        _ => {
+                            if i % 70 == 6 {
+                                pool.drain_all(None);
+                                let mut settings = pool.settings();
+                                settings.percpu_pagelist_high_fraction =
+                                    if i % 140 == 6 { 8 } else { 0 };
+                                pool.set_settings(settings).unwrap();
+                            }
+                            if let Some((block, g)) = held.pop() {
+                                violations.fetch_add(check(&block, g) as u64, Relaxed);
+                            }
+                        }
+                    }
+                }
+                for (block, g) in held {
+                    violations.fetch_add(check(&block, g) as u64, Relaxed);
+                }
+            });
+        }
+    });
+    for (block, g) in mailbox.into_inner().unwrap() {
+        violations.fetch_add(check(&block, g) as u64, Relaxed);
+    }
+    assert_eq!(violations.load(Relaxed), 0, "every canary survived");
+    let census = pool.verify().unwrap();
+    assert_eq!(census.iter().map(|c| c.allocated).sum::<u64>(), 0);
+    assert!(pool.stats().pgalloc > 1000);
+}
+
+#[test]
+fn bad_raw_frees_are_refused_and_change_nothing() {
+    let pool = PagePool::builder()
+        .memory_bytes(16 << 20)
+        .cpus(1)
+        .background(false)
+        .build()
+        .unwrap();
+    let pfn = pool.alloc_raw(Gfp::KERNEL, order(2)).unwrap();
+    let addr = pool.pfn_to_addr(pfn).unwrap();
+    let before = (pool.stats(), pool.buddyinfo());
+    // SAFETY: every call below is refused by the allocator before it frees anything.
+    unsafe {
+        assert!(
+            matches!(pool.free_raw(pfn, order(1)), Err(PoolError::Free(_))),
+            "wrong order"
+        );
+        assert!(
+            matches!(
+                pool.free_raw(Pfn(pfn.0 + 1), order(0)),
+                Err(PoolError::Free(_))
+            ),
+            "inside the block"
+        );
+        assert!(matches!(
+            pool.free_raw_addr(addr + 8, order(2)),
+            Err(PoolError::Misaligned(_))
+        ));
+        assert!(matches!(
+            pool.free_raw_addr(16, order(0)),
+            Err(PoolError::OutsideArena(_))
+        ));
+        assert!(matches!(
+            pool.free_raw(Pfn(1 << 30), order(0)),
+            Err(PoolError::OutsideArena(_))
+        ));
+    }
+    assert_eq!((pool.stats(), pool.buddyinfo()), before);
+    // SAFETY: this thread allocated the block raw and frees it once.
+    unsafe { pool.free_raw(pfn, order(2)).unwrap() };
+    // SAFETY: refused: the block is already free.
+    let again = unsafe { pool.free_raw(pfn, order(2)) };
+    assert!(matches!(again, Err(PoolError::Free(_))), "double free");
+    pool.verify().unwrap();
+}
+
+#[test]
+fn concurrent_double_frees_succeed_exactly_once() {
+    let pool = PagePool::builder()
+        .memory_bytes(16 << 20)
+        .cpus(2)
+        .background(false)
+        .build()
+        .unwrap();
+    for _ in 0..300 {
+        let pfn = pool.alloc_raw(Gfp::KERNEL, order(0)).unwrap();
+        let wins = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for cpu_id in 0..2 {
+                let (pool, wins) = (&pool, &wins);
+                s.spawn(move || {
+                    cpu::pin_thread(Some(cpu_id));
+                    // SAFETY: both threads race to free the same raw block; the allocator
+                    // lets exactly one through, and nobody touches its memory.
+                    if unsafe { pool.free_raw(pfn, order(0)) }.is_ok() {
+                        wins.fetch_add(1, Relaxed);
+                    }
+                });
+            }
+        });
+        assert_eq!(wins.load(Relaxed), 1);
+    }
+    pool.verify().unwrap();
+}
+
+#[test]
+fn the_vmstat_thread_decays_pageset_high() {
+    let settings = Settings {
+        stat_interval_ms: 5,
+        ..Settings::default()
+    };
+    let pool = PagePool::builder()
+        .memory_bytes(256 << 20)
+        .cpus(1)
+        .settings(settings)
+        .build()
+        .unwrap();
+    let zone = pool.allocator().zone(0, ZoneType::Normal).unwrap();
+    let blocks: Vec<_> = (0..4000).map(|_| pool.alloc(order(0)).unwrap()).collect();
+    let grown = zone.pageset(0).unwrap().high;
+    drop(blocks);
+    let high_min = zone.pageset(0).unwrap().high_min;
+    assert!(grown > high_min, "allocations grew high above high_min");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while zone.pageset(0).unwrap().high > high_min && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let pcp = zone.pageset(0).unwrap();
+    assert_eq!(pcp.high, high_min, "decayed to high_min");
+    assert!(pcp.count <= pcp.high);
+    assert!(zone.events().pcp_drains[DrainReason::Decay as usize].load(Relaxed) > 0);
+}
+
+/// Frees the blocks it holds when kswapd asks, and records what it saw.
+struct Cache<'a> {
+    blocks: Mutex<Vec<Pfn>>,
+    pool: Mutex<Option<&'a PagePool>>,
+    saw_reclaim_active: AtomicBool,
+    calls: AtomicU64,
+}
+
+impl Reclaim for Cache<'static> {
+    fn reclaim(&self, cx: &ReclaimContext<'_>) -> u64 {
+        self.calls.fetch_add(1, Relaxed);
+        let active = cx
+            .allocator
+            .zones()
+            .iter()
+            .any(|z| z.flags().contains(ZoneFlags::RECLAIM_ACTIVE));
+        self.saw_reclaim_active.fetch_or(active, Relaxed);
+        let Some(pool) = *self.pool.lock().unwrap() else {
+            return 0;
+        };
+        let mut blocks = self.blocks.lock().unwrap();
+        let take = (cx.nr_to_reclaim as usize).min(blocks.len());
+        for pfn in blocks.drain(..take) {
+            // SAFETY: the cache allocated these raw and nobody else references them.
+            unsafe { pool.free_raw(pfn, Order::ZERO).unwrap() };
+        }
+        take as u64
+    }
+}
+
+#[test]
+fn kswapd_reclaims_through_the_hook_until_balanced() {
+    let cache: &'static Cache<'static> = Box::leak(Box::new(Cache {
+        blocks: Mutex::new(Vec::new()),
+        pool: Mutex::new(None),
+        saw_reclaim_active: AtomicBool::new(false),
+        calls: AtomicU64::new(0),
+    }));
+    let settings = Settings {
+        min_free_kbytes: MinFreeKbytes::Explicit(2048),
+        ..Settings::default()
+    };
+    let pool: &'static PagePool = Box::leak(Box::new(
+        PagePool::builder()
+            .memory_bytes(32 << 20)
+            .cpus(1)
+            .settings(settings)
+            .reclaim(Arc::new(CacheRef(cache)))
+            .build()
+            .unwrap(),
+    ));
+    *cache.pool.lock().unwrap() = Some(pool);
+    let zone = pool.allocator().zone(0, ZoneType::Normal).unwrap();
+    let low = zone.wmark(mmkit_core::page_alloc::WatermarkKind::Low) as i64;
+    // Fill the cache until the zone is below its low watermark.
+    while zone.free_pages() > low - 10 {
+        let pfn = pool.alloc_raw(Gfp::KERNEL, Order::ZERO).unwrap();
+        cache.blocks.lock().unwrap().push(pfn);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !pool
+        .allocator()
+        .pgdat_balanced(0, Order::ZERO, ZoneType::Movable)
+        && Instant::now() < deadline
+    {
+        let _ = pool
+            .alloc_raw(Gfp::KERNEL, Order::ZERO)
+            .map(|pfn| cache.blocks.lock().unwrap().push(pfn));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(pool.stats().kswapd_runs > 0, "kswapd ran");
+    assert!(cache.calls.load(Relaxed) > 0, "the hook was called");
+    assert!(
+        cache.saw_reclaim_active.load(Relaxed),
+        "RECLAIM_ACTIVE was set while reclaiming"
+    );
+    assert!(pool
+        .allocator()
+        .pgdat_balanced(0, Order::ZERO, ZoneType::Movable));
+    // RECLAIM_ACTIVE is cleared once kswapd is done (give it a moment to finish the run).
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!zone.flags().contains(ZoneFlags::RECLAIM_ACTIVE));
+}
+
+struct CacheRef(&'static Cache<'static>);
+
+impl Reclaim for CacheRef {
+    fn reclaim(&self, cx: &ReclaimContext<'_>) -> u64 {
+        self.0.reclaim(cx)
+    }
+}
+
+#[test]
+fn allocation_failure_drains_other_cpus_pagesets_first() {
+    let pool = PagePool::builder()
+        .memory_bytes(8 << 20)
+        .cpus(2)
+        .background(false)
+        .build()
+        .unwrap();
+    let zone = pool.allocator().zone(0, ZoneType::Normal).unwrap();
+    // CPU 1 caches free pages on its pageset.
+    cpu::pin_thread(Some(1));
+    let blocks: Vec<_> = (0..200).map(|_| pool.alloc(order(0)).unwrap()).collect();
+    drop(blocks);
+    assert!(zone.pageset(1).unwrap().count > 0);
+    // CPU 0 takes everything it can: its last allocations need CPU 1's cached pages.
+    cpu::pin_thread(Some(0));
+    let mut held = Vec::new();
+    while let Ok(pfn) = pool.alloc_raw(Gfp::KERNEL, order(0)) {
+        held.push(pfn);
+    }
+    cpu::pin_thread(None);
+    assert_eq!(
+        zone.pageset(1).unwrap().count,
+        0,
+        "CPU 1's pageset was drained before OOM"
+    );
+    assert!(zone.events().pcp_drains[DrainReason::Explicit as usize].load(Relaxed) > 0);
+    pool.free_batch(&held).unwrap();
+    pool.verify().unwrap();
+}
+
+#[test]
+fn fault_injection_fails_the_chosen_fraction() {
+    let fault = FaultConfig {
+        probability: 0.5,
+        ..FaultConfig::default()
+    };
+    let pool = PagePool::builder()
+        .memory_bytes(16 << 20)
+        .cpus(1)
+        .background(false)
+        .fault_injection(fault)
+        .build()
+        .unwrap();
+    let mut held = Vec::new();
+    let mut injected = 0;
+    for _ in 0..2000 {
+        match pool.alloc(order(0)) {
+            Ok(block) => held.push(block),
+            Err(PoolError::Injected) => injected += 1,
+            Err(other) => panic!("unexpected {other}"),
+        }
+    }
+    assert!(
+        (700..1300).contains(&injected),
+        "about half failed: {injected}"
+    );
+    assert_eq!(pool.stats().injected_failures, injected);
+    drop(held);
+    pool.set_fault_injection(FaultConfig {
+        probability: 1.0,
+        times: 3,
+        ..FaultConfig::default()
+    });
+    let failures = (0..10).filter(|_| pool.alloc(order(0)).is_err()).count();
+    assert_eq!(failures, 3, "times limits the failures");
+    pool.verify().unwrap();
+}
+
+#[test]
+fn views_print_linux_formats() {
+    let pool = PagePool::builder()
+        .memory_bytes(16 << 20)
+        .cpus(2)
+        .background(false)
+        .build()
+        .unwrap();
+    let _block = pool.alloc(order(0)).unwrap();
+    let zones = zoneinfo::parse(&pool.zoneinfo()).unwrap();
+    let normal = zones.iter().find(|z| z.zone == ZoneType::Normal).unwrap();
+    assert_eq!(normal.managed, 4096);
+    assert_eq!(normal.pagesets.len(), 2);
+    assert!(pool.vmstat().contains("pgalloc_normal 1\n"));
+    assert!(pool.buddyinfo().starts_with("Node 0, zone   Normal"));
+}
+
+#[test]
+fn impossible_pools_are_refused() {
+    assert!(
+        PagePool::builder().memory_bytes(1 << 20).build().is_err(),
+        "under 4 MiB"
+    );
+    assert!(PagePool::builder().cpus(0).build().is_err());
+    assert!(PagePool::builder().nodes(2).cpus(1).build().is_err());
+    let settings = Settings {
+        percpu_pagelist_high_fraction: 3,
+        ..Settings::default()
+    };
+    assert!(matches!(
+        PagePool::builder().settings(settings).build(),
+        Err(PoolError::Settings(_))
+    ));
+}
