@@ -1,12 +1,70 @@
-//! The lock facade: every lock in the core comes from here.
+//! The lock facade: every lock (and every atomic a lock protocol spins on) in the core
+//! comes from here.
 //!
 //! Linux protects a zone's free lists with `zone->lock` and a per-CPU pageset with
 //! `pcp->lock`, both spinlocks. We use `spin`'s spinlock in the same roles. Keeping the
-//! type behind this one module means a model checker (loom, shuttle) or a platform's own
-//! lock can be swapped in without touching the allocator (crossbeam's facade pattern).
+//! types behind this one module means a model checker can be swapped in without touching
+//! the allocator (crossbeam's facade pattern): with the `shuttle` feature, locks, the
+//! drain mutex's atomic and spin-waits become shuttle's, so its scheduler can explore
+//! the interleavings of pageset try-locks and remote drains (`tests/shuttle_drain.rs`).
 
-/// A spinlock, the counterpart of Linux's `spinlock_t`.
-pub type SpinLock<T> = spin::mutex::SpinMutex<T>;
+#[cfg(not(feature = "shuttle"))]
+mod imp {
+    /// A spinlock, the counterpart of Linux's `spinlock_t`.
+    pub type SpinLock<T> = spin::mutex::SpinMutex<T>;
 
-/// The guard of a [`SpinLock`].
-pub type SpinLockGuard<'a, T> = spin::mutex::SpinMutexGuard<'a, T>;
+    /// The guard of a [`SpinLock`].
+    pub type SpinLockGuard<'a, T> = spin::mutex::SpinMutexGuard<'a, T>;
+
+    /// Atomics used by lock protocols.
+    pub use core::sync::atomic;
+
+    /// Wait a moment in a spin loop.
+    pub fn spin_loop() {
+        core::hint::spin_loop();
+    }
+}
+
+#[cfg(feature = "shuttle")]
+mod imp {
+    extern crate std;
+
+    /// A lock whose every acquisition is a shuttle scheduling point.
+    pub struct SpinLock<T>(shuttle::sync::Mutex<T>);
+
+    /// The guard of a [`SpinLock`].
+    pub type SpinLockGuard<'a, T> = shuttle::sync::MutexGuard<'a, T>;
+
+    /// Atomics used by lock protocols.
+    pub use shuttle::sync::atomic;
+
+    impl<T> SpinLock<T> {
+        /// A new unlocked lock.
+        pub fn new(value: T) -> SpinLock<T> {
+            SpinLock(shuttle::sync::Mutex::new(value))
+        }
+
+        /// Lock, waiting as long as it takes.
+        pub fn lock(&self) -> SpinLockGuard<'_, T> {
+            self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        }
+
+        /// Lock if free.
+        pub fn try_lock(&self) -> Option<SpinLockGuard<'_, T>> {
+            self.0.try_lock().ok()
+        }
+    }
+
+    impl<T: core::fmt::Debug> core::fmt::Debug for SpinLock<T> {
+        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+            f.write_str("SpinLock")
+        }
+    }
+
+    /// Wait a moment in a spin loop: let another shuttle thread run.
+    pub fn spin_loop() {
+        shuttle::thread::yield_now();
+    }
+}
+
+pub use imp::*;

@@ -14,7 +14,7 @@
 //! simulator's scheduler).
 
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
+use crate::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
 
 use super::allocator::PageAllocator;
 use super::pcp_sizing::PcpLimits;
@@ -43,7 +43,7 @@ impl DrainWorkState {
 
     fn try_lock(&self) -> bool {
         self.mutex
-            .compare_exchange(false, true, core::sync::atomic::Ordering::Acquire, Relaxed)
+            .compare_exchange(false, true, crate::sync::atomic::Ordering::Acquire, Relaxed)
             .is_ok()
     }
 
@@ -142,7 +142,7 @@ impl PageAllocator {
                 return DrainAll::Skipped;
             }
             while !state.try_lock() {
-                core::hint::spin_loop();
+                crate::sync::spin_loop();
             }
         }
         let zones: Vec<&Zone> = match zone.and_then(|id| self.zone(id.node, id.zone_type)) {
