@@ -4,7 +4,10 @@
 //! allocator behaviour.
 
 mod live;
+mod machine;
+mod pcp_script;
 mod size;
+mod stress;
 mod zoneinfo;
 
 use std::process::ExitCode;
@@ -24,6 +27,12 @@ enum Command {
     /// Print what Linux prints in /proc/zoneinfo for a machine you describe, or compare
     /// mmkit's computation with this machine's live /proc/zoneinfo (--live).
     Zoneinfo(zoneinfo::ZoneinfoArgs),
+    /// Run a script of per-CPU page allocator operations and print, after each step, the
+    /// pageset it affected and the events it caused (`mmkit pcp-script FILE|-`).
+    PcpScript(pcp_script::PcpScriptArgs),
+    /// Long randomized runs of the runtime on real threads, with canaries in every block
+    /// and a full page accounting at the end.
+    Stress(stress::StressArgs),
 }
 
 /// A failure the user can act on: a one-line message and an exit status.
@@ -55,6 +64,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Zoneinfo(args) => zoneinfo::run(&args),
+        Command::Stress(args) => stress::run(&args),
+        Command::PcpScript(args) => pcp_script::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,60 +7,20 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use mmkit_core::policy::PRESETS;
-use mmkit_core::settings::MinFreeKbytes;
-use mmkit_core::topology::{CacheInfo, ZoneSize};
 use mmkit_core::views::zoneinfo;
-use mmkit_core::{PageAllocator, Policy, Settings, Topology};
+use mmkit_core::{PageAllocator, Settings};
 use serde::Serialize;
 
-use crate::size::{parse_bytes, parse_zone};
+use crate::machine::{policy_preset, MachineArgs};
 use crate::{live, CliError};
 
 /// Arguments of `mmkit zoneinfo`.
 #[derive(Args, Debug)]
+#[command(mut_arg("cpus", |arg| arg.default_value("1")))]
 pub struct ZoneinfoArgs {
-    /// A zone as `[NODE:]NAME=MANAGED[/PRESENT[/SPANNED]]` in 4 KiB pages; repeat, in zone
-    /// order (DMA, DMA32, Normal, Movable), node by node. Zones are laid out at the x86-64
-    /// boundaries: DMA from pfn 1 below 16 MiB, DMA32 below 4 GiB, Normal from 4 GiB.
-    #[arg(long = "zone", value_name = "ZONE")]
-    pub zones: Vec<String>,
-
-    /// CPUs per node: one number for every node, or one per node separated by commas.
-    #[arg(long, value_delimiter = ',', default_value = "1")]
-    pub cpus: Vec<u32>,
-
-    /// vm.min_free_kbytes; default: Linux's boot formula (raised for THP unless --no-thp).
-    #[arg(long, allow_negative_numbers = true)]
-    pub min_free_kbytes: Option<i64>,
-
-    /// vm.watermark_scale_factor (1..=3000).
-    #[arg(long, default_value_t = 10, allow_negative_numbers = true)]
-    pub watermark_scale_factor: i64,
-
-    /// vm.watermark_boost_factor.
-    #[arg(long, default_value_t = 15000, allow_negative_numbers = true)]
-    pub watermark_boost_factor: i64,
-
-    /// vm.percpu_pagelist_high_fraction (0, or at least 8).
-    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
-    pub percpu_pagelist_high_fraction: i64,
-
-    /// Size of the last-level cache (bytes, or with K/M/G).
-    #[arg(long, default_value = "32M")]
-    pub llc_size: String,
-
-    /// CPUs sharing one last-level cache; default: all CPUs.
-    #[arg(long)]
-    pub llc_shared_cpus: Option<u32>,
-
-    /// Transparent huge pages off: khugepaged does not raise min_free_kbytes.
-    #[arg(long)]
-    pub no_thp: bool,
-
-    /// Model CONFIG_ZONE_DEVICE: a fifth, empty zone per node, as distribution kernels have.
-    #[arg(long)]
-    pub zone_device: bool,
+    /// The machine.
+    #[command(flatten)]
+    pub machine: MachineArgs,
 
     /// Compare with this machine's /proc/zoneinfo instead: zones, CPUs, sysctls and cache
     /// are read from /proc and /sys, and every computed value is checked.
@@ -94,11 +54,9 @@ pub fn run(args: &ZoneinfoArgs) -> Result<(), CliError> {
     if args.live {
         return live::run(&args.root, args.json);
     }
-    let settings = settings_from_args(args)?;
-    let topology = topology_from_args(args)?;
-    let policy = Policy::preset(&args.policy).ok_or_else(|| {
-        CliError::usage(format!("unknown policy {:?}: use one of {}", args.policy, PRESETS.join(", ")))
-    })?;
+    let settings = args.machine.settings()?;
+    let topology = args.machine.topology()?;
+    let policy = policy_preset(&args.policy)?;
     let allocator = PageAllocator::new(topology, settings.clone(), policy)
         .map_err(|e| CliError::usage(e.to_string()))?;
     let zones = zoneinfo::collect(&allocator);
@@ -120,70 +78,4 @@ pub fn print_json<T: Serialize>(value: &T) -> Result<(), CliError> {
     let text = serde_json::to_string_pretty(value).map_err(|e| CliError::failed(e.to_string()))?;
     println!("{text}");
     Ok(())
-}
-
-fn settings_from_args(args: &ZoneinfoArgs) -> Result<Settings, CliError> {
-    let non_negative = |name: &str, value: i64| {
-        u32::try_from(value).map_err(|_| {
-            CliError::usage(format!(
-                "{name} {value} is invalid: must be between 0 and {}",
-                u32::MAX
-            ))
-        })
-    };
-    let min_free_kbytes = match args.min_free_kbytes {
-        None => MinFreeKbytes::Default,
-        Some(kbytes) => MinFreeKbytes::Explicit(
-            u64::try_from(kbytes)
-                .map_err(|_| CliError::usage(format!("min_free_kbytes {kbytes} is negative")))?,
-        ),
-    };
-    let settings = Settings {
-        min_free_kbytes,
-        watermark_scale_factor: non_negative(
-            "watermark_scale_factor",
-            args.watermark_scale_factor,
-        )?,
-        watermark_boost_factor: non_negative(
-            "watermark_boost_factor",
-            args.watermark_boost_factor,
-        )?,
-        percpu_pagelist_high_fraction: non_negative(
-            "percpu_pagelist_high_fraction",
-            args.percpu_pagelist_high_fraction,
-        )?,
-        transparent_hugepage: !args.no_thp,
-        ..Settings::default()
-    };
-    settings
-        .validate()
-        .map_err(|e| CliError::usage(e.to_string()))?;
-    Ok(settings)
-}
-
-fn topology_from_args(args: &ZoneinfoArgs) -> Result<Topology, CliError> {
-    let sizes: Vec<ZoneSize> = args
-        .zones
-        .iter()
-        .map(|z| parse_zone(z))
-        .collect::<Result<_, _>>()
-        .map_err(CliError::usage)?;
-    let nr_nodes = sizes.iter().map(|s| s.node as usize + 1).max().unwrap_or(1);
-    let node_cpus = match args.cpus[..] {
-        [each] => vec![each; nr_nodes],
-        ref list if list.len() == nr_nodes => list.to_vec(),
-        ref list => {
-            return Err(CliError::usage(format!(
-                "--cpus lists {} nodes but the zones use {nr_nodes}",
-                list.len()
-            )))
-        }
-    };
-    let nr_cpus: u32 = node_cpus.iter().sum();
-    let llc = CacheInfo {
-        llc_bytes: parse_bytes(&args.llc_size).map_err(CliError::usage)?,
-        llc_shared_cpus: args.llc_shared_cpus.unwrap_or(nr_cpus.max(1)),
-    };
-    Topology::x86_64(&sizes, node_cpus, llc, args.zone_device)
-        .map_err(|e| CliError::usage(e.to_string()))
 }

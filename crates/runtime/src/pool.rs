@@ -172,15 +172,22 @@ impl PagePool {
         let mut slots = vec![None; n];
         let filled = self.alloc_bulk(&mut slots)?;
         if filled == 0 && n > 0 {
-            return Err(PoolError::Alloc(mmkit_core::page_alloc::AllocError::OutOfMemory { order: Order::ZERO }));
+            return Err(PoolError::Alloc(
+                mmkit_core::page_alloc::AllocError::OutOfMemory { order: Order::ZERO },
+            ));
         }
-        Ok(slots.into_iter().flatten().map(|pfn| PageBlock::new(self, pfn, Order::ZERO)).collect())
+        Ok(slots
+            .into_iter()
+            .flatten()
+            .map(|pfn| PageBlock::new(self, pfn, Order::ZERO))
+            .collect())
     }
 
     /// Free order-0 handles together through the batched free (`free_unref_page_list`).
     /// Handles of other orders are freed one by one.
     pub fn free_blocks(&self, blocks: Vec<PageBlock<'_>>) {
-        let (order0, others): (Vec<_>, Vec<_>) = blocks.into_iter().partition(|b| b.order() == Order::ZERO);
+        let (order0, others): (Vec<_>, Vec<_>) =
+            blocks.into_iter().partition(|b| b.order() == Order::ZERO);
         drop(others);
         let pfns: Vec<Pfn> = order0.into_iter().map(PageBlock::into_raw).collect();
         if let Err(e) = self.free_batch(&pfns) {

@@ -1,0 +1,177 @@
+//! The machine a subcommand builds an allocator for: zones, CPUs, sysctls and the
+//! last-level cache, as command-line flags shared by `mmkit zoneinfo` and
+//! `mmkit pcp-script`.
+//!
+//! The flags only describe the machine; [`Topology::x86_64`] lays the zones out and
+//! [`Settings::validate`] applies Linux's sysctl limits. The policy preset is parsed here
+//! too, so that every subcommand names presets the same way. Linux learns the same facts
+//! at boot (e820, `free_area_init`, cacheinfo) and from `/proc/sys/vm`.
+
+use clap::Args;
+use mmkit_core::policy::PRESETS;
+use mmkit_core::settings::MinFreeKbytes;
+use mmkit_core::topology::{CacheInfo, ZoneSize};
+use mmkit_core::{Policy, Settings, Topology};
+
+use crate::size::{parse_bytes, parse_zone};
+use crate::CliError;
+
+/// The machine flags. `--cpus` has no default of its own: a subcommand gives one (see
+/// [`MachineArgs::or_default_machine`]), or sets a clap default with `mut_arg`.
+#[derive(Args, Clone, Debug)]
+pub struct MachineArgs {
+    /// A zone as `[NODE:]NAME=MANAGED[/PRESENT[/SPANNED]]` in 4 KiB pages; repeat, in zone
+    /// order (DMA, DMA32, Normal, Movable), node by node. Zones are laid out at the x86-64
+    /// boundaries: DMA from pfn 1 below 16 MiB, DMA32 below 4 GiB, Normal from 4 GiB.
+    #[arg(long = "zone", value_name = "ZONE")]
+    pub zones: Vec<String>,
+
+    /// CPUs per node: one number for every node, or one per node separated by commas.
+    #[arg(long, value_delimiter = ',')]
+    pub cpus: Vec<u32>,
+
+    /// vm.min_free_kbytes; default: Linux's boot formula (raised for THP unless --no-thp).
+    #[arg(long, allow_negative_numbers = true)]
+    pub min_free_kbytes: Option<i64>,
+
+    /// vm.watermark_scale_factor (1..=3000).
+    #[arg(long, default_value_t = 10, allow_negative_numbers = true)]
+    pub watermark_scale_factor: i64,
+
+    /// vm.watermark_boost_factor.
+    #[arg(long, default_value_t = 15000, allow_negative_numbers = true)]
+    pub watermark_boost_factor: i64,
+
+    /// vm.percpu_pagelist_high_fraction (0, or at least 8).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub percpu_pagelist_high_fraction: i64,
+
+    /// Size of the last-level cache (bytes, or with K/M/G).
+    #[arg(long, default_value = "32M")]
+    pub llc_size: String,
+
+    /// CPUs sharing one last-level cache; default: all CPUs.
+    #[arg(long)]
+    pub llc_shared_cpus: Option<u32>,
+
+    /// Transparent huge pages off: khugepaged does not raise min_free_kbytes.
+    #[arg(long)]
+    pub no_thp: bool,
+
+    /// Model CONFIG_ZONE_DEVICE: a fifth, empty zone per node, as distribution kernels have.
+    #[arg(long)]
+    pub zone_device: bool,
+}
+
+/// A machine to use when the user names no zone.
+#[derive(Clone, Copy, Debug)]
+pub struct DefaultMachine {
+    /// The zone, as `--zone` takes it.
+    pub zone: &'static str,
+    /// CPUs, unless `--cpus` is given.
+    pub cpus: u32,
+    /// `vm.min_free_kbytes`, unless `--min-free-kbytes` is given.
+    pub min_free_kbytes: i64,
+}
+
+impl MachineArgs {
+    /// These flags with the gaps filled: without `--zone`, `default`'s zone, CPUs and
+    /// `min_free_kbytes` (each unless given); with `--zone`, `cpus_with_zones` CPUs per
+    /// node unless `--cpus` is given.
+    pub fn or_default_machine(
+        &self,
+        default: &DefaultMachine,
+        cpus_with_zones: u32,
+    ) -> MachineArgs {
+        let mut args = self.clone();
+        if args.zones.is_empty() {
+            args.zones = vec![default.zone.to_owned()];
+            args.min_free_kbytes = args.min_free_kbytes.or(Some(default.min_free_kbytes));
+            if args.cpus.is_empty() {
+                args.cpus = vec![default.cpus];
+            }
+        } else if args.cpus.is_empty() {
+            args.cpus = vec![cpus_with_zones];
+        }
+        args
+    }
+
+    /// The sysctls, validated as the sysctl handlers would.
+    pub fn settings(&self) -> Result<Settings, CliError> {
+        let non_negative = |name: &str, value: i64| {
+            u32::try_from(value).map_err(|_| {
+                CliError::usage(format!(
+                    "{name} {value} is invalid: must be between 0 and {}",
+                    u32::MAX
+                ))
+            })
+        };
+        let min_free_kbytes =
+            match self.min_free_kbytes {
+                None => MinFreeKbytes::Default,
+                Some(kbytes) => MinFreeKbytes::Explicit(u64::try_from(kbytes).map_err(|_| {
+                    CliError::usage(format!("min_free_kbytes {kbytes} is negative"))
+                })?),
+            };
+        let settings = Settings {
+            min_free_kbytes,
+            watermark_scale_factor: non_negative(
+                "watermark_scale_factor",
+                self.watermark_scale_factor,
+            )?,
+            watermark_boost_factor: non_negative(
+                "watermark_boost_factor",
+                self.watermark_boost_factor,
+            )?,
+            percpu_pagelist_high_fraction: non_negative(
+                "percpu_pagelist_high_fraction",
+                self.percpu_pagelist_high_fraction,
+            )?,
+            transparent_hugepage: !self.no_thp,
+            ..Settings::default()
+        };
+        settings
+            .validate()
+            .map_err(|e| CliError::usage(e.to_string()))?;
+        Ok(settings)
+    }
+
+    /// The nodes, zones, CPUs and cache. An empty `--cpus` counts as one CPU per node.
+    pub fn topology(&self) -> Result<Topology, CliError> {
+        let sizes: Vec<ZoneSize> = self
+            .zones
+            .iter()
+            .map(|z| parse_zone(z))
+            .collect::<Result<_, _>>()
+            .map_err(CliError::usage)?;
+        let nr_nodes = sizes.iter().map(|s| s.node as usize + 1).max().unwrap_or(1);
+        let node_cpus = match self.cpus[..] {
+            [] => vec![1; nr_nodes],
+            [each] => vec![each; nr_nodes],
+            ref list if list.len() == nr_nodes => list.to_vec(),
+            ref list => {
+                return Err(CliError::usage(format!(
+                    "--cpus lists {} nodes but the zones use {nr_nodes}",
+                    list.len()
+                )))
+            }
+        };
+        let nr_cpus: u32 = node_cpus.iter().sum();
+        let llc = CacheInfo {
+            llc_bytes: parse_bytes(&self.llc_size).map_err(CliError::usage)?,
+            llc_shared_cpus: self.llc_shared_cpus.unwrap_or(nr_cpus.max(1)),
+        };
+        Topology::x86_64(&sizes, node_cpus, llc, self.zone_device)
+            .map_err(|e| CliError::usage(e.to_string()))
+    }
+}
+
+/// The policy preset called `name` (see [`PRESETS`]).
+pub fn policy_preset(name: &str) -> Result<Policy, CliError> {
+    Policy::preset(name).ok_or_else(|| {
+        CliError::usage(format!(
+            "unknown policy {name:?}: use one of {}",
+            PRESETS.join(", ")
+        ))
+    })
+}

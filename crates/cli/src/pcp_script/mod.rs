@@ -1,0 +1,726 @@
+//! `mmkit pcp-script`: run a script of per-CPU page allocator operations and show, after
+//! each step, the pageset it affected and the events it caused.
+//!
+//! This is how a kernel developer asks "what does the PCP do with this sequence under this
+//! policy?". The module reads and checks the script ([`parse`]), builds a
+//! [`PageAllocator`] for the machine and policy given, calls one `mmkit-core` entry point
+//! per operation (`alloc_pages`, `free_pages`, `free_pages_batch`,
+//! `alloc_pages_bulk_list`, `vmstat_tick`, `drain_local_pages`, `drain_all_pages`,
+//! `cpu_offline`, `cpu_online_event`, `zone_pcp_disable`/`enable`, `set_settings`,
+//! `Zone::set_flag`/`clear_flag`) and prints what changed ([`report`]). The only state kept
+//! here is which blocks the script holds, under which labels. `docs/PCP-SCRIPT.md`
+//! describes the format, with worked examples in `examples/pcp/`.
+//!
+//! Linux has no counterpart: on a kernel one would trace `mm_page_alloc`,
+//! `mm_page_pcpu_drain` and `/proc/zoneinfo` around a workload. Here the sequence is exact
+//! and repeatable, one operation at a time, so pageset locks never contend.
+
+mod parse;
+mod report;
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use mmkit_core::page_alloc::{Caller, Context, DrainAll, WatermarkKind, ZoneFlags, ZoneId};
+use mmkit_core::{DrainMode, Gfp, MigrateType, Order, PageAllocator, Pfn, Policy, Settings};
+
+use crate::machine::{policy_preset, DefaultMachine, MachineArgs};
+use crate::zoneinfo::print_json;
+use crate::CliError;
+use parse::{Line, Op, Script, Setting, Target};
+use report::{Outcome, Shown, Snapshot, StepReport, Summary};
+
+/// The machine used when no `--zone` is given: batch 63, high_min 367, high_max 2000, the
+/// pageset of `pcp-patch-deltas.md`'s examples. `zone_batchsize`: 192000 >> 10 = 187,
+/// / 4 = 46, rounddown_pow_of_two(46 + 23) − 1 = 63. min_free_kbytes 14096 makes the min
+/// watermark 14096 / 4 = 3524 pages and the low one 3524 + 3524 / 4 = 4405;
+/// high_min = 4405 / 12 CPUs = 367; high_max = 192000 / 8 / 12 = 2000.
+const DEFAULT_MACHINE: DefaultMachine = DefaultMachine {
+    zone: "Normal=192000",
+    cpus: 12,
+    min_free_kbytes: 14096,
+};
+
+/// How `drain all` reaches other CPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DrainArg {
+    /// Lock each remote pageset and drain it from the calling CPU (Linux ≥ 6.0).
+    Direct,
+    /// Queue work on each CPU with pages; each drains itself (Linux 4.11 – 5.19).
+    Workqueue,
+}
+
+/// Arguments of `mmkit pcp-script`.
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Without --zone the machine is one Normal zone of 192000 pages on 12 CPUs with \
+min_free_kbytes 14096: batch 63, high_min 367, high_max 2000 (the pageset of \
+pcp-patch-deltas.md's examples). With --zone, --cpus defaults to 1 and min_free_kbytes to \
+Linux's boot formula, as in `mmkit zoneinfo`.
+
+Table columns: af = alloc_factor, ff = free_factor (before patch 9), fc = free_count \
+(patch 9); pcpf = pageset flags, PREV = PCPF_PREV_FREE_HIGH_ORDER, FHB = PCPF_FREE_HIGH_BATCH; \
+events are counter deltas, pages marked p. The script format is in docs/PCP-SCRIPT.md.")]
+pub struct PcpScriptArgs {
+    /// The script file, or - for standard input.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+
+    /// The machine.
+    #[command(flatten)]
+    pub machine: MachineArgs,
+
+    /// The policy preset (base, patch1 … patch9, v6.7).
+    #[arg(long, default_value = "v6.7")]
+    pub policy: String,
+
+    /// How drain all reaches other CPUs' pagesets.
+    #[arg(long, value_enum, default_value_t = DrainArg::Direct)]
+    pub drain: DrainArg,
+
+    /// Requests from interrupt context (softirq:, hardirq: lines) bypass the PCP
+    /// (seed 001, Linux 4.11-rc1 … rc6).
+    #[arg(long)]
+    pub irq_bypass: bool,
+
+    /// Show every CPU's pageset after each step, not only the step CPU's and those that
+    /// changed.
+    #[arg(long)]
+    pub all_cpus: bool,
+
+    /// Print a JSON array of step objects instead of the table (the summary goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Run `mmkit pcp-script`.
+pub fn run(args: &PcpScriptArgs) -> Result<(), CliError> {
+    let (source, text) = read_script(&args.file)?;
+    let script = parse::parse(&text).map_err(|errors| script_errors(&source, &errors))?;
+    let machine = args.machine.or_default_machine(&DEFAULT_MACHINE, 1);
+    let mut policy = policy_preset(&args.policy)?;
+    policy.irq_bypass = args.irq_bypass;
+    policy.drain = match args.drain {
+        DrainArg::Direct => DrainMode::Direct,
+        DrainArg::Workqueue => DrainMode::Workqueue,
+    };
+    let allocator = build(&machine, policy)?;
+    if !allocator.zones().iter().any(|zone| zone.is_managed()) {
+        return Err(CliError::usage(
+            "the machine has no memory: give a zone with managed pages",
+        ));
+    }
+    check_machine(&script, &allocator).map_err(|errors| script_errors(&source, &errors))?;
+    let header = report::render_header(&allocator);
+    let (steps, summary) = execute(&script, &allocator, args.all_cpus);
+    if args.json {
+        print_json(&steps)?;
+        eprintln!("{}", summary.render());
+    } else {
+        print!("{header}");
+        print!("{}", report::render_table(&steps));
+        println!("{}", summary.render());
+    }
+    match summary.verify {
+        Ok(()) => Ok(()),
+        Err(e) => Err(CliError::failed(format!(
+            "the allocator failed verification: {e}"
+        ))),
+    }
+}
+
+/// Every bad line as `FILE:LINE: message`, one per line; exit status 2.
+fn script_errors(source: &str, errors: &[parse::ParseError]) -> CliError {
+    let lines: Vec<String> = errors
+        .iter()
+        .map(|e| format!("{source}:{}: {}", e.line, e.message))
+        .collect();
+    CliError::usage(lines.join("\n"))
+}
+
+fn read_script(path: &PathBuf) -> Result<(String, String), CliError> {
+    if path.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| CliError::usage(format!("reading the script from stdin: {e}")))?;
+        return Ok(("<stdin>".to_owned(), text));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::usage(format!("reading {}: {e}", path.display())))?;
+    Ok((path.display().to_string(), text))
+}
+
+fn build(machine: &MachineArgs, policy: Policy) -> Result<PageAllocator, CliError> {
+    let settings = machine.settings()?;
+    let topology = machine.topology()?;
+    PageAllocator::new(topology, settings, policy).map_err(|e| CliError::usage(e.to_string()))
+}
+
+/// Check the script against the machine: CPUs exist, named zones exist and have memory.
+fn check_machine(script: &Script, allocator: &PageAllocator) -> Result<(), Vec<parse::ParseError>> {
+    let nr_cpus = allocator.topology().nr_cpus();
+    let zone_ok = |id: &ZoneId| {
+        allocator
+            .zone(id.node, id.zone_type)
+            .is_some_and(|zone| zone.present() > 0)
+    };
+    let errors: Vec<parse::ParseError> = script
+        .lines
+        .iter()
+        .filter_map(|line| {
+            let message = if line.cpu >= nr_cpus {
+                format!(
+                    "cpu{} does not exist: the machine has cpu0 … cpu{}",
+                    line.cpu,
+                    nr_cpus - 1
+                )
+            } else {
+                let zone = named_zone(&line.op).filter(|id| !zone_ok(id))?;
+                format!(
+                    "the machine has no populated zone {}:{}",
+                    zone.node, zone.zone_type
+                )
+            };
+            Some(parse::ParseError {
+                line: line.number,
+                message,
+            })
+        })
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
+/// The zone an operation names, if any.
+fn named_zone(op: &Op) -> Option<ZoneId> {
+    match op {
+        Op::DrainLocal(zone) | Op::DrainAll(zone) => *zone,
+        Op::PcpDisable(zone) | Op::PcpEnable(zone) | Op::Flag { zone, .. } => Some(*zone),
+        _ => None,
+    }
+}
+
+/// Run every line, snapshotting the zones around each; then verify the allocator.
+fn execute(
+    script: &Script,
+    allocator: &PageAllocator,
+    all_cpus: bool,
+) -> (Vec<StepReport>, Summary) {
+    let mut runner = Runner::new(allocator);
+    let start = Snapshot::take(allocator);
+    let mut before = start.clone();
+    let mut steps = Vec::with_capacity(script.lines.len());
+    for (index, line) in script.lines.iter().enumerate() {
+        let outcome = runner.run(line);
+        let after = Snapshot::take(allocator);
+        let shown = Shown {
+            all_cpus,
+            home: home_zone(allocator, line.cpu),
+        };
+        steps.push(StepReport::new(
+            index + 1,
+            line,
+            outcome,
+            &before,
+            &after,
+            shown,
+        ));
+        before = after;
+    }
+    let verify = verify(allocator, runner.held_pages());
+    let summary = Summary {
+        steps: steps.len(),
+        failed: steps.iter().filter(|s| s.error.is_some()).count(),
+        events: before.events_since(&start),
+        held: (runner.held().count(), runner.held_pages()),
+        verify,
+    };
+    (steps, summary)
+}
+
+/// The zone an order-0 `GFP_KERNEL` request from `cpu` tries first: the highest zone of
+/// its node that has memory. `run` refuses machines without memory.
+fn home_zone(allocator: &PageAllocator, cpu: u32) -> ZoneId {
+    let node = allocator.topology().cpu_node(cpu).unwrap_or(0);
+    let zones = allocator
+        .zones()
+        .iter()
+        .filter(|z| z.node() == node && z.is_managed());
+    zones
+        .last()
+        .or_else(|| allocator.zones().iter().find(|z| z.is_managed()))
+        .map(|z| z.id())
+        .expect("run checked that some zone has memory")
+}
+
+/// Walk every zone, and check that the pages the allocator counts as allocated are the
+/// pages the script holds (the script is the allocator's only user).
+fn verify(allocator: &PageAllocator, held_pages: u64) -> Result<(), String> {
+    let census = allocator.verify().map_err(|e| e.to_string())?;
+    let allocated: u64 = census.iter().map(|c| c.allocated).sum();
+    if allocated != held_pages {
+        return Err(format!(
+            "{allocated} pages are allocated but the script holds {held_pages}"
+        ));
+    }
+    Ok(())
+}
+
+/// A block the script allocated.
+#[derive(Debug)]
+struct Block {
+    pfn: Pfn,
+    order: Order,
+    /// Not freed by the script yet (a refused free leaves it held).
+    held: bool,
+}
+
+/// The script's side of the allocator: the blocks it allocated and their labels.
+struct Runner<'a> {
+    allocator: &'a PageAllocator,
+    blocks: Vec<Block>,
+    /// Label → indices into `blocks`, in allocation order.
+    names: HashMap<String, Vec<usize>>,
+}
+
+impl<'a> Runner<'a> {
+    fn new(allocator: &'a PageAllocator) -> Runner<'a> {
+        Runner {
+            allocator,
+            blocks: Vec::new(),
+            names: HashMap::new(),
+        }
+    }
+
+    fn held(&self) -> impl Iterator<Item = &Block> {
+        self.blocks.iter().filter(|b| b.held)
+    }
+
+    fn held_pages(&self) -> u64 {
+        self.held().map(|b| b.order.pages()).sum()
+    }
+
+    /// Run one line. A failure of the operation is part of the outcome, not an error.
+    fn run(&mut self, line: &Line) -> Outcome {
+        let caller = Caller {
+            cpu: line.cpu,
+            context: line.context,
+        };
+        let allocator = self.allocator;
+        match &line.op {
+            Op::Alloc {
+                count,
+                order,
+                migratetype,
+                name,
+            } => self.alloc(caller, *count, *order, *migratetype, name.as_deref()),
+            Op::Bulk {
+                count,
+                migratetype,
+                name,
+            } => self.bulk(caller, *count, *migratetype, name.as_deref()),
+            Op::Free(target) => self.free(caller, target),
+            Op::FreeBatch(target) => self.free_batch(caller, target),
+            Op::Tick(times) => tick("ticks", *times, || allocator.vmstat_tick(line.cpu)),
+            Op::TickAll(times) => tick("rounds", *times, || {
+                let cpus = 0..allocator.topology().nr_cpus();
+                cpus.filter(|&cpu| allocator.vmstat_tick(cpu)).count() > 0
+            }),
+            Op::DrainLocal(zone) => Outcome {
+                note: Some(format!(
+                    "drained {}p",
+                    allocator.drain_local_pages(line.cpu, *zone)
+                )),
+                ..Outcome::default()
+            },
+            Op::DrainAll(zone) => drain_all(allocator, *zone),
+            Op::Offline => hotplug(
+                allocator.cpu_offline(line.cpu),
+                "not online, or the last online CPU",
+            ),
+            Op::Online => hotplug(allocator.cpu_online_event(line.cpu), "already online"),
+            Op::PcpDisable(zone) => pcp_disable(allocator, *zone),
+            Op::PcpEnable(zone) => pcp_enable(allocator, *zone),
+            Op::Set(setting) => set(allocator, *setting),
+            Op::Flag { zone, changes } => flag(allocator, *zone, changes),
+        }
+    }
+
+    fn remember(&mut self, name: Option<&str>, pfn: Pfn, order: Order) {
+        let index = self.blocks.len();
+        self.blocks.push(Block {
+            pfn,
+            order,
+            held: true,
+        });
+        if let Some(name) = name {
+            let group = self.names.entry(name.to_owned()).or_default();
+            // A label whose blocks were all freed starts a new group.
+            if group.iter().all(|&i| !self.blocks[i].held) {
+                group.clear();
+            }
+            group.push(index);
+        }
+    }
+
+    fn alloc(
+        &mut self,
+        caller: Caller,
+        count: u64,
+        order: Order,
+        mt: MigrateType,
+        name: Option<&str>,
+    ) -> Outcome {
+        let gfp = gfp_for(mt, caller.context);
+        let mut pfns = Vec::new();
+        for n in 0..count {
+            match self.allocator.alloc_pages(caller, gfp, order) {
+                Ok(pfn) => {
+                    self.remember(name, pfn, order);
+                    pfns.push(pfn);
+                }
+                Err(e) => {
+                    let error = match count {
+                        1 => e.to_string(),
+                        _ => format!("allocation {} of {count}: {e}; {n} allocated", n + 1),
+                    };
+                    return Outcome {
+                        error: Some(error),
+                        zones: self.zones_of(&pfns),
+                        ..Outcome::default()
+                    };
+                }
+            }
+        }
+        Outcome {
+            note: (count == 1).then(|| format!("pfn {}", pfns[0])),
+            zones: self.zones_of(&pfns),
+            ..Outcome::default()
+        }
+    }
+
+    fn bulk(
+        &mut self,
+        caller: Caller,
+        count: usize,
+        mt: MigrateType,
+        name: Option<&str>,
+    ) -> Outcome {
+        let gfp = gfp_for(mt, caller.context);
+        let mut list = Vec::with_capacity(count);
+        match self
+            .allocator
+            .alloc_pages_bulk_list(caller, gfp, None, count, &mut list)
+        {
+            Ok(got) => {
+                for &pfn in &list {
+                    self.remember(name, pfn, Order::ZERO);
+                }
+                Outcome {
+                    note: Some(format!("got {got} of {count}")),
+                    error: (got == 0).then(|| "no page allocated".to_owned()),
+                    zones: self.zones_of(&list),
+                }
+            }
+            Err(e) => Outcome {
+                error: Some(e.to_string()),
+                ..Outcome::default()
+            },
+        }
+    }
+
+    /// The blocks a free names, in allocation order.
+    fn select(&self, target: &Target) -> Vec<usize> {
+        match target {
+            Target::All => (0..self.blocks.len())
+                .filter(|&i| self.blocks[i].held)
+                .collect(),
+            Target::Last { count, name } => {
+                let candidates: Vec<usize> = match name {
+                    Some(name) => self.names.get(name).cloned().unwrap_or_default(),
+                    None => (0..self.blocks.len()).collect(),
+                };
+                let held: Vec<usize> = candidates
+                    .into_iter()
+                    .filter(|&i| self.blocks[i].held)
+                    .collect();
+                held[held.len().saturating_sub(*count)..].to_vec()
+            }
+            Target::Names(names) => names
+                .iter()
+                .flat_map(|name| {
+                    let group = self.names.get(name).map(Vec::as_slice).unwrap_or_default();
+                    // Held blocks if any; else the whole group again: a double free.
+                    let held: Vec<usize> = group
+                        .iter()
+                        .copied()
+                        .filter(|&i| self.blocks[i].held)
+                        .collect();
+                    if held.is_empty() {
+                        group.to_vec()
+                    } else {
+                        held
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    fn free(&mut self, caller: Caller, target: &Target) -> Outcome {
+        let chosen = self.select(target);
+        let mut failures = Vec::new();
+        let mut stale = 0;
+        for &i in &chosen {
+            let Block { pfn, order, .. } = self.blocks[i];
+            match self.allocator.free_pages(caller, pfn, order) {
+                Ok(()) => stale += usize::from(self.mark_freed(i)),
+                Err(e) => failures.push(e.to_string()),
+            }
+        }
+        let pfns: Vec<Pfn> = chosen.iter().map(|&i| self.blocks[i].pfn).collect();
+        Outcome {
+            note: free_note(chosen.len(), failures.len(), stale),
+            error: failures.first().map(|first| match failures.len() {
+                1 => first.clone(),
+                n => format!("{first} (and {} more refused frees)", n - 1),
+            }),
+            zones: self.zones_of(&pfns),
+        }
+    }
+
+    fn free_batch(&mut self, caller: Caller, target: &Target) -> Outcome {
+        let chosen = self.select(target);
+        let pfns: Vec<Pfn> = chosen.iter().map(|&i| self.blocks[i].pfn).collect();
+        let zones = self.zones_of(&pfns);
+        match self.allocator.free_pages_batch(caller, &pfns) {
+            Ok(()) => {
+                let stale = chosen.iter().filter(|&&i| self.mark_freed(i)).count();
+                Outcome {
+                    note: free_note(chosen.len(), 0, stale),
+                    zones,
+                    ..Outcome::default()
+                }
+            }
+            Err((index, e)) => Outcome {
+                error: Some(format!(
+                    "block {} of {}: {e}; nothing freed",
+                    index + 1,
+                    pfns.len()
+                )),
+                zones,
+                ..Outcome::default()
+            },
+        }
+    }
+
+    /// Block `index` was freed. If the script had freed it already, the allocator gave
+    /// its pages out again and this free released another label's block, as a
+    /// use-after-free would in the kernel: that block is no longer held either. Returns
+    /// whether that happened.
+    fn mark_freed(&mut self, index: usize) -> bool {
+        if std::mem::replace(&mut self.blocks[index].held, false) {
+            return false;
+        }
+        let pfn = self.blocks[index].pfn;
+        match self.blocks.iter_mut().find(|b| b.held && b.pfn == pfn) {
+            Some(holder) => {
+                holder.held = false;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The zones holding `pfns`, each once.
+    fn zones_of(&self, pfns: &[Pfn]) -> Vec<ZoneId> {
+        let mut zones: Vec<ZoneId> = Vec::new();
+        for &pfn in pfns {
+            if let Some(id) = self.allocator.find_zone(pfn).map(|z| z.id()) {
+                if !zones.contains(&id) {
+                    zones.push(id);
+                }
+            }
+        }
+        zones
+    }
+}
+
+/// The GFP flags of a request for `mt`: `GFP_KERNEL` in task context, `GFP_ATOMIC` in
+/// interrupt context; movable adds `__GFP_HIGHMEM | __GFP_MOVABLE` (as
+/// `GFP_HIGHUSER_MOVABLE` does), reclaimable adds `__GFP_RECLAIMABLE`.
+fn gfp_for(mt: MigrateType, context: Context) -> Gfp {
+    let base = match context {
+        Context::Task => Gfp::KERNEL,
+        Context::SoftIrq | Context::HardIrq => Gfp::ATOMIC,
+    };
+    match mt {
+        MigrateType::Movable if context == Context::Task => Gfp::HIGHUSER_MOVABLE,
+        MigrateType::Movable => base | Gfp::HIGHMEM | Gfp::MOVABLE,
+        MigrateType::Reclaimable => base | Gfp::RECLAIMABLE,
+        _ => base,
+    }
+}
+
+/// `freed 400 blocks`, `freed 3 of 5 blocks`, and a warning for stale labels.
+fn free_note(chosen: usize, refused: usize, stale: usize) -> Option<String> {
+    let freed = match (chosen, refused) {
+        (0, _) => Some("nothing to free".to_owned()),
+        (1, 0) => None,
+        (n, 0) => Some(format!("freed {n} blocks")),
+        (n, r) if r < n => Some(format!("freed {} of {n} blocks", n - r)),
+        _ => None,
+    };
+    let warning = (stale > 0).then(|| {
+        format!(
+            "use after free: {stale} block(s) freed again after reallocation under another label"
+        )
+    });
+    let parts: Vec<String> = freed.into_iter().chain(warning).collect();
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// Run `once` `times` times; note how many runs reported work (Linux re-arms the vmstat
+/// work while they do).
+fn tick(what: &str, times: u64, mut once: impl FnMut() -> bool) -> Outcome {
+    let busy = (0..times).filter(|_| once()).count();
+    Outcome {
+        note: Some(match times {
+            1 if busy == 1 => "work done".to_owned(),
+            1 => "idle".to_owned(),
+            n => format!("{what} with work: {busy} of {n}"),
+        }),
+        ..Outcome::default()
+    }
+}
+
+/// `drain_all_pages`. In workqueue mode the script runs each target CPU's queued work at
+/// once, in CPU order (a script has no concurrency to delay it).
+fn drain_all(allocator: &PageAllocator, zone: Option<ZoneId>) -> Outcome {
+    let note = match allocator.drain_all_pages(zone) {
+        DrainAll::Done { cpus, pages } => format!("drained {pages}p from cpus {}", cpu_list(&cpus)),
+        DrainAll::Skipped => "skipped: another drain is running".to_owned(),
+        DrainAll::Queued(work) => {
+            let pages: u64 = work
+                .cpus
+                .iter()
+                .map(|&cpu| allocator.run_drain_work(cpu))
+                .sum();
+            let finished = allocator.drain_work_finished(&work);
+            debug_assert!(finished, "every queued CPU ran its work");
+            format!(
+                "workqueue: cpus {} drained themselves, {pages}p",
+                cpu_list(&work.cpus)
+            )
+        }
+    };
+    Outcome {
+        note: Some(note),
+        zones: zone.into_iter().collect(),
+        ..Outcome::default()
+    }
+}
+
+fn cpu_list(cpus: &[u32]) -> String {
+    if cpus.is_empty() {
+        return "none".to_owned();
+    }
+    let names: Vec<String> = cpus.iter().map(u32::to_string).collect();
+    names.join(",")
+}
+
+fn hotplug(done: bool, why_not: &str) -> Outcome {
+    Outcome {
+        error: (!done).then(|| format!("refused: the CPU is {why_not}")),
+        ..Outcome::default()
+    }
+}
+
+fn pcp_disable(allocator: &PageAllocator, zone: ZoneId) -> Outcome {
+    let pages = allocator.zone_pcp_disable(zone).unwrap_or(0);
+    Outcome {
+        note: Some(format!("drained {pages}p")),
+        zones: vec![zone],
+        ..Outcome::default()
+    }
+}
+
+fn pcp_enable(allocator: &PageAllocator, zone: ZoneId) -> Outcome {
+    Outcome {
+        error: allocator
+            .zone_pcp_enable(zone)
+            .is_none()
+            .then(|| format!("zone {} is not pcp-disabled", zone.zone_type)),
+        zones: vec![zone],
+        ..Outcome::default()
+    }
+}
+
+fn set(allocator: &PageAllocator, setting: Setting) -> Outcome {
+    let settings = match setting {
+        Setting::MinFreeKbytes(value) => Settings {
+            min_free_kbytes: value,
+            ..allocator.settings()
+        },
+        Setting::WatermarkScaleFactor(value) => Settings {
+            watermark_scale_factor: value,
+            ..allocator.settings()
+        },
+        Setting::WatermarkBoostFactor(value) => Settings {
+            watermark_boost_factor: value,
+            ..allocator.settings()
+        },
+        Setting::PercpuPagelistHighFraction(value) => Settings {
+            percpu_pagelist_high_fraction: value,
+            ..allocator.settings()
+        },
+    };
+    match allocator.set_settings(settings) {
+        Ok(()) => Outcome {
+            note: Some(watermarks_note(allocator)),
+            ..Outcome::default()
+        },
+        Err(e) => Outcome {
+            error: Some(format!("refused: {e}")),
+            ..Outcome::default()
+        },
+    }
+}
+
+/// `min_free_kbytes 14096; Normal min 3524 low 4405 high 5286`: what a sysctl write
+/// recomputed.
+fn watermarks_note(allocator: &PageAllocator) -> String {
+    let mut note = format!("min_free_kbytes {}", allocator.min_free_kbytes());
+    for zone in allocator.zones().iter().filter(|z| z.is_managed()) {
+        note.push_str(&format!(
+            "; {} min {} low {} high {}",
+            zone.zone_type(),
+            zone.wmark(WatermarkKind::Min),
+            zone.wmark(WatermarkKind::Low),
+            zone.wmark(WatermarkKind::High)
+        ));
+    }
+    note
+}
+
+fn flag(allocator: &PageAllocator, zone: ZoneId, changes: &[(ZoneFlags, bool)]) -> Outcome {
+    let target = allocator
+        .zone(zone.node, zone.zone_type)
+        .expect("zones were checked before the run");
+    for &(flag, on) in changes {
+        if on {
+            target.set_flag(flag);
+        } else {
+            target.clear_flag(flag);
+        }
+    }
+    Outcome {
+        zones: vec![zone],
+        ..Outcome::default()
+    }
+}
