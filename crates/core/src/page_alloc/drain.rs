@@ -222,7 +222,9 @@ impl PageAllocator {
     /// Take the drain mutex as a running drain would, for tests and simulators.
     /// `None` if a drain is running.
     pub fn hold_drain_mutex(&self) -> Option<DrainMutexGuard<'_>> {
-        self.drain_work.try_lock().then_some(DrainMutexGuard {
+        // `then`, not `then_some`: a guard built eagerly on failure would unlock the
+        // running drain's mutex when dropped.
+        self.drain_work.try_lock().then(|| DrainMutexGuard {
             state: &self.drain_work,
         })
     }

@@ -147,8 +147,15 @@ impl PageAllocator {
         let mut batch = 0;
         for (&pfn, &zone) in pfns.iter().zip(&claimed) {
             free_pages_prepare(zone, pfn);
+            if bypass {
+                // Seed 001: each page of an interrupt-context batch goes to
+                // `__free_pages_ok`, as a single free from that context does.
+                zone.events.pcp_irq_bypass.fetch_add(1, Relaxed);
+                free_pages_ok(zone, pfn, Order::ZERO);
+                continue;
+            }
             let mt = zone.mem_map.pageblock_migratetype(pfn);
-            let Some(pcp_mt) = pcp_migratetype(mt).filter(|_| !bypass) else {
+            let Some(pcp_mt) = pcp_migratetype(mt) else {
                 free_one_page(zone, pfn, Order::ZERO, mt);
                 continue;
             };

@@ -63,9 +63,9 @@ pub struct PcpFlags {
 pub struct PerCpuPages {
     /// Pages on all lists.
     pub count: u64,
-    /// Current drain threshold. Before patch 7 a fixed copy of `high_min`; from patch 7
-    /// auto-tuned within `[high_min, high_max]` and clamped lazily on use, so a pageset
-    /// that was never used shows 0, as on Linux.
+    /// Current drain threshold. Before patch 6 a fixed copy of `high_min`; patch 6 stops
+    /// writing it (0); from patch 7 it is auto-tuned within `[high_min, high_max]` and
+    /// clamped lazily on use, so a pageset that was never used shows 0, as on Linux.
     pub high: u64,
     /// Pages moved per refill or drain step.
     pub batch: u64,
@@ -112,7 +112,9 @@ impl PerCpuPages {
         self.batch = batch;
         self.high_min = high_min;
         self.high_max = high_max;
-        if !policy.auto_tune {
+        // v6.6 writes `pcp->high` here; patch 6 stops writing it (the rules read high_min
+        // until patch 7 makes high dynamic), so from patch 6 an unused pageset shows 0.
+        if !policy.high_min_max {
             self.high = high_min;
         }
     }
