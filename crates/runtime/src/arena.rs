@@ -149,6 +149,18 @@ pub fn page_size() -> usize {
 
 /// An allocated block as memory: `2^order` pages owned by this handle until it drops.
 ///
+/// ```
+/// # use mmkit_runtime::PagePool;
+/// # use mmkit_core::Order;
+/// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(1).build()?;
+/// let mut block = pool.alloc(Order::new(1).unwrap())?;
+/// block[8191] = 7;                                   // 8 KiB of writable memory
+/// let pfn = block.into_raw();                        // keep it past the handle
+/// // SAFETY: `into_raw` gave up the handle; the block is freed once.
+/// unsafe { pool.free_raw(pfn, Order::new(1).unwrap())? };
+/// # Ok::<(), mmkit_runtime::PoolError>(())
+/// ```
+///
 /// # Invariants
 ///
 /// `ptr .. ptr + len` is inside the pool's arena and is an allocated block that nothing

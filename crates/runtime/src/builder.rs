@@ -18,6 +18,25 @@ use mmkit_core::page::PAGE_SIZE;
 const ARENA_ALIGN: usize = 4 << 20;
 
 /// Builds a [`PagePool`].
+///
+/// ```
+/// use mmkit_core::{Policy, Settings};
+/// use mmkit_core::page_alloc::ZoneType;
+/// use mmkit_runtime::PagePool;
+///
+/// let pool = PagePool::builder()
+///     .memory_bytes(128 << 20)
+///     .cpus(4)
+///     .nodes(2)                                  // 64 MiB and 2 CPUs per node
+///     .zone(ZoneType::Dma32, 16 << 20)           // per node: 16 MiB DMA32, rest Normal
+///     .zone(ZoneType::Normal, 0)
+///     .policy(Policy::preset("patch5").unwrap()) // Linux before PCP auto-tuning
+///     .settings(Settings { watermark_scale_factor: 100, ..Settings::default() })
+///     .build()?;
+/// assert_eq!(pool.nr_nodes(), 2);
+/// assert_eq!(pool.allocator().policy().name, "patch5");
+/// # Ok::<(), mmkit_runtime::PoolError>(())
+/// ```
 pub struct PagePoolBuilder {
     memory_bytes: usize,
     cpus: Option<u32>,

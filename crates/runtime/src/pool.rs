@@ -125,13 +125,34 @@ impl PagePool {
         Caller::task(cpu)
     }
 
-    /// Allocate a block of 2^`order` pages for user data (`GFP_HIGHUSER_MOVABLE`-like:
-    /// movable, may wait for kswapd's drains).
+    /// Allocate a block of 2^`order` pages for user data (`GFP_USER | __GFP_MOVABLE`:
+    /// movable, may block for drains). The block is freed when the handle drops.
+    ///
+    /// ```
+    /// # use mmkit_runtime::PagePool;
+    /// # use mmkit_core::Order;
+    /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(1).build()?;
+    /// let mut huge = pool.alloc(Order::new(9).unwrap())?;          // 2 MiB
+    /// assert_eq!(huge.len(), 2 << 20);
+    /// assert_eq!(huge.addr() % (2 << 20), 0, "blocks are aligned to their size");
+    /// huge.fill(0xab);
+    /// # Ok::<(), mmkit_runtime::PoolError>(())
+    /// ```
     pub fn alloc(&self, order: Order) -> Result<PageBlock<'_>, PoolError> {
         self.alloc_gfp(Gfp::USER | Gfp::MOVABLE, order)
     }
 
-    /// Allocate with explicit GFP flags.
+    /// Allocate with explicit GFP flags (zone, mobility, reserve rights).
+    ///
+    /// ```
+    /// # use mmkit_runtime::PagePool;
+    /// # use mmkit_core::{Gfp, Order};
+    /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(1).build()?;
+    /// // An atomic request may dip into the min reserve, and cannot block.
+    /// let block = pool.alloc_gfp(Gfp::ATOMIC, Order::ZERO)?;
+    /// assert_eq!(block.len(), 4096);
+    /// # Ok::<(), mmkit_runtime::PoolError>(())
+    /// ```
     pub fn alloc_gfp(&self, gfp: Gfp, order: Order) -> Result<PageBlock<'_>, PoolError> {
         let pfn = self.alloc_pfn(gfp, order)?;
         Ok(PageBlock::new(self, pfn, order))
@@ -139,6 +160,21 @@ impl PagePool {
 
     /// Allocate a block the caller will free with [`PagePool::free_raw`]; returns its pfn.
     /// Its memory is at [`PagePool::pfn_to_addr`].
+    ///
+    /// ```
+    /// # use mmkit_runtime::{PagePool, PoolError};
+    /// # use mmkit_core::{Gfp, Order};
+    /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(1).build()?;
+    /// let pfn = pool.alloc_raw(Gfp::KERNEL, Order::new(2).unwrap())?;
+    /// let addr = pool.pfn_to_addr(pfn)?;
+    /// assert_eq!(pool.addr_to_pfn(addr)?, pfn);
+    /// // SAFETY: allocated raw above, freed once, never referenced.
+    /// unsafe { pool.free_raw(pfn, Order::new(2).unwrap())? };
+    /// // A second free is refused, and changes nothing.
+    /// // SAFETY: refused by the allocator before anything is freed.
+    /// assert!(matches!(unsafe { pool.free_raw(pfn, Order::new(2).unwrap()) }, Err(PoolError::Free(_))));
+    /// # Ok::<(), PoolError>(())
+    /// ```
     pub fn alloc_raw(&self, gfp: Gfp, order: Order) -> Result<Pfn, PoolError> {
         self.alloc_pfn(gfp, order)
     }
@@ -155,6 +191,16 @@ impl PagePool {
     /// Fill the empty slots of `out` with order-0 pages under one pageset lock hold
     /// (`alloc_pages_bulk_array`); returns how many slots are filled. Free them with
     /// [`PagePool::free_raw`] or [`PagePool::free_batch`].
+    ///
+    /// ```
+    /// # use mmkit_runtime::PagePool;
+    /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(1).build()?;
+    /// let mut slots = [None; 32];
+    /// assert_eq!(pool.alloc_bulk(&mut slots)?, 32);
+    /// let pfns: Vec<_> = slots.iter().flatten().copied().collect();
+    /// pool.free_batch(&pfns)?;
+    /// # Ok::<(), mmkit_runtime::PoolError>(())
+    /// ```
     pub fn alloc_bulk(&self, out: &mut [Option<Pfn>]) -> Result<usize, PoolError> {
         let filled = self.inner.allocator.alloc_pages_bulk_array(
             self.caller(),
@@ -261,6 +307,17 @@ impl PagePool {
     }
 
     /// Drain every CPU's pagesets (of one zone, or all).
+    ///
+    /// ```
+    /// # use mmkit_runtime::PagePool;
+    /// # use mmkit_core::Order;
+    /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(2).build()?;
+    /// drop(pool.alloc(Order::ZERO)?);             // the page is cached on a pageset
+    /// assert!(pool.stats().pcp_pages > 0);
+    /// pool.drain_all(None);
+    /// assert_eq!(pool.stats().pcp_pages, 0);
+    /// # Ok::<(), mmkit_runtime::PoolError>(())
+    /// ```
     pub fn drain_all(&self, zone: Option<ZoneId>) -> DrainAll {
         self.inner.allocator.drain_all_pages(zone)
     }
@@ -270,7 +327,20 @@ impl PagePool {
         self.inner.allocator.vmstat_tick(cpu)
     }
 
-    /// Change the sysctls at run time.
+    /// Change the sysctls at run time; watermarks and pageset limits are recomputed.
+    /// Invalid values are refused and nothing changes.
+    ///
+    /// ```
+    /// # use mmkit_runtime::PagePool;
+    /// let pool = PagePool::builder().memory_bytes(64 << 20).cpus(2).build()?;
+    /// let mut settings = pool.settings();
+    /// settings.percpu_pagelist_high_fraction = 8;    // fixed high: managed / 8 / CPUs
+    /// pool.set_settings(settings.clone())?;
+    /// settings.percpu_pagelist_high_fraction = 3;    // Linux says EINVAL
+    /// assert!(pool.set_settings(settings).is_err());
+    /// assert_eq!(pool.settings().percpu_pagelist_high_fraction, 8);
+    /// # Ok::<(), mmkit_runtime::PoolError>(())
+    /// ```
     pub fn set_settings(&self, settings: Settings) -> Result<(), PoolError> {
         self.inner
             .allocator
@@ -284,6 +354,16 @@ impl PagePool {
     }
 
     /// Change fault injection at run time.
+    ///
+    /// ```
+    /// # use mmkit_runtime::{FaultConfig, PagePool, PoolError};
+    /// # use mmkit_core::Order;
+    /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(1).build()?;
+    /// pool.set_fault_injection(FaultConfig { probability: 1.0, times: 1, ..FaultConfig::default() });
+    /// assert!(matches!(pool.alloc(Order::ZERO), Err(PoolError::Injected)));
+    /// assert!(pool.alloc(Order::ZERO).is_ok(), "only one failure was asked for");
+    /// # Ok::<(), PoolError>(())
+    /// ```
     pub fn set_fault_injection(&self, fault: FaultConfig) {
         self.inner.fault.configure(fault);
     }
@@ -303,6 +383,17 @@ impl PagePool {
     }
 
     /// Counters of the whole pool.
+    ///
+    /// ```
+    /// # use mmkit_runtime::PagePool;
+    /// # use mmkit_core::Order;
+    /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(1).background(false).build()?;
+    /// drop(pool.alloc(Order::new(1).unwrap())?);
+    /// let stats = pool.stats();
+    /// assert_eq!((stats.pgalloc, stats.pgfree), (2, 2));
+    /// assert!(stats.pcp_refills >= 1, "the first allocation refilled the pageset");
+    /// # Ok::<(), mmkit_runtime::PoolError>(())
+    /// ```
     pub fn stats(&self) -> PoolStats {
         let mut stats = PoolStats::default();
         for zone in self.inner.allocator.zones() {
@@ -322,6 +413,15 @@ impl PagePool {
     }
 
     /// `/proc/zoneinfo` of the live pool.
+    ///
+    /// ```
+    /// # use mmkit_runtime::PagePool;
+    /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(2).build()?;
+    /// let text = pool.zoneinfo();
+    /// assert!(text.starts_with("Node 0, zone      DMA\n"));
+    /// assert!(text.contains("        managed  4096\n"));
+    /// # Ok::<(), mmkit_runtime::PoolError>(())
+    /// ```
     pub fn zoneinfo(&self) -> String {
         zoneinfo::render(&zoneinfo::collect(&self.inner.allocator))
     }

@@ -19,6 +19,27 @@ pub struct ReclaimContext<'a> {
 }
 
 /// A source of reclaimable pages.
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+/// use std::sync::Arc;
+/// use mmkit_runtime::{PagePool, Reclaim, ReclaimContext};
+///
+/// /// Counts kswapd's calls; a real cache would free its coldest blocks here.
+/// #[derive(Default)]
+/// struct Counting(AtomicU64);
+///
+/// impl Reclaim for Counting {
+///     fn reclaim(&self, cx: &ReclaimContext<'_>) -> u64 {
+///         self.0.fetch_add(1, Relaxed);
+///         cx.allocator.drain_all_pages(None);
+///         0 // nothing freed: kswapd stops for now
+///     }
+/// }
+///
+/// let pool = PagePool::builder().memory_bytes(16 << 20).reclaim(Arc::new(Counting::default())).build()?;
+/// # Ok::<(), mmkit_runtime::PoolError>(())
+/// ```
 pub trait Reclaim: Send + Sync {
     /// Free up to `cx.nr_to_reclaim` pages back to the pool; return how many were freed.
     /// Returning 0 tells kswapd that no progress is possible now.
