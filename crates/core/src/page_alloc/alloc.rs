@@ -86,11 +86,15 @@ impl PageAllocator {
         if !self.zones[0].group_by_mobility() {
             migratetype = MigrateType::Unmovable;
         }
-        let eligible = |&&i: &&usize| {
-            let zone = &self.zones[i];
-            zone.zone_type <= highest_zoneidx && (!gfp.contains(Gfp::THISNODE) || zone.node == node)
-        };
-        let preferred = *zonelist.iter().find(eligible).ok_or(AllocError::NoZone)?;
+        let preferred = if gfp.contains(Gfp::THISNODE) {
+            zonelist
+                .iter()
+                .copied()
+                .find(|&i| self.zones[i].zone_type <= highest_zoneidx && self.zones[i].node == node)
+        } else {
+            self.preferred_zones[node as usize][highest_zoneidx.index()]
+        }
+        .ok_or(AllocError::NoZone)?;
         Ok(AllocContext {
             caller,
             gfp,
@@ -232,7 +236,12 @@ impl PageAllocator {
         } else {
             self.rmqueue_buddy(zone, ac, flags)
         }?;
-        if flags.contains(AllocFlags::KSWAPD) && zone.clear_flag(ZoneFlags::BOOSTED_WATERMARK) {
+        // Test before clearing, as Linux does: an atomic read-modify-write on every
+        // allocation would cost more than the rest of the fast path.
+        if flags.contains(AllocFlags::KSWAPD)
+            && zone.flags().contains(ZoneFlags::BOOSTED_WATERMARK)
+            && zone.clear_flag(ZoneFlags::BOOSTED_WATERMARK)
+        {
             self.wakeup_kswapd(zone.node, Order::ZERO, zone.zone_type);
         }
         Some(pfn)

@@ -15,7 +15,7 @@ use core::sync::atomic::{AtomicU32, AtomicU8};
 
 use super::drain::DrainWorkState;
 use super::pcp_sizing::{self, PcpLimits};
-use super::types::{CpuId, NodeId, ZoneType, MIGRATE_TYPES};
+use super::types::{CpuId, NodeId, ZoneType, MAX_NR_ZONES, MIGRATE_TYPES};
 use super::watermark::{self, WatermarkKind, PAGEBLOCK_PAGES};
 use super::zone::Zone;
 use crate::page::Pfn;
@@ -43,6 +43,9 @@ pub struct PageAllocator {
     pub(crate) nr_zone_types: usize,
     /// Per node: zone indices in fallback order (`ZONELIST_FALLBACK`).
     pub(crate) zonelists: Vec<Vec<usize>>,
+    /// Per node and highest zone type: the first zonelist entry a request may use
+    /// (`first_zones_zonelist`), computed once so the fast path does not search.
+    pub(crate) preferred_zones: Vec<[Option<usize>; MAX_NR_ZONES]>,
     /// Spanning zones sorted by start pfn, for pfn → zone.
     pfn_ranges: Vec<(u64, u64, usize)>,
     settings: SpinLock<Settings>,
@@ -90,6 +93,16 @@ impl PageAllocator {
             }
         }
         let zonelists = build_zonelists(&zones, nr_zone_types, topology.nr_nodes());
+        let preferred_zones = zonelists
+            .iter()
+            .map(|list| {
+                core::array::from_fn(|highest| {
+                    list.iter()
+                        .copied()
+                        .find(|&i| zones[i].zone_type.index() <= highest)
+                })
+            })
+            .collect();
         let mut pfn_ranges: Vec<_> = zones
             .iter()
             .enumerate()
@@ -105,6 +118,7 @@ impl PageAllocator {
             zones,
             nr_zone_types,
             zonelists,
+            preferred_zones,
             pfn_ranges,
             scale_max: AtomicU8::new(settings.pcp_batch_scale_max),
             settings: SpinLock::new(settings),

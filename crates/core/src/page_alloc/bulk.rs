@@ -20,8 +20,9 @@ use crate::page::{Order, Pfn};
 
 /// Where bulk-allocated pages go.
 enum Sink<'a> {
-    /// Fill the empty slots of an array.
-    Array(&'a mut [Option<Pfn>]),
+    /// Fill the empty slots of an array; the index is where the search for the next
+    /// empty slot resumes (slots before it are full).
+    Array(&'a mut [Option<Pfn>], usize),
     /// Append to a list.
     List(&'a mut Vec<Pfn>, usize),
 }
@@ -30,19 +31,21 @@ impl Sink<'_> {
     /// Pages still wanted.
     fn wanted(&self) -> usize {
         match self {
-            Sink::Array(array) => array.iter().filter(|slot| slot.is_none()).count(),
+            Sink::Array(array, _) => array.iter().filter(|slot| slot.is_none()).count(),
             Sink::List(list, target) => target.saturating_sub(list.len()),
         }
     }
 
     fn put(&mut self, pfn: Pfn) {
         match self {
-            Sink::Array(array) => {
-                let slot = array
-                    .iter_mut()
-                    .find(|slot| slot.is_none())
+            Sink::Array(array, next) => {
+                let index = array[*next..]
+                    .iter()
+                    .position(|slot| slot.is_none())
+                    .map(|i| *next + i)
                     .expect("a slot is empty");
-                *slot = Some(pfn);
+                array[index] = Some(pfn);
+                *next = index + 1;
             }
             Sink::List(list, _) => list.push(pfn),
         }
@@ -51,7 +54,7 @@ impl Sink<'_> {
     /// The return value: populated slots (array) or pages added (list).
     fn result(&self, list_start: usize) -> usize {
         match self {
-            Sink::Array(array) => array.iter().filter(|slot| slot.is_some()).count(),
+            Sink::Array(array, _) => array.iter().filter(|slot| slot.is_some()).count(),
             Sink::List(list, _) => list.len() - list_start,
         }
     }
@@ -67,7 +70,7 @@ impl PageAllocator {
         node: Option<NodeId>,
         array: &mut [Option<Pfn>],
     ) -> Result<usize, AllocError> {
-        self.alloc_pages_bulk(caller, gfp, node, Sink::Array(array))
+        self.alloc_pages_bulk(caller, gfp, node, Sink::Array(array, 0))
     }
 
     /// Append up to `nr_pages` order-0 pages to `list` (`alloc_pages_bulk_list`). Returns
@@ -93,7 +96,7 @@ impl PageAllocator {
     ) -> Result<usize, AllocError> {
         let list_start = match &sink {
             Sink::List(list, _) => list.len(),
-            Sink::Array(_) => 0,
+            Sink::Array(..) => 0,
         };
         let wanted = sink.wanted();
         if wanted == 0 {
