@@ -46,7 +46,9 @@ mod imp {
 
         /// Lock, waiting as long as it takes.
         pub fn lock(&self) -> SpinLockGuard<'_, T> {
-            self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+            self.0
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
         }
 
         /// Lock if free.

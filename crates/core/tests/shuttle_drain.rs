@@ -37,17 +37,27 @@ fn owner_against_remote_drain() {
     let allocator = machine();
     // Warm CPU 0's pageset so the drain has something to take.
     let warm: Vec<_> = (0..8)
-        .map(|_| allocator.alloc_pages(Caller::task(0), Gfp::KERNEL, Order::ZERO).unwrap())
+        .map(|_| {
+            allocator
+                .alloc_pages(Caller::task(0), Gfp::KERNEL, Order::ZERO)
+                .unwrap()
+        })
         .collect();
     for pfn in warm {
-        allocator.free_pages(Caller::task(0), pfn, Order::ZERO).unwrap();
+        allocator
+            .free_pages(Caller::task(0), pfn, Order::ZERO)
+            .unwrap();
     }
     let owner = {
         let allocator = allocator.clone();
         thread::spawn(move || {
             for _ in 0..3 {
-                let pfn = allocator.alloc_pages(Caller::task(0), Gfp::KERNEL, Order::ZERO).unwrap();
-                allocator.free_pages(Caller::task(0), pfn, Order::ZERO).unwrap();
+                let pfn = allocator
+                    .alloc_pages(Caller::task(0), Gfp::KERNEL, Order::ZERO)
+                    .unwrap();
+                allocator
+                    .free_pages(Caller::task(0), pfn, Order::ZERO)
+                    .unwrap();
             }
         })
     };
@@ -57,7 +67,10 @@ fn owner_against_remote_drain() {
     };
     owner.join().unwrap();
     let drained = drainer.join().unwrap();
-    assert!(matches!(drained, DrainAll::Done { .. }), "nothing else held the drain mutex");
+    assert!(
+        matches!(drained, DrainAll::Done { .. }),
+        "nothing else held the drain mutex"
+    );
     let census = allocator.verify().unwrap();
     assert_eq!(census.iter().map(|c| c.allocated).sum::<u64>(), 0);
     let zone = allocator.zone(0, ZoneType::Normal).unwrap();
@@ -75,10 +88,16 @@ static FALLBACKS_SEEN: AtomicU64 = AtomicU64::new(0);
 fn global_and_zone_drains_hand_off() {
     let allocator = machine();
     let pfns: Vec<_> = (0..16)
-        .map(|i| allocator.alloc_pages(Caller::task(i % 2), Gfp::KERNEL, Order::ZERO).unwrap())
+        .map(|i| {
+            allocator
+                .alloc_pages(Caller::task(i % 2), Gfp::KERNEL, Order::ZERO)
+                .unwrap()
+        })
         .collect();
     for (i, pfn) in pfns.into_iter().enumerate() {
-        allocator.free_pages(Caller::task(i as u32 % 2), pfn, Order::ZERO).unwrap();
+        allocator
+            .free_pages(Caller::task(i as u32 % 2), pfn, Order::ZERO)
+            .unwrap();
     }
     let global = {
         let allocator = allocator.clone();
@@ -90,18 +109,27 @@ fn global_and_zone_drains_hand_off() {
     };
     let global = global.join().unwrap();
     let zone = zone.join().unwrap();
-    assert!(matches!(zone, DrainAll::Done { .. }), "a zone drain waits for the mutex, never skips");
+    assert!(
+        matches!(zone, DrainAll::Done { .. }),
+        "a zone drain waits for the mutex, never skips"
+    );
     assert!(matches!(global, DrainAll::Done { .. } | DrainAll::Skipped));
     assert_eq!(allocator.zone(0, ZoneType::Normal).unwrap().pcp_pages(), 0);
     allocator.verify().unwrap();
-    assert!(allocator.hold_drain_mutex().is_some(), "the mutex was released");
+    assert!(
+        allocator.hold_drain_mutex().is_some(),
+        "the mutex was released"
+    );
 }
 
 #[test]
 fn owner_try_lock_falls_back_while_a_remote_drain_runs() {
     shuttle::check_random(owner_against_remote_drain, 300);
     shuttle::check_pct(owner_against_remote_drain, 300, 3);
-    assert!(FALLBACKS_SEEN.load(Relaxed) > 0, "some schedule exercised the try-lock fallback");
+    assert!(
+        FALLBACKS_SEEN.load(Relaxed) > 0,
+        "some schedule exercised the try-lock fallback"
+    );
 }
 
 #[test]

@@ -13,8 +13,8 @@
 //! [`PageAllocator::run_drain_work`] at its next safe point (the runtime's worker, the
 //! simulator's scheduler).
 
-use alloc::vec::Vec;
 use crate::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
+use alloc::vec::Vec;
 
 use super::allocator::PageAllocator;
 use super::pcp_sizing::PcpLimits;

@@ -175,13 +175,17 @@ impl AllocFlags {
             flags |= AllocFlags::KSWAPD;
         }
         if !gfp.allows_blocking() {
+            // Not worth trying harder for __GFP_NOMEMALLOC even if it cannot sleep.
             if !gfp.contains(Gfp::NOMEMALLOC) {
                 flags |= AllocFlags::NON_BLOCK;
+                if order.get() > 0 {
+                    flags |= AllocFlags::HIGHATOMIC;
+                }
             }
-            if order.get() > 0 {
-                flags |= AllocFlags::HIGHATOMIC;
+            // Non-blocking __GFP_HIGH (GFP_ATOMIC) ignores cpuset placement.
+            if flags.contains(AllocFlags::MIN_RESERVE) {
+                flags -= AllocFlags::CPUSET;
             }
-            flags -= AllocFlags::CPUSET;
         }
         flags
     }
@@ -233,11 +237,19 @@ mod tests {
         assert!(flags.contains(AllocFlags::MIN_RESERVE | AllocFlags::NON_BLOCK));
         assert!(flags.contains(AllocFlags::HIGHATOMIC | AllocFlags::KSWAPD));
         assert!(!flags.contains(AllocFlags::CPUSET));
+        // __GFP_NOMEMALLOC: no extra reserves, no high-atomic reserve.
+        let nomemalloc =
+            AllocFlags::slow_path(Gfp::ATOMIC | Gfp::NOMEMALLOC, Order::new(2).unwrap());
+        assert!(!nomemalloc.intersects(AllocFlags::NON_BLOCK | AllocFlags::HIGHATOMIC));
         let kernel = AllocFlags::slow_path(Gfp::KERNEL, Order::ZERO);
         assert!(!kernel.intersects(AllocFlags::RESERVES));
         // GFP_NOWAIT cannot block but has no __GFP_HIGH: ALLOC_NON_BLOCK only.
         let nowait = AllocFlags::slow_path(Gfp::NOWAIT, Order::ZERO);
         assert!(nowait.contains(AllocFlags::NON_BLOCK));
         assert!(!nowait.contains(AllocFlags::MIN_RESERVE));
+        assert!(
+            nowait.contains(AllocFlags::CPUSET),
+            "only __GFP_HIGH ignores cpusets"
+        );
     }
 }
