@@ -33,6 +33,14 @@ impl Arena {
     /// Reserve `len` bytes aligned to `align` (a power of two, at least the page size),
     /// with `MAP_NORESERVE` so untouched pages cost nothing. With `huge_pages`, ask for
     /// transparent huge pages (`MADV_HUGEPAGE`).
+    ///
+    /// ```
+    /// use mmkit_runtime::arena::Arena;
+    /// let arena = Arena::new(8 << 20, 2 << 20, true)?;
+    /// assert_eq!(arena.base() as usize % (2 << 20), 0);
+    /// assert_eq!(arena.offset_of(arena.base() as usize + 4096), Some(4096));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn new(len: usize, align: usize, huge_pages: bool) -> io::Result<Arena> {
         if len == 0 || !align.is_power_of_two() || len % page_size() != 0 {
             return Err(io::Error::new(

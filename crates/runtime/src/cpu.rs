@@ -22,6 +22,11 @@ thread_local! {
 }
 
 /// The CPU the calling thread runs on now (or the one it was pinned to).
+///
+/// ```
+/// let cpu = mmkit_runtime::cpu::current_cpu();
+/// assert!(cpu < 4096);
+/// ```
 pub fn current_cpu() -> u32 {
     if let Some(cpu) = PINNED.with(Cell::get) {
         return cpu;

@@ -105,6 +105,16 @@ impl PagePool {
     }
 
     /// The core allocator underneath (for statistics, views and experiments).
+    ///
+    /// ```
+    /// # use mmkit_runtime::PagePool;
+    /// # use mmkit_core::page_alloc::ZoneType;
+    /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(2).build()?;
+    /// let normal = pool.allocator().zone(0, ZoneType::Normal).unwrap();
+    /// assert_eq!(normal.managed(), 4096);
+    /// assert_eq!(normal.pageset(1).unwrap().batch, 1, "a 16 MiB zone has batch 1");
+    /// # Ok::<(), mmkit_runtime::PoolError>(())
+    /// ```
     pub fn allocator(&self) -> &PageAllocator {
         &self.inner.allocator
     }
@@ -113,8 +123,19 @@ impl PagePool {
         &self.inner.arena
     }
 
-    /// The caller as the core sees it: this thread's CPU (`sched_getcpu`, or the pinned
-    /// CPU), folded into the pool's CPUs, skipping offline ones.
+    /// The caller as the core sees it: this thread's CPU (rseq, `sched_getcpu`, or the
+    /// pinned CPU), folded into the pool's CPUs, skipping offline ones.
+    ///
+    /// ```
+    /// # use mmkit_runtime::{cpu, PagePool};
+    /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(2).build()?;
+    /// cpu::pin_thread(Some(3));                       // 3 % 2 = CPU 1
+    /// assert_eq!(pool.caller().cpu, 1);
+    /// pool.set_cpu_online(1, false);                  // CPU 1 goes away: served by CPU 0
+    /// assert_eq!(pool.caller().cpu, 0);
+    /// cpu::pin_thread(None);
+    /// # Ok::<(), mmkit_runtime::PoolError>(())
+    /// ```
     pub fn caller(&self) -> Caller {
         let nr = self.inner.nr_cpus;
         let first = cpu::current_cpu() % nr;
@@ -214,6 +235,16 @@ impl PagePool {
 
     /// Up to `n` order-0 pages as handles, from one bulk allocation (see
     /// [`PagePool::alloc_bulk`]). Fewer (at least one) when memory is short.
+    ///
+    /// ```
+    /// # use mmkit_runtime::PagePool;
+    /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(1).build()?;
+    /// let mut pages = pool.alloc_bulk_blocks(64)?;
+    /// assert_eq!(pages.len(), 64);
+    /// pages.iter_mut().for_each(|page| page[0] = 1);
+    /// pool.free_blocks(pages);                        // one batched free
+    /// # Ok::<(), mmkit_runtime::PoolError>(())
+    /// ```
     pub fn alloc_bulk_blocks(&self, n: usize) -> Result<Vec<PageBlock<'_>>, PoolError> {
         let mut slots = vec![None; n];
         let filled = self.alloc_bulk(&mut slots)?;
@@ -299,7 +330,16 @@ impl PagePool {
         }
     }
 
-    /// Drain this CPU's pagesets.
+    /// Drain this CPU's pagesets; returns the pages given back to the zones.
+    ///
+    /// ```
+    /// # use mmkit_runtime::PagePool;
+    /// # use mmkit_core::Order;
+    /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(1).build()?;
+    /// drop(pool.alloc(Order::ZERO)?);
+    /// assert!(pool.drain_local() > 0);
+    /// # Ok::<(), mmkit_runtime::PoolError>(())
+    /// ```
     pub fn drain_local(&self) -> u64 {
         self.inner
             .allocator
@@ -322,7 +362,22 @@ impl PagePool {
         self.inner.allocator.drain_all_pages(zone)
     }
 
-    /// One vmstat tick of `cpu` (the background thread does this every `stat_interval`).
+    /// One vmstat tick of `cpu` (the background thread does this every `stat_interval`):
+    /// the PCP `high` decay. Returns whether anything changed.
+    ///
+    /// ```
+    /// # use mmkit_runtime::PagePool;
+    /// # use mmkit_core::Order;
+    /// # use mmkit_core::page_alloc::ZoneType;
+    /// let pool = PagePool::builder().memory_bytes(512 << 20).cpus(1).background(false).build()?;
+    /// let blocks: Vec<_> = (0..3000).map(|_| pool.alloc(Order::ZERO)).collect::<Result<_, _>>()?;
+    /// drop(blocks);                                   // high grew during the refills
+    /// let zone = pool.allocator().zone(0, ZoneType::Normal).unwrap();
+    /// let before = zone.pageset(0).unwrap().high;
+    /// pool.vmstat_tick(0);
+    /// assert!(zone.pageset(0).unwrap().high < before, "decays by up to an eighth per tick");
+    /// # Ok::<(), mmkit_runtime::PoolError>(())
+    /// ```
     pub fn vmstat_tick(&self, cpu: u32) -> bool {
         self.inner.allocator.vmstat_tick(cpu)
     }
@@ -368,7 +423,18 @@ impl PagePool {
         self.inner.fault.configure(fault);
     }
 
-    /// Take a CPU offline (its pagesets drain) or back online.
+    /// Take a CPU offline (its pagesets drain and every zone's limits are recomputed) or
+    /// back online. Returns false if nothing changed (already so, unknown CPU, or the last
+    /// online CPU).
+    ///
+    /// ```
+    /// # use mmkit_runtime::PagePool;
+    /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(2).build()?;
+    /// assert!(pool.set_cpu_online(1, false));
+    /// assert!(!pool.set_cpu_online(0, false), "the last CPU stays");
+    /// assert!(pool.set_cpu_online(1, true));
+    /// # Ok::<(), mmkit_runtime::PoolError>(())
+    /// ```
     pub fn set_cpu_online(&self, cpu: u32, online: bool) -> bool {
         if online {
             self.inner.allocator.cpu_online_event(cpu)
@@ -378,6 +444,17 @@ impl PagePool {
     }
 
     /// Check every page of every zone; returns each zone's census.
+    ///
+    /// ```
+    /// # use mmkit_runtime::PagePool;
+    /// # use mmkit_core::Order;
+    /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(1).build()?;
+    /// let block = pool.alloc(Order::new(3).unwrap())?;
+    /// let census = pool.verify()?;
+    /// assert_eq!(census.iter().map(|zone| zone.allocated).sum::<u64>(), 8);
+    /// drop(block);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn verify(&self) -> Result<Vec<ZoneCensus>, VerifyError> {
         self.inner.allocator.verify()
     }
@@ -427,11 +504,29 @@ impl PagePool {
     }
 
     /// `/proc/buddyinfo` of the live pool.
+    ///
+    /// ```
+    /// # use mmkit_runtime::PagePool;
+    /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(1).build()?;
+    /// // 4096 free pages: four free blocks of order 10.
+    /// assert!(pool.buddyinfo().trim_end().ends_with("     4"));
+    /// # Ok::<(), mmkit_runtime::PoolError>(())
+    /// ```
     pub fn buddyinfo(&self) -> String {
         buddyinfo::render(&self.inner.allocator)
     }
 
     /// `/proc/vmstat`'s page-allocator lines for the live pool.
+    ///
+    /// ```
+    /// # use mmkit_runtime::PagePool;
+    /// # use mmkit_core::Order;
+    /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(1).build()?;
+    /// drop(pool.alloc(Order::new(2).unwrap())?);
+    /// let vmstat = pool.vmstat();
+    /// assert!(vmstat.contains("pgalloc_normal 4\n") && vmstat.contains("pgfree 4\n"));
+    /// # Ok::<(), mmkit_runtime::PoolError>(())
+    /// ```
     pub fn vmstat(&self) -> String {
         mmkit_core::views::vmstat::render(&self.inner.allocator)
     }
