@@ -141,7 +141,7 @@ pub fn run(args: &StressArgs) -> Result<(), CliError> {
     for (block, generation) in leftovers {
         counters
             .violations
-            .fetch_add(check(&block, generation), Relaxed);
+            .fetch_add(block.canary_damage(generation), Relaxed);
         counters.frees.fetch_add(1, Relaxed);
     }
     let elapsed = started.elapsed().as_secs_f64();
@@ -301,7 +301,7 @@ impl<'p> Worker<'p> {
     fn alloc(&mut self, order: Order, generation: u64) -> Option<(PageBlock<'p>, u64)> {
         match self.pool.alloc(order) {
             Ok(mut block) => {
-                paint(&mut block, generation);
+                block.write_canary(generation);
                 self.counters.allocs.fetch_add(1, Relaxed);
                 self.counters.pages.fetch_add(order.pages(), Relaxed);
                 Some((block, generation))
@@ -320,7 +320,7 @@ impl<'p> Worker<'p> {
     fn free(&self, block: PageBlock<'p>, generation: u64) {
         self.counters
             .violations
-            .fetch_add(check(&block, generation), Relaxed);
+            .fetch_add(block.canary_damage(generation), Relaxed);
         self.counters.frees.fetch_add(1, Relaxed);
         drop(block);
     }
@@ -386,12 +386,12 @@ impl<'p> Worker<'p> {
         self.counters.allocs.fetch_add(blocks.len() as u64, Relaxed);
         self.counters.pages.fetch_add(blocks.len() as u64, Relaxed);
         for block in &mut blocks {
-            paint(block, generation);
+            block.write_canary(generation);
         }
         for block in &blocks {
             self.counters
                 .violations
-                .fetch_add(check(block, generation), Relaxed);
+                .fetch_add(block.canary_damage(generation), Relaxed);
         }
         self.counters.frees.fetch_add(blocks.len() as u64, Relaxed);
         self.pool.free_blocks(blocks);
@@ -437,25 +437,4 @@ impl<'p> Worker<'p> {
             }
         }
     }
-}
-
-/// Write `address ^ generation ^ word index` into every word of the block.
-fn paint(block: &mut PageBlock<'_>, generation: u64) {
-    let addr = block.addr() as u64;
-    for (i, word) in block.chunks_exact_mut(8).enumerate() {
-        word.copy_from_slice(&(addr ^ generation ^ i as u64).to_ne_bytes());
-    }
-}
-
-/// Words that lost their paint.
-fn check(block: &PageBlock<'_>, generation: u64) -> u64 {
-    let addr = block.addr() as u64;
-    block
-        .chunks_exact(8)
-        .enumerate()
-        .filter(|(i, word)| {
-            let value = u64::from_ne_bytes((*word).try_into().expect("8-byte chunks"));
-            value != addr ^ generation ^ *i as u64
-        })
-        .count() as u64
 }

@@ -223,6 +223,40 @@ impl<'pool> PageBlock<'pool> {
         self.ptr.as_ptr() as usize
     }
 
+    /// Write a canary across the block: each 8-byte word gets its address, the
+    /// `generation` and its index XORed together, so a stray write anywhere in the block,
+    /// or the block handed to two owners, shows up in [`PageBlock::canary_damage`].
+    pub fn write_canary(&mut self, generation: u64) {
+        let addr = self.addr() as u64;
+        for (i, word) in self.chunks_exact_mut(8).enumerate() {
+            word.copy_from_slice(&(addr ^ generation ^ i as u64).to_ne_bytes());
+        }
+    }
+
+    /// Words that no longer hold the canary written with `generation`.
+    ///
+    /// ```
+    /// # use mmkit_runtime::PagePool;
+    /// # use mmkit_core::Order;
+    /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(1).build()?;
+    /// let mut block = pool.alloc(Order::ZERO)?;
+    /// block.write_canary(7);
+    /// assert_eq!(block.canary_damage(7), 0);
+    /// block[100] ^= 1;
+    /// assert_eq!(block.canary_damage(7), 1);
+    /// # Ok::<(), mmkit_runtime::PoolError>(())
+    /// ```
+    pub fn canary_damage(&self, generation: u64) -> u64 {
+        let addr = self.addr() as u64;
+        self.chunks_exact(8)
+            .enumerate()
+            .filter(|(i, word)| {
+                let value = u64::from_ne_bytes((*word).try_into().expect("8-byte chunks"));
+                value != addr ^ generation ^ *i as u64
+            })
+            .count() as u64
+    }
+
     /// Give up the handle without freeing: the block becomes a raw allocation that
     /// [`crate::PagePool::free_raw`] frees.
     pub fn into_raw(self) -> mmkit_core::Pfn {

@@ -14,26 +14,6 @@ fn order(n: u8) -> Order {
     Order::new(n).unwrap()
 }
 
-/// Write `(address ^ generation)` into every word of the block.
-fn paint(block: &mut PageBlock<'_>, generation: u64) {
-    let addr = block.addr() as u64;
-    for (i, word) in block.chunks_exact_mut(8).enumerate() {
-        word.copy_from_slice(&(addr ^ generation ^ i as u64).to_ne_bytes());
-    }
-}
-
-/// Count the words that no longer hold the paint.
-fn check(block: &PageBlock<'_>, generation: u64) -> usize {
-    let addr = block.addr() as u64;
-    block
-        .chunks_exact(8)
-        .enumerate()
-        .filter(|(i, word)| {
-            u64::from_ne_bytes((*word).try_into().unwrap()) != addr ^ generation ^ *i as u64
-        })
-        .count()
-}
-
 #[test]
 fn blocks_are_writable_memory_at_stable_addresses() {
     let pool = PagePool::builder()
@@ -45,9 +25,9 @@ fn blocks_are_writable_memory_at_stable_addresses() {
     let mut a = pool.alloc(order(0)).unwrap();
     let mut b = pool.alloc(order(3)).unwrap();
     assert_eq!((a.len(), b.len()), (4096, 32768));
-    paint(&mut a, 1);
-    paint(&mut b, 2);
-    assert_eq!((check(&a, 1), check(&b, 2)), (0, 0));
+    a.write_canary(1);
+    b.write_canary(2);
+    assert_eq!((a.canary_damage(1), b.canary_damage(2)), (0, 0));
     assert_eq!(
         b.addr() % 32768,
         0,
@@ -81,7 +61,7 @@ fn threads_allocate_and_free_each_others_blocks_without_damage() {
                             if let Ok(mut block) =
                                 pool.alloc(order([0, 0, 1, 2, 3][(i % 5) as usize]))
                             {
-                                paint(&mut block, generation);
+                                block.write_canary(generation);
                                 held.push((block, generation));
                             }
                         }
@@ -93,7 +73,7 @@ fn threads_allocate_and_free_each_others_blocks_without_damage() {
                         5 => {
                             let item = mailbox.lock().unwrap().pop();
                             if let Some((block, g)) = item {
-                                violations.fetch_add(check(&block, g) as u64, Relaxed);
+                                violations.fetch_add(block.canary_damage(g), Relaxed);
                             }
                         }
                         _ => {
@@ -105,19 +85,19 @@ fn threads_allocate_and_free_each_others_blocks_without_damage() {
                                 pool.set_settings(settings).unwrap();
                             }
                             if let Some((block, g)) = held.pop() {
-                                violations.fetch_add(check(&block, g) as u64, Relaxed);
+                                violations.fetch_add(block.canary_damage(g), Relaxed);
                             }
                         }
                     }
                 }
                 for (block, g) in held {
-                    violations.fetch_add(check(&block, g) as u64, Relaxed);
+                    violations.fetch_add(block.canary_damage(g), Relaxed);
                 }
             });
         }
     });
     for (block, g) in mailbox.into_inner().unwrap() {
-        violations.fetch_add(check(&block, g) as u64, Relaxed);
+        violations.fetch_add(block.canary_damage(g), Relaxed);
     }
     assert_eq!(violations.load(Relaxed), 0, "every canary survived");
     let census = pool.verify().unwrap();
