@@ -314,6 +314,16 @@ impl crate::PagePool {
         self.free_pfn(pfn, order)
     }
 
+    /// Free many order-0 raw pages at once (`free_unref_page_list`): all of them, or none
+    /// when one is refused (its error is returned).
+    ///
+    /// # Safety
+    ///
+    /// As for [`free_raw`](Self::free_raw), for every page: the caller owns each one.
+    pub unsafe fn free_batch(&self, pfns: &[mmkit_core::Pfn]) -> Result<(), crate::PoolError> {
+        self.free_pfns_batch(pfns)
+    }
+
     /// [`free_raw`](Self::free_raw) by address.
     ///
     /// # Safety

@@ -219,7 +219,8 @@ impl PagePool {
     /// let mut slots = [None; 32];
     /// assert_eq!(pool.alloc_bulk(&mut slots)?, 32);
     /// let pfns: Vec<_> = slots.iter().flatten().copied().collect();
-    /// pool.free_batch(&pfns)?;
+    /// // SAFETY: the pages were allocated raw above and are freed once, unreferenced.
+    /// unsafe { pool.free_batch(&pfns)? };
     /// # Ok::<(), mmkit_runtime::PoolError>(())
     /// ```
     pub fn alloc_bulk(&self, out: &mut [Option<Pfn>]) -> Result<usize, PoolError> {
@@ -267,13 +268,13 @@ impl PagePool {
             blocks.into_iter().partition(|b| b.order() == Order::ZERO);
         drop(others);
         let pfns: Vec<Pfn> = order0.into_iter().map(PageBlock::into_raw).collect();
-        if let Err(e) = self.free_batch(&pfns) {
+        if let Err(e) = self.free_pfns_batch(&pfns) {
             panic!("a batched free of handle-owned blocks failed: {e}");
         }
     }
 
-    /// Free many order-0 raw pages at once; all or nothing.
-    pub fn free_batch(&self, pfns: &[Pfn]) -> Result<(), PoolError> {
+    /// The batched free behind [`PagePool::free_batch`] and [`PagePool::free_blocks`].
+    pub(crate) fn free_pfns_batch(&self, pfns: &[Pfn]) -> Result<(), PoolError> {
         self.inner
             .allocator
             .free_pages_batch(self.caller(), pfns)
