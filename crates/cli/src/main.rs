@@ -3,9 +3,12 @@
 //! Each subcommand lives in its own module and drives `mmkit-core`; none re-implements
 //! allocator behaviour.
 
+mod bench;
+mod demo;
 mod live;
 mod machine;
 mod pcp_script;
+mod sim_cmd;
 mod size;
 mod stress;
 mod zoneinfo;
@@ -30,9 +33,19 @@ enum Command {
     /// Run a script of per-CPU page allocator operations and print, after each step, the
     /// pageset it affected and the events it caused (`mmkit pcp-script FILE|-`).
     PcpScript(pcp_script::PcpScriptArgs),
+    /// Benchmarks against peer allocators in one run: seed 001's page-allocator
+    /// micro-benchmark (`pagealloc`) and multi-thread patterns (`threads`).
+    Bench(bench::BenchArgs),
     /// Long randomized runs of the runtime on real threads, with canaries in every block
     /// and a full page accounting at the end.
     Stress(stress::StressArgs),
+    /// Simulate one workload on many virtual CPUs under a list of policies and print the
+    /// seed-style table of lock contention, free_high, alloc_zone, cache misses and PCP
+    /// memory (or JSON), with optional SVG plots.
+    Sim(sim_cmd::SimArgs),
+    /// The main job: reproduce seed 000's three PCP tables (kbuild, netperf, lmbench) in
+    /// the simulator, print them beside the published numbers, and write plots.
+    Demo(demo::DemoArgs),
 }
 
 /// A failure the user can act on: a one-line message and an exit status.
@@ -65,7 +78,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Zoneinfo(args) => zoneinfo::run(&args),
         Command::Stress(args) => stress::run(&args),
+        Command::Bench(args) => bench::run(&args),
         Command::PcpScript(args) => pcp_script::run(&args),
+        Command::Sim(args) => sim_cmd::run_sim(&args),
+        Command::Demo(args) => demo::run_demo(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

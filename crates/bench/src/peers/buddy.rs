@@ -1,0 +1,95 @@
+//! `buddy_system_allocator`'s frame allocator as a contestant: a `LockedFrameAllocator`
+//! (a `spin` mutex around `FrameAllocator`, whose free lists are `BTreeSet`s of frame
+//! numbers on the process heap) that owns the frames of an arena of the same size as
+//! mmkit's pool; frame `f` is byte `f × 4096` of the arena. A block of order `k` is
+//! `alloc(2^k)` frames, which the buddy system aligns to 2^k frames.
+
+use std::marker::PhantomData;
+
+use buddy_system_allocator::LockedFrameAllocator;
+use mmkit_core::page::PAGE_SIZE;
+use mmkit_core::Order;
+use mmkit_runtime::arena::Arena;
+
+use crate::contestant::{block_bytes, Block, Contestant};
+
+/// The frame allocator over its own arena.
+pub struct Buddy {
+    frames: LockedFrameAllocator,
+    arena: Arena,
+}
+
+impl Buddy {
+    /// A frame allocator owning every frame of a fresh arena of `arena_bytes`.
+    pub fn new(arena_bytes: usize) -> Result<Buddy, String> {
+        let arena = Arena::new(arena_bytes, 4 << 20, false).map_err(|e| e.to_string())?;
+        let frames = LockedFrameAllocator::new();
+        frames.lock().add_frame(0, arena.len() / PAGE_SIZE);
+        Ok(Buddy { frames, arena })
+    }
+}
+
+/// A block from [`Buddy`].
+///
+/// # Invariants
+///
+/// `frame .. frame + 2^order` are frames the allocator that `'a` borrows handed out, and
+/// `addr` is the arena address of `frame`; only this value touches or frees them (made
+/// only by [`Buddy`]'s `alloc`, not `Clone`).
+pub struct BuddyBlock<'a> {
+    frame: usize,
+    addr: usize,
+    order: Order,
+    buddy: PhantomData<&'a Buddy>,
+}
+
+impl Block for BuddyBlock<'_> {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: by the invariant the frames are allocated to `self` alone and lie in
+        // the arena, which the borrow of its owner keeps mapped.
+        unsafe { std::slice::from_raw_parts(self.addr as *const u8, block_bytes(self.order)) }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`; `&mut self` makes this the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, block_bytes(self.order)) }
+    }
+
+    fn addr(&self) -> usize {
+        self.addr
+    }
+}
+
+impl Contestant for Buddy {
+    type Block<'a> = BuddyBlock<'a>;
+
+    #[inline]
+    fn alloc(&self, order: Order) -> Option<BuddyBlock<'_>> {
+        let frame = self.frames.lock().alloc(1 << order.get())?;
+        Some(BuddyBlock {
+            frame,
+            addr: self.arena.base() as usize + frame * PAGE_SIZE,
+            order,
+            buddy: PhantomData,
+        })
+    }
+
+    #[inline]
+    fn free<'a>(&'a self, block: BuddyBlock<'a>) {
+        assert_eq!(
+            block.addr,
+            self.arena.base() as usize + block.frame * PAGE_SIZE,
+            "a block of another frame allocator"
+        );
+        self.frames
+            .lock()
+            .dealloc(block.frame, 1 << block.order.get());
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "buddy_system_allocator 0.13 LockedFrameAllocator<33> over a {} MiB arena; alloc(2^order frames)",
+            self.arena.len() >> 20
+        )
+    }
+}

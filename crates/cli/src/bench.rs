@@ -1,0 +1,279 @@
+//! `mmkit bench`: the page-allocator micro-benchmark of seed 001 (`pagealloc`) and the
+//! multi-thread patterns (`threads`), mmkit against peer allocators in one run. The
+//! measuring is `mmkit-bench`'s; this module parses flags, shows progress and prints.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use mmkit_bench::contestant::Touch;
+use mmkit_bench::pagealloc::PageallocConfig;
+use mmkit_bench::peers::{self, BuildParams};
+use mmkit_bench::runner::Runner;
+use mmkit_bench::threads::{Pattern, ThreadsConfig};
+use mmkit_bench::tsc::TscClock;
+use mmkit_bench::{plot, table, Progress};
+
+use crate::CliError;
+
+/// Arguments of `mmkit bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: BenchCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// Seed 001's micro-benchmark: one thread allocates N blocks, then frees them, for
+    /// N = 1, 2, 4, … MAX_N; per-page alloc, free and total cost of every allocator.
+    Pagealloc(PageallocArgs),
+    /// T threads allocating and freeing order-0 pages for a while: pages per second,
+    /// latency percentiles, and each peer against mmkit.
+    Threads(ThreadsArgs),
+}
+
+/// What is written into each block after allocation and read back before its free.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum TouchArg {
+    /// Nothing.
+    None,
+    /// One u64 at the start of the block.
+    Block,
+    /// One u64 at the start of every 4 KiB page of the block.
+    Page,
+}
+
+impl From<TouchArg> for Touch {
+    fn from(t: TouchArg) -> Touch {
+        match t {
+            TouchArg::None => Touch::None,
+            TouchArg::Block => Touch::Block,
+            TouchArg::Page => Touch::Page,
+        }
+    }
+}
+
+/// Arguments of `mmkit bench pagealloc`.
+#[derive(Args, Debug)]
+struct PageallocArgs {
+    /// Block orders, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "0,1,2,3,9")]
+    orders: Vec<u8>,
+    /// The largest N (N runs over the powers of two up to it; a round never moves more
+    /// than 512 MiB, so order 9 stops at 256).
+    #[arg(long, default_value_t = 16384)]
+    max_n: usize,
+    /// Samples of every cell; the table shows their median.
+    #[arg(long, default_value_t = 5)]
+    repeat: usize,
+    /// Each sample repeats rounds until it has moved this many pages.
+    #[arg(long, default_value_t = 65536)]
+    sample_pages: u64,
+    /// What the benchmark writes into each block and reads back.
+    #[arg(long, value_enum, default_value = "page")]
+    touch: TouchArg,
+    /// Only these allocators, comma-separated (mmkit, mmkit-bulk, mmkit-handle, buddy,
+    /// talc, mimalloc, jemalloc, snmalloc, system).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Show TSC cycles instead of nanoseconds in the tables.
+    #[arg(long)]
+    cycles: bool,
+    /// Write SVG plots (one per order) into this directory.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+    /// Also write the JSON report to this file.
+    #[arg(long, value_name = "FILE")]
+    save_json: Option<PathBuf>,
+}
+
+/// The patterns of `mmkit bench threads`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum PatternArg {
+    /// Each thread allocates and frees its own pages.
+    Local,
+    /// Producers allocate, consumers on other threads free (lmbench AF_UNIX).
+    Remote,
+    /// Remote with the bulk API (peers: loops of single calls).
+    BulkRemote,
+}
+
+/// Arguments of `mmkit bench threads`.
+#[derive(Args, Debug)]
+struct ThreadsArgs {
+    /// Threads; default: the CPUs available.
+    #[arg(long)]
+    threads: Option<u32>,
+    /// What the threads do.
+    #[arg(long, value_enum, default_value = "remote")]
+    pattern: PatternArg,
+    /// Seconds per allocator.
+    #[arg(long, default_value_t = 1.0)]
+    seconds: f64,
+    /// Pages per batch (16 pages = one 64 KiB AF_UNIX message).
+    #[arg(long, default_value_t = 16)]
+    batch: usize,
+    /// Time one operation in this many.
+    #[arg(long, default_value_t = 64)]
+    sample_every: u64,
+    /// What the benchmark writes into each page and reads back.
+    #[arg(long, value_enum, default_value = "page")]
+    touch: TouchArg,
+    /// Only these allocators, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Also write the JSON report to this file.
+    #[arg(long, value_name = "FILE")]
+    save_json: Option<PathBuf>,
+}
+
+/// Run `mmkit bench`.
+pub fn run(args: &BenchArgs) -> Result<(), CliError> {
+    match &args.command {
+        BenchCommand::Pagealloc(args) => pagealloc(args),
+        BenchCommand::Threads(args) => threads(args),
+    }
+}
+
+fn build(names: &[&str], params: &BuildParams) -> Result<Vec<Box<dyn Runner>>, CliError> {
+    names
+        .iter()
+        .map(|name| peers::build(name, params).map_err(|e| CliError::failed(e.to_string())))
+        .collect()
+}
+
+fn progress_bar(total: u64) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    if let Ok(style) =
+        ProgressStyle::with_template("{spinner} bench {elapsed} [{bar:30}] {pos}/{len} {msg}")
+    {
+        bar.set_style(style);
+    }
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+fn pagealloc(args: &PageallocArgs) -> Result<(), CliError> {
+    if args.max_n == 0 || args.repeat == 0 || args.sample_pages == 0 || args.orders.is_empty() {
+        return Err(CliError::usage(
+            "--max-n, --repeat, --sample-pages and --orders must be positive",
+        ));
+    }
+    let config = PageallocConfig {
+        orders: args.orders.clone(),
+        max_n: args.max_n,
+        repeat: args.repeat,
+        touch: args.touch.into(),
+        sample_pages: args.sample_pages,
+    };
+    config.cells().map_err(|e| CliError::usage(e.to_string()))?;
+    let names = peers::select(&args.only).map_err(|e| CliError::usage(e.to_string()))?;
+    let params = BuildParams {
+        arena_bytes: config.arena_bytes(),
+        cpus: 1,
+    };
+    let runners = build(&names, &params)?;
+    let clock = TscClock::calibrate(Duration::from_millis(50));
+    let bar = progress_bar(0);
+    let report = mmkit_bench::pagealloc::run(&config, &runners, &clock, &mut |p: Progress<'_>| {
+        bar.set_length(p.total as u64);
+        bar.set_position(p.done as u64);
+        bar.set_message(p.label.to_owned());
+    });
+    bar.finish_and_clear();
+    let report = report.map_err(|e| CliError::failed(e.to_string()))?;
+    if args.json {
+        println!("{}", to_json(&report)?);
+    } else {
+        print!("{}", table::pagealloc(&report, args.cycles));
+    }
+    save_json(args.save_json.as_deref(), &report)?;
+    if let Some(dir) = &args.plot {
+        for path in plot::pagealloc(&report, dir).map_err(|e| CliError::failed(e.to_string()))? {
+            eprintln!("wrote {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+fn threads(args: &ThreadsArgs) -> Result<(), CliError> {
+    let threads = match args.threads {
+        Some(t) => t,
+        None => std::thread::available_parallelism()
+            .map(|n| n.get() as u32)
+            .unwrap_or(1),
+    };
+    let pattern = match args.pattern {
+        PatternArg::Local => Pattern::Local,
+        PatternArg::Remote => Pattern::Remote,
+        PatternArg::BulkRemote => Pattern::BulkRemote,
+    };
+    if threads == 0
+        || args.batch == 0
+        || !args.seconds.is_finite()
+        || args.seconds <= 0.0
+        || args.sample_every == 0
+    {
+        return Err(CliError::usage(
+            "--threads, --batch, --seconds and --sample-every must be positive",
+        ));
+    }
+    if pattern != Pattern::Local && threads < 2 {
+        return Err(CliError::usage(
+            "the remote patterns need --threads 2 or more",
+        ));
+    }
+    let names = peers::select(&args.only).map_err(|e| CliError::usage(e.to_string()))?;
+    let params = BuildParams {
+        arena_bytes: 256 << 20,
+        cpus: threads,
+    };
+    let runners = build(&names, &params)?;
+    let clock = TscClock::calibrate(Duration::from_millis(50));
+    let config = ThreadsConfig {
+        threads,
+        pattern,
+        seconds: args.seconds,
+        batch: args.batch,
+        sample_every: args.sample_every,
+        touch: args.touch.into(),
+        overhead_cycles: clock.overhead_cycles,
+    };
+    let bar = progress_bar(runners.len() as u64);
+    let report = mmkit_bench::threads::run(&config, &runners, &clock, &mut |p: Progress<'_>| {
+        bar.set_position(p.done as u64);
+        bar.set_message(p.label.to_owned());
+    });
+    bar.finish_and_clear();
+    let report = report.map_err(|e| CliError::failed(e.to_string()))?;
+    if args.json {
+        println!("{}", to_json(&report)?);
+    } else {
+        print!("{}", table::threads(&report));
+    }
+    save_json(args.save_json.as_deref(), &report)?;
+    Ok(())
+}
+
+fn save_json(
+    path: Option<&std::path::Path>,
+    report: &impl serde::Serialize,
+) -> Result<(), CliError> {
+    if let Some(path) = path {
+        std::fs::write(path, to_json(report)? + "\n")
+            .map_err(|e| CliError::failed(format!("cannot write {}: {e}", path.display())))?;
+    }
+    Ok(())
+}
+
+fn to_json(report: &impl serde::Serialize) -> Result<String, CliError> {
+    serde_json::to_string_pretty(report).map_err(|e| CliError::failed(e.to_string()))
+}

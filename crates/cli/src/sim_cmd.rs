@@ -1,0 +1,252 @@
+//! `mmkit sim`: one workload on many virtual CPUs under a list of policies, through
+//! mmkit-sim; prints the seed-style table (or JSON) and writes SVG plots.
+//!
+//! Runs are independent simulations, so they run on parallel threads; each is
+//! deterministic, and results are printed in the order the policies were given.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Mutex;
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use mmkit_core::Policy;
+use mmkit_sim::{run, table, RunResult, RunSpec, TableRow, WorkloadKind};
+use serde::Serialize;
+
+use crate::machine::policy_preset;
+use crate::CliError;
+
+/// Arguments of `mmkit sim`.
+#[derive(Args, Debug)]
+pub struct SimArgs {
+    /// Workload: kbuild, netperf, unix, pagealloc or pageout.
+    #[arg(long)]
+    pub workload: String,
+    /// Virtual CPUs; default: the seed machine's (kbuild 224, netperf/unix 128,
+    /// pageout 96, pagealloc 1).
+    #[arg(long)]
+    pub cpus: Option<u32>,
+    /// Policy presets, comma-separated; values are relative to the first.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "base,patch1,patch3,patch5,patch7,patch9"
+    )]
+    pub policies: Vec<String>,
+    /// Seed of every random choice of the workload.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Size of the run: 1 = the seed's scale (kbuild: 8 processes per CPU; netperf and
+    /// unix: 400 ms of virtual time); smaller is faster.
+    #[arg(long, default_value_t = 1.0)]
+    pub scale: f64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Write SVG plots into this folder.
+    #[arg(long, value_name = "DIR")]
+    pub plot: Option<PathBuf>,
+    /// Parallel runs; default: the available cores.
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+/// Parse a workload name.
+pub fn workload(name: &str) -> Result<WorkloadKind, CliError> {
+    WorkloadKind::from_name(name).ok_or_else(|| {
+        let names: Vec<_> = WorkloadKind::ALL.iter().map(|w| w.name()).collect();
+        CliError::usage(format!(
+            "unknown workload {name:?}: use one of {}",
+            names.join(", ")
+        ))
+    })
+}
+
+/// Run every (spec, policy) on `threads` threads with one progress bar; results come back
+/// in input order.
+pub fn run_all(
+    jobs: &[(RunSpec, Policy)],
+    threads: Option<usize>,
+    quiet: bool,
+) -> Result<Vec<RunResult>, CliError> {
+    let threads = threads
+        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+        .unwrap_or(1)
+        .clamp(1, jobs.len().max(1));
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        let bar = ProgressBar::new(jobs.len() as u64 * 1000);
+        if let Ok(style) = ProgressStyle::with_template(
+            "{spinner} simulating {msg} [{bar:40}] {percent}% {elapsed}",
+        ) {
+            bar.set_style(style);
+        }
+        bar
+    };
+    let next = AtomicUsize::new(0);
+    let slots: Vec<Mutex<Option<Result<RunResult, String>>>> =
+        jobs.iter().map(|_| Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let index = next.fetch_add(1, Relaxed);
+                let Some((spec, policy)) = jobs.get(index) else {
+                    break;
+                };
+                bar.set_message(format!("{} / {}", spec.workload, policy.name));
+                let mut reported = 0u64;
+                let mut progress = |fraction: f64| {
+                    let permille = (fraction.clamp(0.0, 1.0) * 1000.0) as u64;
+                    if permille > reported {
+                        bar.inc(permille - reported);
+                        reported = permille;
+                    }
+                };
+                let result = run(spec, *policy, &mut progress).map_err(|e| e.to_string());
+                bar.inc(1000 - reported.min(1000));
+                *slots[index].lock().expect("no thread panicked") = Some(result);
+            });
+        }
+    });
+    bar.finish_and_clear();
+    slots
+        .into_iter()
+        .map(|slot| {
+            slot.into_inner()
+                .expect("no thread panicked")
+                .expect("every job ran")
+                .map_err(|e| CliError::failed(format!("simulation failed: {e}")))
+        })
+        .collect()
+}
+
+/// The seed-style table, aligned, with the absolute values below it.
+pub fn render_table(results: &[RunResult]) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let Some(first) = results.first() else {
+        return out;
+    };
+    let rows = table(results);
+    let p = &first.pageset;
+    let _ = writeln!(
+        out,
+        "{} on {} ({} CPUs; pageset batch {}, high {}..{}), seed {}, scale {}",
+        first.workload,
+        first.machine.name,
+        first.machine.nr_cpus(),
+        p.batch,
+        p.high_min,
+        p.high_max,
+        first.seed,
+        first.scale
+    );
+    let _ = writeln!(
+        out,
+        "{:<8} {:>10} {:>14} {:>10} {:>11} {:>12} {:>9} {:>9}",
+        "policy",
+        first.score_name,
+        "lock contend%",
+        "free_high",
+        "alloc_zone",
+        "cache miss%",
+        "PCP mean",
+        "PCP peak"
+    );
+    for row in &rows {
+        let _ = writeln!(
+            out,
+            "{:<8} {:>10.1} {:>14.2} {:>10.1} {:>11.1} {:>12.2} {:>9.1} {:>9.1}",
+            row.policy,
+            row.score,
+            row.lock_contend_pct,
+            row.free_high,
+            row.alloc_zone,
+            row.cache_miss_pct,
+            row.pcp_pages_mean,
+            row.pcp_pages_peak
+        );
+    }
+    let _ = writeln!(
+        out,
+        "absolute: {:<8} {:>14} {:>10} {:>12} {:>12} {:>11} {:>10}",
+        "policy", "score", "free_high", "alloc_zone", "page events", "PCP mean", "virtual ms"
+    );
+    for r in results {
+        let _ = writeln!(
+            out,
+            "          {:<8} {:>14.1} {:>10} {:>12} {:>12} {:>11.0} {:>10.1}",
+            r.policy,
+            r.score,
+            r.free_high,
+            r.alloc_zone,
+            r.page_events,
+            r.pcp_pages_mean,
+            r.wall_ns as f64 / 1e6
+        );
+    }
+    out
+}
+
+#[derive(Serialize)]
+struct SimJson<'a> {
+    table: Vec<TableRow>,
+    runs: &'a [RunResult],
+}
+
+/// JSON of a set of runs of one workload: the table and every run.
+pub fn render_json(results: &[RunResult]) -> Result<String, CliError> {
+    serde_json::to_string_pretty(&SimJson {
+        table: table(results),
+        runs: results,
+    })
+    .map_err(|e| CliError::failed(e.to_string()))
+}
+
+/// `mmkit sim`.
+pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
+    let workload = workload(&args.workload)?;
+    if !(args.scale > 0.0 && args.scale <= 100.0) {
+        return Err(CliError::usage(format!(
+            "scale {} is invalid: use a number in (0, 100]",
+            args.scale
+        )));
+    }
+    if args.cpus == Some(0) {
+        return Err(CliError::usage("--cpus must be at least 1"));
+    }
+    let policies: Vec<Policy> = args
+        .policies
+        .iter()
+        .map(|p| policy_preset(p.trim()))
+        .collect::<Result<_, _>>()?;
+    if policies.is_empty() {
+        return Err(CliError::usage("--policies names no preset"));
+    }
+    let spec = RunSpec {
+        cpus: args.cpus,
+        seed: args.seed,
+        scale: args.scale,
+        ..RunSpec::new(workload)
+    };
+    let jobs: Vec<(RunSpec, Policy)> = policies.iter().map(|p| (spec.clone(), *p)).collect();
+    let results = run_all(&jobs, args.threads, args.json)?;
+    if args.json {
+        println!("{}", render_json(&results)?);
+    } else {
+        print!("{}", render_table(&results));
+    }
+    if let Some(dir) = &args.plot {
+        let files = mmkit_sim::plot::write_plots(&results, dir, workload.name())
+            .map_err(CliError::failed)?;
+        if !args.json {
+            println!("plots: {}", files.len());
+            for f in files {
+                println!("  {}", f.display());
+            }
+        }
+    }
+    Ok(())
+}

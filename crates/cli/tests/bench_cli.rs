@@ -1,0 +1,107 @@
+//! `mmkit bench`, short: the pagealloc sweep and a threads pattern run and emit JSON with
+//! a result for every allocator.
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+fn mmkit_json(args: &[&str]) -> serde_json::Value {
+    let output = Command::cargo_bin("mmkit")
+        .unwrap()
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("stdout is JSON")
+}
+
+fn names(report: &serde_json::Value) -> Vec<String> {
+    report["allocators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn pagealloc_json_has_every_allocator_at_every_n() {
+    let report = mmkit_json(&[
+        "bench",
+        "pagealloc",
+        "--max-n",
+        "64",
+        "--orders",
+        "0",
+        "--repeat",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(report["benchmark"], "pagealloc");
+    let names = names(&report);
+    for expected in [
+        "mmkit",
+        "mmkit-bulk",
+        "mmkit-handle",
+        "buddy",
+        "talc",
+        "system",
+    ] {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "{expected} missing: {names:?}"
+        );
+    }
+    let results = report["results"].as_array().unwrap();
+    // N = 1, 2, 4, …, 64: seven cells per allocator.
+    assert_eq!(results.len(), 7 * names.len());
+    for name in &names {
+        let mine: Vec<_> = results
+            .iter()
+            .filter(|r| r["allocator"] == name.as_str())
+            .collect();
+        assert_eq!(mine.len(), 7, "{name}");
+        for r in mine {
+            let total = r["total"]["ns_per_page"].as_f64().unwrap();
+            assert!(total > 0.0 && total.is_finite(), "{r}");
+        }
+    }
+    assert!(report["machine"]["tsc"]["hz"].as_f64().unwrap() > 1e8);
+    assert_eq!(report["targets"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn threads_remote_json_has_throughput_and_percentiles_per_allocator() {
+    let report = mmkit_json(&[
+        "bench",
+        "threads",
+        "--threads",
+        "2",
+        "--pattern",
+        "remote",
+        "--seconds",
+        "0.05",
+        "--only",
+        "mmkit,system",
+        "--json",
+    ]);
+    assert_eq!(names(&report), ["mmkit", "system"]);
+    for r in report["results"].as_array().unwrap() {
+        assert!(r["pages_per_second"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["alloc_ns_p99"].as_f64().unwrap() >= r["alloc_ns_p50"].as_f64().unwrap());
+    }
+    assert_eq!(report["results"][0]["ratio_to_mmkit"], 1.0);
+}
+
+#[test]
+fn unknown_allocator_is_a_usage_error() {
+    Command::cargo_bin("mmkit")
+        .unwrap()
+        .args(["bench", "pagealloc", "--only", "tcmalloc"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("unknown allocator"));
+}

@@ -1,0 +1,80 @@
+//! `mmkit sim`: small runs print the table, JSON is identical for the same seed, plots are
+//! written, and bad input is refused with a usage error.
+
+use assert_cmd::Command;
+use predicates::str::contains;
+
+fn sim(args: &[&str]) -> Command {
+    let mut cmd = Command::cargo_bin("mmkit").unwrap();
+    cmd.args(["sim", "--cpus", "8", "--scale", "0.005"])
+        .args(args);
+    cmd
+}
+
+#[test]
+fn sim_prints_a_table_relative_to_the_first_policy() {
+    sim(&["--workload", "unix", "--policies", "base,patch3"])
+        .assert()
+        .success()
+        .stdout(contains("lock contend%"))
+        .stdout(contains("patch3"));
+}
+
+#[test]
+fn sim_json_is_deterministic() {
+    let run = || {
+        sim(&[
+            "--workload",
+            "netperf",
+            "--policies",
+            "base,patch9",
+            "--json",
+            "--seed",
+            "3",
+        ])
+        .output()
+        .unwrap()
+    };
+    let (a, b) = (run(), run());
+    assert!(a.status.success());
+    assert_eq!(a.stdout, b.stdout);
+    let json: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
+    assert_eq!(json["table"][0]["score"], 100.0);
+    assert_eq!(json["runs"][1]["policy"], "patch9");
+}
+
+#[test]
+fn sim_writes_svg_plots() {
+    let dir = std::env::temp_dir().join(format!("mmkit-sim-plot-{}", std::process::id()));
+    sim(&[
+        "--workload",
+        "pageout",
+        "--policies",
+        "base,patch7",
+        "--plot",
+    ])
+    .arg(&dir)
+    .assert()
+    .success();
+    for name in [
+        "pageout-pcp-memory.svg",
+        "pageout-lock-wait.svg",
+        "pageout-high-patch7.svg",
+    ] {
+        let svg = std::fs::read_to_string(dir.join(name)).unwrap();
+        assert!(svg.starts_with("<svg"), "{name}");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn sim_refuses_unknown_workloads_and_presets() {
+    sim(&["--workload", "kbuild2"])
+        .assert()
+        .code(2)
+        .stderr(contains("unknown workload"));
+    sim(&["--workload", "unix", "--policies", "base,patch10"])
+        .assert()
+        .code(2)
+        .stderr(contains("unknown policy"));
+}

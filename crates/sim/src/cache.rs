@@ -1,0 +1,242 @@
+//! The cache model of `workloads.md` §3.3: reuse distance in bytes touched, per CPU and
+//! per socket, decides whether a page a CPU touches is still in its L2, in its socket's
+//! LLC, or must come from memory.
+//!
+//! Each CPU and each socket has a monotone counter of pages touched (`B_cpu`, `B_sock`).
+//! Touching a page stamps it with the toucher and both counters. A later touch by CPU `c`
+//! finds the page L2-hot if `c` made the stamp and touched at most `C_priv` since, LLC-hot
+//! if a CPU of the same socket made it and the socket touched at most `C_llc_eff` since,
+//! and cold otherwise (Mattson's LRU stack distance against the cache size). Counters are
+//! in lines (64 B) so that partial touches count exactly.
+
+use serde::Serialize;
+
+use crate::cost::CostModel;
+
+/// Lines per 4 KiB page.
+pub const LINES_PER_PAGE: u32 = 64;
+
+/// Where a touched page was found.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum CacheClass {
+    /// In the toucher's private L2.
+    L2,
+    /// In the socket's LLC, touched last by this CPU.
+    Llc,
+    /// In the socket's LLC, touched last by another CPU of the socket.
+    LlcRemote,
+    /// Not cached (or never touched).
+    Cold,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Stamp {
+    cpu_lines: u64,
+    socket_lines: u64,
+    cpu: u32,
+}
+
+const NEVER: u32 = u32::MAX;
+
+impl Default for Stamp {
+    fn default() -> Stamp {
+        Stamp {
+            cpu_lines: 0,
+            socket_lines: 0,
+            cpu: NEVER,
+        }
+    }
+}
+
+/// Lines touched by class, summed over a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CacheCounts {
+    /// Lines found in L2.
+    pub l2_lines: u64,
+    /// Lines found in the LLC, last touched by the same CPU.
+    pub llc_lines: u64,
+    /// Lines found in the LLC, last touched by another CPU of the socket.
+    pub llc_remote_lines: u64,
+    /// Lines from memory.
+    pub cold_lines: u64,
+}
+
+impl CacheCounts {
+    /// All lines touched.
+    pub fn total(&self) -> u64 {
+        self.l2_lines + self.llc_lines + self.llc_remote_lines + self.cold_lines
+    }
+}
+
+/// The per-pfn stamps and the counters.
+#[derive(Debug)]
+pub struct CacheModel {
+    private_lines: u64,
+    llc_lines: u64,
+    cpu_socket: Vec<u32>,
+    cpu_touched: Vec<u64>,
+    socket_touched: Vec<u64>,
+    /// Per zone, indexed by pfn − zone start; grown on demand.
+    stamps: Vec<Vec<Stamp>>,
+    /// The run's totals.
+    pub counts: CacheCounts,
+}
+
+impl CacheModel {
+    /// A model for CPUs on `cpu_socket` sockets, `zones` zones, an L2 of `l2_bytes` and an
+    /// LLC of `llc_bytes` per socket of which page data may use `cost.llc_share`.
+    pub fn new(
+        cpu_socket: Vec<u32>,
+        zones: usize,
+        l2_bytes: u64,
+        llc_bytes: u64,
+        cost: &CostModel,
+    ) -> CacheModel {
+        let sockets = cpu_socket.iter().max().map_or(1, |s| *s as usize + 1);
+        CacheModel {
+            private_lines: l2_bytes / 64,
+            llc_lines: (llc_bytes as f64 * cost.llc_share) as u64 / 64,
+            cpu_touched: vec![0; cpu_socket.len()],
+            socket_touched: vec![0; sockets],
+            cpu_socket,
+            stamps: (0..zones).map(|_| Vec::new()).collect(),
+            counts: CacheCounts::default(),
+        }
+    }
+
+    /// Classify a page `cpu` is about to touch.
+    fn classify(&self, cpu: u32, stamp: &Stamp) -> CacheClass {
+        if stamp.cpu == NEVER {
+            return CacheClass::Cold;
+        }
+        let socket = self.cpu_socket[cpu as usize];
+        if stamp.cpu == cpu
+            && self.cpu_touched[cpu as usize] - stamp.cpu_lines <= self.private_lines
+        {
+            return CacheClass::L2;
+        }
+        if self.cpu_socket[stamp.cpu as usize] == socket
+            && self.socket_touched[socket as usize] - stamp.socket_lines <= self.llc_lines
+        {
+            return if stamp.cpu == cpu {
+                CacheClass::Llc
+            } else {
+                CacheClass::LlcRemote
+            };
+        }
+        CacheClass::Cold
+    }
+
+    /// `cpu` touches `lines` lines of each of `pages` pages starting at offset `first` of
+    /// zone `zone`. Returns the time it takes.
+    pub fn touch(
+        &mut self,
+        cpu: u32,
+        zone: usize,
+        first: u64,
+        pages: u64,
+        lines: u32,
+        cost: &CostModel,
+    ) -> u64 {
+        let end = (first + pages) as usize;
+        if self.stamps[zone].len() < end {
+            self.stamps[zone].resize(end.next_power_of_two(), Stamp::default());
+        }
+        let mut ns = 0;
+        let socket = self.cpu_socket[cpu as usize] as usize;
+        for offset in first as usize..end {
+            let stamp = self.stamps[zone][offset];
+            let class = self.classify(cpu, &stamp);
+            let lines64 = lines as u64;
+            let (counter, page_ns) = match class {
+                CacheClass::L2 => (&mut self.counts.l2_lines, cost.touch_l2_ns),
+                CacheClass::Llc => (&mut self.counts.llc_lines, cost.touch_llc_ns),
+                CacheClass::LlcRemote => (&mut self.counts.llc_remote_lines, cost.touch_llc_ns),
+                CacheClass::Cold => (&mut self.counts.cold_lines, cost.touch_cold_ns),
+            };
+            *counter += lines64;
+            ns += page_ns * lines64 / LINES_PER_PAGE as u64;
+            self.cpu_touched[cpu as usize] += lines64;
+            self.socket_touched[socket] += lines64;
+            self.stamps[zone][offset] = Stamp {
+                cpu_lines: self.cpu_touched[cpu as usize],
+                socket_lines: self.socket_touched[socket],
+                cpu,
+            };
+        }
+        ns
+    }
+
+    /// `cpu` frees `pages` pages at offset `first` of zone `zone`: stamp them as last
+    /// touched now (§3.3: "on free (or last touch) stamp the page"), without touching.
+    pub fn stamp(&mut self, cpu: u32, zone: usize, first: u64, pages: u64) {
+        let end = (first + pages) as usize;
+        if self.stamps[zone].len() < end {
+            self.stamps[zone].resize(end.next_power_of_two(), Stamp::default());
+        }
+        let socket = self.cpu_socket[cpu as usize] as usize;
+        let stamp = Stamp {
+            cpu_lines: self.cpu_touched[cpu as usize],
+            socket_lines: self.socket_touched[socket],
+            cpu,
+        };
+        self.stamps[zone][first as usize..end].fill(stamp);
+    }
+
+    /// The seed-comparable miss rate in percent (§3.3):
+    /// `(cold + β · LLC-remote) / (lines + R_bg) × 100`.
+    pub fn miss_rate_pct(&self, cost: &CostModel) -> f64 {
+        let c = &self.counts;
+        let total = c.total() as f64 * (1.0 + cost.background_lines_per_line);
+        if total == 0.0 {
+            return 0.0;
+        }
+        (c.cold_lines as f64 + cost.llc_remote_miss_weight * c.llc_remote_lines as f64) / total
+            * 100.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model() -> CacheModel {
+        // 2 CPUs on socket 0, 1 on socket 1; L2 = 2 pages, LLC share = 4 pages.
+        let cost = CostModel {
+            llc_share: 1.0,
+            ..CostModel::SERVER
+        };
+        CacheModel::new(vec![0, 0, 1], 1, 2 * 4096, 4 * 4096, &cost)
+    }
+
+    #[test]
+    fn reuse_distance_decides_the_class() {
+        let cost = CostModel::SERVER;
+        let mut m = model();
+        assert_eq!(m.touch(0, 0, 0, 1, 64, &cost), cost.touch_cold_ns);
+        assert_eq!(m.touch(0, 0, 0, 1, 64, &cost), cost.touch_l2_ns);
+        m.touch(0, 0, 10, 3, 64, &cost);
+        assert_eq!(
+            m.touch(0, 0, 0, 1, 64, &cost),
+            cost.touch_llc_ns,
+            "3 pages later"
+        );
+        assert_eq!(
+            m.touch(1, 0, 0, 1, 64, &cost),
+            cost.touch_llc_ns,
+            "same socket"
+        );
+        assert_eq!(m.counts.llc_remote_lines, 64);
+        assert_eq!(
+            m.touch(2, 0, 0, 1, 64, &cost),
+            cost.touch_cold_ns,
+            "other socket"
+        );
+        m.touch(0, 0, 20, 6, 64, &cost);
+        assert_eq!(
+            m.touch(1, 0, 20, 1, 64, &cost),
+            cost.touch_cold_ns,
+            "evicted"
+        );
+    }
+}

@@ -1,0 +1,622 @@
+//! The discrete-event engine: virtual CPUs with their own clocks, a FIFO server per zone
+//! lock, the vmstat tick, sampling, and the calls a workload makes.
+//!
+//! The engine drives the real [`PageAllocator`]; it never decides what the allocator does.
+//! It reads what the allocator did from the zone's event counters, as deltas around each
+//! call, and charges time for it (`workloads.md` §3.1–3.2):
+//!
+//! - a PCP hit costs `alloc_hit_ns` / `free_hit_ns`;
+//! - a refill of n blocks (`pcp_refills`, `pcp_refill_pages`), a drain of n blocks
+//!   (`pcp_drains[reason]`), a direct buddy allocation (`alloc_zone_locked_events`) or a
+//!   free of an order the PCP does not cache is one zone-lock hold of `c_lock + n · h_page`;
+//! - the zone lock is a FIFO server: a request at `t` is granted at
+//!   `max(t, free_at) + t_xfer` (the hand-off, if the last holder was another CPU), and the
+//!   CPU spins from `t` to the grant when the lock was busy.
+//!
+//! Drained blocks are not counted by the core (it counts drained pages); the engine keeps
+//! the number of blocks each pageset holds, updated by the same counter deltas, and reads
+//! the pageset's list lengths after a drain: blocks drained = blocks before + 1 − blocks
+//! after. (`docs/EXPERIMENTS.md` lists this as a core API that would make it simpler.)
+//!
+//! CPUs run in time order: the CPU with the earliest clock runs its next step; it keeps
+//! running while its clock stays before every other pending event (a lookahead that
+//! changes nothing in the order, only saves heap operations). Ties break by event kind,
+//! then CPU number, so a run is a pure function of its inputs.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::atomic::Ordering::Relaxed;
+
+use mmkit_core::page_alloc::pcp::{pcp_allowed_order, NR_PCP_LISTS};
+use mmkit_core::page_alloc::{Caller, DrainReason, Gfp, Zone};
+use mmkit_core::{Order, PageAllocator, Pfn, Policy};
+use serde::Serialize;
+
+use crate::cache::CacheModel;
+use crate::cost::CostModel;
+use crate::machine::MachineSpec;
+
+/// What a workload's CPU does after a step.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Step {
+    /// Run again at the CPU's clock.
+    Continue,
+    /// Idle until this time (or an earlier [`Sim::wake`]).
+    SleepUntil(u64),
+    /// Idle until a [`Sim::wake`].
+    Wait,
+    /// Finished its work (a [`Sim::wake`] can still run it again).
+    Done,
+}
+
+/// A run that cannot go on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SimError {
+    /// The allocator refused an allocation (the workload held too much memory).
+    OutOfMemory {
+        /// The CPU.
+        cpu: u32,
+        /// The order.
+        order: u8,
+    },
+    /// The allocator refused a free: a workload bug.
+    BadFree(String),
+    /// The allocator's own walker found a broken invariant.
+    Verify(String),
+    /// The allocator's census disagrees with the pages the workload holds.
+    Conservation {
+        /// Allocated pages in the census.
+        census: u64,
+        /// Pages the workload holds.
+        held: u64,
+    },
+}
+
+impl std::fmt::Display for SimError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SimError::OutOfMemory { cpu, order } => write!(
+                f,
+                "CPU {cpu}: order-{order} allocation failed: the workload needs more memory"
+            ),
+            SimError::BadFree(e) => write!(f, "bad free: {e}"),
+            SimError::Verify(e) => write!(f, "allocator invariant broken: {e}"),
+            SimError::Conservation { census, held } => write!(
+                f,
+                "page conservation: the allocator has {census} pages allocated, the workload holds {held}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SimError {}
+
+/// A workload: one state machine per virtual CPU.
+pub trait Workload {
+    /// Schedule the CPUs that start working (with [`Sim::wake`]).
+    fn start(&mut self, sim: &mut Sim);
+    /// Let `cpu` do one thing at `sim.now(cpu)`.
+    fn step(&mut self, sim: &mut Sim, cpu: u32) -> Result<Step, SimError>;
+    /// Pages the workload holds now (allocated and not yet freed).
+    fn held_pages(&self) -> u64;
+    /// How far the run is, in `[0, 1]`.
+    fn progress(&self, sim: &Sim) -> f64;
+    /// A fixed virtual duration, or `None` to run until every CPU is done.
+    fn end_ns(&self) -> Option<u64>;
+}
+
+/// Totals the engine keeps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SimStats {
+    /// Allocation calls.
+    pub alloc_calls: u64,
+    /// Free calls.
+    pub free_calls: u64,
+    /// Pages allocated.
+    pub pages_allocated: u64,
+    /// Time spent waiting for zone locks.
+    pub spin_ns: u64,
+    /// Time zone locks were held.
+    pub lock_hold_ns: u64,
+    /// Zone-lock acquisitions.
+    pub lock_acquisitions: u64,
+    /// Acquisitions that found the lock held.
+    pub lock_contended: u64,
+    /// Blocks moved under zone locks.
+    pub lock_blocks: u64,
+    /// Time CPUs were busy (allocator, page touching, spinning, workload work).
+    pub busy_ns: u64,
+    /// Steps run.
+    pub steps: u64,
+}
+
+/// Samples taken at a fixed virtual interval.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Series {
+    /// Sample times.
+    pub t_ns: Vec<u64>,
+    /// Pages on all pagesets.
+    pub pcp_pages: Vec<u64>,
+    /// Cumulative zone-lock spin time.
+    pub spin_ns: Vec<u64>,
+    /// CPUs whose `high` is sampled.
+    pub high_cpus: Vec<u32>,
+    /// Per sampled CPU: its local pageset's effective `high` at each sample.
+    pub high: Vec<Vec<u64>>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct ZoneLock {
+    free_at: u64,
+    last_cpu: Option<u32>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Counters {
+    refills: u64,
+    refill_pages: u64,
+    zone_blocks: u64,
+    drains: [u64; DrainReason::COUNT],
+}
+
+fn read_counters(zone: &Zone) -> Counters {
+    let e = zone.events();
+    Counters {
+        refills: e.pcp_refills.load(Relaxed),
+        refill_pages: e.pcp_refill_pages.load(Relaxed),
+        zone_blocks: e.alloc_zone_locked_events.load(Relaxed),
+        drains: core::array::from_fn(|r| e.pcp_drains[r].load(Relaxed)),
+    }
+}
+
+const KIND_TICK: u8 = 0;
+const KIND_SAMPLE: u8 = 1;
+const KIND_STEP: u8 = 2;
+
+/// Options of a run that are not the workload's.
+#[derive(Clone, Debug)]
+pub struct SimOptions {
+    /// Sample interval for the series.
+    pub sample_ns: u64,
+    /// Run the allocator's walker and the conservation check every this many steps
+    /// (and at the end), or never.
+    pub verify_every: Option<u64>,
+    /// CPUs whose `high` is sampled.
+    pub high_cpus: Vec<u32>,
+}
+
+/// The simulator: the allocator, virtual CPUs, zone locks, cache model and statistics.
+pub struct Sim {
+    allocator: PageAllocator,
+    /// The cost model in force.
+    pub cost: CostModel,
+    machine: MachineSpec,
+    clock: Vec<u64>,
+    scheduled: Vec<Option<u64>>,
+    done: Vec<bool>,
+    active: u32,
+    nr_scheduled: u32,
+    heap: BinaryHeap<Reverse<(u64, u8, u32)>>,
+    /// Allocator zone indices of zones with memory, and their pfn ranges.
+    zones: Vec<(usize, u64, u64)>,
+    locks: Vec<ZoneLock>,
+    /// Blocks on each pageset: `[zone][cpu]`.
+    pcp_blocks: Vec<Vec<u64>>,
+    /// The cache model.
+    pub cache: CacheModel,
+    /// Totals.
+    pub stats: SimStats,
+    /// Samples.
+    pub series: Series,
+    free_high: u64,
+    options: SimOptions,
+    tick_ns: u64,
+}
+
+impl Sim {
+    /// A simulator of `machine` with `policy`.
+    pub fn new(machine: &MachineSpec, policy: Policy, options: SimOptions) -> Sim {
+        let settings = machine.settings();
+        let tick_ns = settings.stat_interval_ms as u64 * 1_000_000;
+        let allocator = PageAllocator::new(machine.topology(), settings, policy)
+            .expect("machine settings are valid");
+        let zones: Vec<(usize, u64, u64)> = allocator
+            .zones()
+            .iter()
+            .enumerate()
+            .filter(|(_, z)| z.managed() > 0)
+            .map(|(i, z)| (i, z.start_pfn().0, z.start_pfn().0 + z.spanned()))
+            .collect();
+        let cost = CostModel::SERVER;
+        let nr_cpus = machine.nr_cpus();
+        let cpu_socket = (0..nr_cpus).map(|c| machine.socket_of(c)).collect();
+        let cache = CacheModel::new(
+            cpu_socket,
+            zones.len(),
+            machine.l2_bytes,
+            machine.llc_bytes,
+            &cost,
+        );
+        let mut series = Series {
+            high_cpus: options.high_cpus.clone(),
+            ..Series::default()
+        };
+        series.high = vec![Vec::new(); options.high_cpus.len()];
+        Sim {
+            allocator,
+            cost,
+            machine: machine.clone(),
+            clock: vec![0; nr_cpus as usize],
+            scheduled: vec![None; nr_cpus as usize],
+            done: vec![true; nr_cpus as usize],
+            active: 0,
+            nr_scheduled: 0,
+            heap: BinaryHeap::new(),
+            locks: vec![ZoneLock::default(); zones.len()],
+            pcp_blocks: vec![vec![0; nr_cpus as usize]; zones.len()],
+            zones,
+            cache,
+            stats: SimStats::default(),
+            series,
+            free_high: 0,
+            options,
+            tick_ns,
+        }
+    }
+
+    /// The allocator.
+    pub fn allocator(&self) -> &PageAllocator {
+        &self.allocator
+    }
+
+    /// The machine.
+    pub fn machine(&self) -> &MachineSpec {
+        &self.machine
+    }
+
+    /// `cpu`'s clock.
+    pub fn now(&self, cpu: u32) -> u64 {
+        self.clock[cpu as usize]
+    }
+
+    /// The latest clock of any CPU.
+    pub fn max_clock(&self) -> u64 {
+        self.clock.iter().copied().max().unwrap_or(0)
+    }
+
+    /// Drains triggered by the `free_high` rule so far.
+    pub fn free_high_drains(&self) -> u64 {
+        self.free_high
+    }
+
+    /// Make `cpu` run at `at` (or at its clock, if later), unless it already runs sooner.
+    pub fn wake(&mut self, cpu: u32, at: u64) {
+        let c = cpu as usize;
+        let at = at.max(self.clock[c]);
+        if self.done[c] {
+            self.done[c] = false;
+            self.active += 1;
+        }
+        self.schedule(cpu, at);
+    }
+
+    /// `cpu` computes for `ns`.
+    pub fn work(&mut self, cpu: u32, ns: u64) {
+        self.clock[cpu as usize] += ns;
+        self.stats.busy_ns += ns;
+    }
+
+    fn zone_slot(&self, pfn: Pfn) -> usize {
+        self.zones
+            .iter()
+            .position(|&(_, start, end)| (start..end).contains(&pfn.0))
+            .expect("pfn inside a simulated zone")
+    }
+
+    /// `cpu` touches `lines` of the 64 lines of each page of the block at `pfn` (writing
+    /// it after allocation, or copying out of it). Charges the cache model's time.
+    pub fn touch(&mut self, cpu: u32, pfn: Pfn, order: Order, lines: u32) {
+        let slot = self.zone_slot(pfn);
+        let offset = pfn.0 - self.zones[slot].1;
+        let ns = self
+            .cache
+            .touch(cpu, slot, offset, order.pages(), lines, &self.cost);
+        self.work(cpu, ns);
+    }
+
+    fn acquire(&mut self, slot: usize, cpu: u32, hold_ns: u64, blocks: u64) {
+        let t = self.clock[cpu as usize];
+        let lock = &mut self.locks[slot];
+        let contended = t < lock.free_at;
+        let handoff = match lock.last_cpu {
+            Some(last) if last != cpu => {
+                if self.machine.socket_of(last) == self.machine.socket_of(cpu) {
+                    self.cost.handoff_socket_ns
+                } else {
+                    self.cost.handoff_cross_socket_ns
+                }
+            }
+            _ => 0,
+        };
+        let grant = t.max(lock.free_at) + handoff;
+        lock.free_at = grant + hold_ns;
+        lock.last_cpu = Some(cpu);
+        // An uncontended hand-off is a cache miss on the lock word, not slow-path spinning.
+        if contended {
+            self.stats.spin_ns += grant - t;
+            self.stats.lock_contended += 1;
+        }
+        self.stats.lock_acquisitions += 1;
+        self.stats.lock_hold_ns += hold_ns;
+        self.stats.lock_blocks += blocks;
+        let end = grant + hold_ns;
+        self.stats.busy_ns += end - t;
+        self.clock[cpu as usize] = end;
+    }
+
+    fn snapshot(&self) -> Vec<Counters> {
+        self.zones
+            .iter()
+            .map(|&(i, _, _)| read_counters(&self.allocator.zones()[i]))
+            .collect()
+    }
+
+    fn pageset_blocks(&self, slot: usize, cpu: u32) -> u64 {
+        let zone = &self.allocator.zones()[self.zones[slot].0];
+        let pcp = zone.pageset(cpu).expect("every CPU has a pageset");
+        (0..NR_PCP_LISTS).map(|p| pcp.list_len(p)).sum()
+    }
+
+    /// Charge the drains zone `slot` did since `before`, resynchronising the pageset's
+    /// block count; `added` blocks were put on the pageset by the call.
+    fn charge_drains(&mut self, slot: usize, cpu: u32, before: &Counters, added: u64) {
+        let after = read_counters(&self.allocator.zones()[self.zones[slot].0]);
+        let drains: u64 = (0..DrainReason::COUNT)
+            .map(|r| after.drains[r] - before.drains[r])
+            .sum();
+        let held = &mut self.pcp_blocks[slot][cpu as usize];
+        if drains == 0 {
+            *held += added;
+            return;
+        }
+        self.free_high += after.drains[DrainReason::FreeHigh as usize]
+            - before.drains[DrainReason::FreeHigh as usize];
+        let now = self.pageset_blocks(slot, cpu);
+        let drained = (self.pcp_blocks[slot][cpu as usize] + added).saturating_sub(now);
+        self.pcp_blocks[slot][cpu as usize] = now;
+        // Several drains in one call are charged as one hold of all their blocks plus a lock
+        // round trip each.
+        let hold = self.cost.hold_ns(drained) + (drains - 1) * self.cost.lock_ns;
+        self.acquire(slot, cpu, hold, drained);
+    }
+
+    /// Allocate a block of `order` on `cpu` (`Caller::task(cpu)`), charging its cost.
+    pub fn alloc(&mut self, cpu: u32, gfp: Gfp, order: Order) -> Result<Pfn, SimError> {
+        let before = self.snapshot();
+        let pfn = self
+            .allocator
+            .alloc_pages(Caller::task(cpu), gfp, order)
+            .map_err(|_| SimError::OutOfMemory {
+                cpu,
+                order: order.get(),
+            })?;
+        self.stats.alloc_calls += 1;
+        self.stats.pages_allocated += order.pages();
+        let pcp_order = pcp_allowed_order(order);
+        if pcp_order {
+            self.work(cpu, self.cost.alloc_hit_ns);
+        }
+        for (slot, before) in before.iter().enumerate() {
+            let after = read_counters(&self.allocator.zones()[self.zones[slot].0]);
+            if after.zone_blocks == before.zone_blocks {
+                continue;
+            }
+            let refill_blocks = (after.refill_pages - before.refill_pages) >> order.get();
+            if after.refills > before.refills {
+                self.acquire(slot, cpu, self.cost.hold_ns(refill_blocks), refill_blocks);
+                self.pcp_blocks[slot][cpu as usize] += refill_blocks;
+            }
+            let direct = after.zone_blocks - before.zone_blocks - refill_blocks;
+            for _ in 0..direct {
+                self.acquire(slot, cpu, self.cost.hold_ns(1), 1);
+            }
+        }
+        if pcp_order {
+            let slot = self.zone_slot(pfn);
+            let held = &mut self.pcp_blocks[slot][cpu as usize];
+            *held = held.saturating_sub(1);
+        }
+        Ok(pfn)
+    }
+
+    /// Free the block at `pfn` on `cpu`, charging its cost.
+    pub fn free(&mut self, cpu: u32, pfn: Pfn, order: Order) -> Result<(), SimError> {
+        let slot = self.zone_slot(pfn);
+        let before = read_counters(&self.allocator.zones()[self.zones[slot].0]);
+        self.allocator
+            .free_pages(Caller::task(cpu), pfn, order)
+            .map_err(|e| SimError::BadFree(e.to_string()))?;
+        self.stats.free_calls += 1;
+        let offset = pfn.0 - self.zones[slot].1;
+        self.cache.stamp(cpu, slot, offset, order.pages());
+        if pcp_allowed_order(order) {
+            self.work(cpu, self.cost.free_hit_ns);
+            self.charge_drains(slot, cpu, &before, 1);
+        } else {
+            self.acquire(slot, cpu, self.cost.hold_ns(1), 1);
+        }
+        Ok(())
+    }
+
+    fn vmstat_tick(&mut self, cpu: u32) {
+        let c = cpu as usize;
+        let t = self.clock[c];
+        let before = self.snapshot();
+        self.allocator.vmstat_tick(cpu);
+        for (slot, before) in before.iter().enumerate() {
+            self.charge_drains(slot, cpu, before, 0);
+        }
+        // The tick's work is charged to the CPU only if it was busy past the tick time.
+        self.clock[c] = self.clock[c].max(t);
+    }
+
+    fn sample(&mut self, t: u64) {
+        let zones = self.allocator.zones();
+        let pcp: u64 = self
+            .zones
+            .iter()
+            .map(|&(i, _, _)| zones[i].pcp_pages())
+            .sum();
+        self.series.t_ns.push(t);
+        self.series.pcp_pages.push(pcp);
+        self.series.spin_ns.push(self.stats.spin_ns);
+        let policy = *self.allocator.policy();
+        for (k, &cpu) in self.series.high_cpus.iter().enumerate() {
+            let node_zone = self.zones[self.machine.socket_of(cpu) as usize].0;
+            let pcp = zones[node_zone].pageset(cpu).expect("pageset");
+            let high = if policy.pcp.auto_tune {
+                pcp.high.clamp(pcp.high_min, pcp.high_max.max(pcp.high_min))
+            } else {
+                pcp.high_min
+            };
+            self.series.high[k].push(high);
+        }
+    }
+
+    fn check(&self, workload: &dyn Workload) -> Result<(), SimError> {
+        let census = self
+            .allocator
+            .verify()
+            .map_err(|e| SimError::Verify(e.to_string()))?;
+        let allocated: u64 = census.iter().map(|c| c.allocated).sum();
+        let held = workload.held_pages();
+        if allocated != held {
+            return Err(SimError::Conservation {
+                census: allocated,
+                held,
+            });
+        }
+        for slot in 0..self.zones.len() {
+            for cpu in 0..self.machine.nr_cpus() {
+                debug_assert_eq!(
+                    self.pcp_blocks[slot][cpu as usize],
+                    self.pageset_blocks(slot, cpu),
+                    "block count of CPU {cpu}'s pageset"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Run `workload` to its end. `progress` is called now and then with the fraction
+    /// done. Returns the virtual time the run took.
+    pub fn run(
+        &mut self,
+        workload: &mut dyn Workload,
+        progress: &mut dyn FnMut(f64),
+    ) -> Result<u64, SimError> {
+        workload.start(self);
+        let end = workload.end_ns();
+        let nr_cpus = self.machine.nr_cpus();
+        for cpu in 0..nr_cpus {
+            let skew = (cpu as u64 * 3_000_000) % self.tick_ns;
+            self.heap
+                .push(Reverse((self.tick_ns - skew, KIND_TICK, cpu)));
+        }
+        self.heap.push(Reverse((0, KIND_SAMPLE, 0)));
+        let mut last_progress = 0;
+        let mut now = 0;
+        while let Some(Reverse((t, kind, cpu))) = self.heap.pop() {
+            if end.is_some_and(|e| t >= e) || self.active == 0 {
+                break;
+            }
+            now = t;
+            match kind {
+                KIND_TICK => {
+                    let c = cpu as usize;
+                    self.clock[c] = self.clock[c].max(t);
+                    self.vmstat_tick(cpu);
+                    self.heap.push(Reverse((t + self.tick_ns, KIND_TICK, cpu)));
+                }
+                KIND_SAMPLE => {
+                    self.sample(t);
+                    self.heap
+                        .push(Reverse((t + self.options.sample_ns, KIND_SAMPLE, 0)));
+                }
+                _ => self.run_cpu(workload, cpu, t, end)?,
+            }
+            if self.stats.steps - last_progress >= 1 << 16 {
+                last_progress = self.stats.steps;
+                progress(workload.progress(self));
+            }
+            if self.nr_scheduled == 0 {
+                break; // every CPU is done or waits for nothing
+            }
+        }
+        let wall = end.unwrap_or_else(|| self.max_clock().max(now));
+        self.sample(wall);
+        if self.options.verify_every.is_some() {
+            self.check(workload)?;
+        }
+        progress(1.0);
+        Ok(wall)
+    }
+
+    fn run_cpu(
+        &mut self,
+        workload: &mut dyn Workload,
+        cpu: u32,
+        t: u64,
+        end: Option<u64>,
+    ) -> Result<(), SimError> {
+        let c = cpu as usize;
+        if self.scheduled[c] != Some(t) {
+            return Ok(()); // superseded by an earlier wake
+        }
+        self.scheduled[c] = None;
+        self.clock[c] = self.clock[c].max(t);
+        self.nr_scheduled -= 1;
+        let verify = self.options.verify_every;
+        loop {
+            self.stats.steps += 1;
+            let step = workload.step(self, cpu)?;
+            if verify.is_some_and(|every| self.stats.steps % every == 0) {
+                self.check(workload)?;
+            }
+            let clock = self.clock[c];
+            match step {
+                Step::Continue => {
+                    let before_next = self
+                        .heap
+                        .peek()
+                        .map_or(true, |Reverse(next)| (clock, KIND_STEP, cpu) < *next);
+                    if self.scheduled[c].is_none() && before_next && end.map_or(true, |e| clock < e)
+                    {
+                        continue;
+                    }
+                    self.schedule(cpu, clock);
+                }
+                Step::SleepUntil(at) => self.schedule(cpu, at.max(clock)),
+                Step::Wait => {}
+                Step::Done => {
+                    if self.scheduled[c].is_none() && !self.done[c] {
+                        self.done[c] = true;
+                        self.active -= 1;
+                    }
+                }
+            }
+            return Ok(());
+        }
+    }
+
+    fn schedule(&mut self, cpu: u32, at: u64) {
+        let c = cpu as usize;
+        if self.scheduled[c].is_none() {
+            self.nr_scheduled += 1;
+        }
+        if self.scheduled[c].map_or(true, |s| at < s) {
+            self.scheduled[c] = Some(at);
+            self.heap.push(Reverse((at, KIND_STEP, cpu)));
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! mmkit-sim: a deterministic discrete-event simulator that runs mmkit's page allocator
+//! ([`mmkit_core::PageAllocator`], the same code the runtime uses) on hundreds of virtual
+//! CPUs, with the cost model and the workloads of `workloads.md` §2–3, so that the PCP
+//! tables of seed 000 ("mm: PCP high auto-tuning") can be reproduced on a laptop.
+//!
+//! | module | holds |
+//! |---|---|
+//! | [`machine`] | the simulated machine and how its zones get the seed's pageset limits |
+//! | [`cost`] | the cost model's parameters, one struct, with sources |
+//! | [`cache`] | reuse-distance classification of touched pages (L2 / LLC / memory) |
+//! | [`engine`] | virtual CPUs, the zone-lock FIFO servers, vmstat ticks, sampling |
+//! | [`workload`] | kbuild, netperf, unix, pagealloc, pageout |
+//! | [`mod@run`] | one run → the seed metrics; the relative table |
+//! | [`plot`] | SVG plots of the series |
+//! | [`rng`] | the seeded SplitMix64 streams |
+//!
+//! Linux has no counterpart: this is the measuring instrument. Nothing here decides what
+//! the allocator does; the engine only reads the allocator's event counters to charge time.
+//! Same inputs and seed ⇒ byte-identical results (no hash-map order, no host time).
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod cache;
+pub mod cost;
+pub mod engine;
+pub mod machine;
+pub mod plot;
+pub mod rng;
+pub mod run;
+pub mod workload;
+
+pub use cost::CostModel;
+pub use engine::{Sim, SimError, Step, Workload};
+pub use machine::MachineSpec;
+pub use run::{run, table, RunResult, RunSpec, TableRow};
+pub use workload::WorkloadKind;

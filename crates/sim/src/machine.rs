@@ -1,0 +1,183 @@
+//! The simulated machine: sockets (one NUMA node each), CPUs, memory per node, caches, and
+//! how its zones are sized so that the pagesets get the seed machine's limits.
+//!
+//! The seed machines had 256 GB; a simulated mem_map that size would take gigabytes and
+//! seconds to build per run. We simulate a smaller Normal zone per node and set
+//! `vm.min_free_kbytes` explicitly so that the low watermark — from which v6.6 sizes
+//! `pcp->high` (`high = low / CPUs of the node`) and v6.7 `high_min` — equals what the
+//! seed machine had. `batch` (63) depends only on the zone being ≥ 688 MiB. `high_max`
+//! (`managed / 8 / CPUs`) is smaller than on the seed machine; EXPERIMENTS.md says what
+//! that changes.
+
+use mmkit_core::page_alloc::watermark;
+use mmkit_core::settings::MinFreeKbytes;
+use mmkit_core::topology::{CacheInfo, ZoneSize};
+use mmkit_core::{Settings, Topology, ZoneType};
+use serde::Serialize;
+
+/// A machine to simulate.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MachineSpec {
+    /// A short name (e.g. `spr-2s-224`).
+    pub name: String,
+    /// Sockets; each is one NUMA node with one Normal zone.
+    pub sockets: u32,
+    /// CPUs per socket (SMT siblings count).
+    pub cpus_per_socket: u32,
+    /// Managed pages of each node's Normal zone.
+    pub node_pages: u64,
+    /// Last-level cache per socket, in bytes.
+    pub llc_bytes: u64,
+    /// Private L2 per CPU, in bytes.
+    pub l2_bytes: u64,
+    /// Low watermark per node the seed machine had, in pages; `None`: Linux's default
+    /// formula on the simulated memory.
+    pub low_wmark_pages: Option<u64>,
+}
+
+/// Pages in a GiB.
+const GIB_PAGES: u64 = (1 << 30) >> 12;
+
+impl MachineSpec {
+    /// The kbuild machine: 2-socket Sapphire Rapids, 224 CPUs, 105 MiB LLC and 2 MiB L2
+    /// per core. The seed says its pagesets had `high` 367 with batch 63, so the low
+    /// watermark per node is 367 × 112 + 56 = 41,160 pages (the middle of the range that
+    /// divides to 367). Simulated memory: 32 GiB per node.
+    pub fn spr_224() -> MachineSpec {
+        MachineSpec {
+            name: "spr-2s-224".into(),
+            sockets: 2,
+            cpus_per_socket: 112,
+            node_pages: 32 * GIB_PAGES,
+            llc_bytes: 105 << 20,
+            l2_bytes: 2 << 20,
+            low_wmark_pages: Some(367 * 112 + 56),
+        }
+    }
+
+    /// The netperf/lmbench machine: LKP's lkp-icl-2sp2, 2 × Xeon Gold 6338, 128 CPUs,
+    /// 48 MiB LLC and 1.25 MiB L2, 256 GB. The seed states no `high`; the low watermark is
+    /// what Linux computes for 128 GB per node (see [`linux_low_wmark_pages`]).
+    pub fn icl_128() -> MachineSpec {
+        MachineSpec {
+            name: "icl-2s-128".into(),
+            sockets: 2,
+            cpus_per_socket: 64,
+            node_pages: 32 * GIB_PAGES,
+            llc_bytes: 48 << 20,
+            l2_bytes: 1280 << 10,
+            low_wmark_pages: Some(linux_low_wmark_pages(128 * GIB_PAGES, 2)),
+        }
+    }
+
+    /// This machine with `cpus` CPUs, split evenly over its sockets (one socket if
+    /// `cpus` is odd or 1). The low watermark per node stays, so `high` scales as Linux's
+    /// would.
+    pub fn with_cpus(mut self, cpus: u32) -> MachineSpec {
+        if cpus % self.sockets != 0 {
+            self.sockets = 1;
+        }
+        self.cpus_per_socket = cpus / self.sockets;
+        self.name = format!("{}-{}cpu", self.name, cpus);
+        self
+    }
+
+    /// This machine with `bytes` of memory per node; the low watermark is kept only while it
+    /// stays under an eighth of the node, else Linux's default applies.
+    pub fn with_node_bytes(mut self, bytes: u64) -> MachineSpec {
+        self.node_pages = bytes >> 12;
+        if self
+            .low_wmark_pages
+            .is_some_and(|low| low * 8 > self.node_pages)
+        {
+            self.low_wmark_pages = None;
+        }
+        self
+    }
+
+    /// All CPUs.
+    pub fn nr_cpus(&self) -> u32 {
+        self.sockets * self.cpus_per_socket
+    }
+
+    /// The socket (= node) of `cpu`: CPUs are numbered socket by socket.
+    pub fn socket_of(&self, cpu: u32) -> u32 {
+        cpu / self.cpus_per_socket
+    }
+
+    /// The core's machine description: one Normal zone per node, at x86-64 addresses.
+    pub fn topology(&self) -> Topology {
+        let sizes: Vec<ZoneSize> = (0..self.sockets)
+            .map(|node| ZoneSize::managed(node as u16, ZoneType::Normal, self.node_pages))
+            .collect();
+        let llc = CacheInfo {
+            llc_bytes: self.llc_bytes,
+            llc_shared_cpus: self.cpus_per_socket,
+        };
+        Topology::x86_64(
+            &sizes,
+            vec![self.cpus_per_socket; self.sockets as usize],
+            llc,
+            false,
+        )
+        .expect("simulated machines are valid x86-64 layouts")
+    }
+
+    /// The sysctls: Linux's defaults, with `min_free_kbytes` chosen so that each node's
+    /// low watermark is [`MachineSpec::low_wmark_pages`].
+    pub fn settings(&self) -> Settings {
+        let mut settings = Settings::default();
+        if let Some(low) = self.low_wmark_pages {
+            settings.min_free_kbytes = MinFreeKbytes::Explicit(self.min_free_kbytes_for(low));
+        }
+        settings
+    }
+
+    /// `min_free_kbytes` giving low watermark `low` per node: with equal nodes each gets
+    /// `min = pages_min / nodes`, and `low = min + max(min / 4, managed × wsf / 10000)`.
+    fn min_free_kbytes_for(&self, low: u64) -> u64 {
+        let wsf = Settings::default().watermark_scale_factor as u64;
+        let dist = self.node_pages * wsf / 10_000;
+        let mut min = low.saturating_sub(dist);
+        if min / 4 > dist {
+            min = low * 4 / 5;
+        }
+        min * self.sockets as u64 * 4
+    }
+}
+
+/// The low watermark Linux v6.6 computes for each node of a machine with `nodes` nodes of
+/// `node_pages` pages, THP on (khugepaged's recommendation), `watermark_scale_factor` 10,
+/// counting node 0's DMA and DMA32 zones in the recommendation but not in the shares.
+pub fn linux_low_wmark_pages(node_pages: u64, nodes: u64) -> u64 {
+    let lowmem = node_pages * nodes;
+    let mut kbytes = watermark::default_min_free_kbytes(lowmem * 4);
+    kbytes = kbytes.max(watermark::thp_recommended_min_free_kbytes(
+        nodes + 2,
+        lowmem,
+    ));
+    let marks = watermark::zone_watermarks(ZoneType::Normal, node_pages, kbytes / 4, lowmem, 10);
+    marks.low
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mmkit_core::{PageAllocator, Policy};
+
+    #[test]
+    fn kbuild_machine_has_the_seed_pageset_limits() {
+        let spec = MachineSpec::spr_224();
+        let allocator = PageAllocator::new(spec.topology(), spec.settings(), Policy::BASE).unwrap();
+        let zone = allocator.zones().iter().find(|z| z.managed() > 0).unwrap();
+        let pcp = zone.pageset(0).unwrap();
+        assert_eq!((pcp.high, pcp.batch), (367, 63));
+        assert!(pcp.flags.free_high_batch, "105 MiB / 112 CPUs > 3 batches");
+    }
+
+    #[test]
+    fn icl_machine_uses_linux_watermarks_for_256_gb() {
+        let low = linux_low_wmark_pages(128 * GIB_PAGES, 2);
+        assert!((40_000..50_000).contains(&low), "{low}");
+    }
+}

@@ -1,0 +1,154 @@
+//! SVG plots of a set of runs of one workload: memory held in PCPs, zone-lock wait, and
+//! each policy's `pcp->high` for a few CPUs, over virtual time.
+//!
+//! plotters with its SVG backend only and no font files (the same configuration as
+//! `crates/bench`): text is written as SVG `<text>` and the viewer's fonts render it.
+
+use std::path::{Path, PathBuf};
+
+use plotters::prelude::*;
+
+use crate::run::RunResult;
+
+type Line = (String, Vec<(f64, f64)>);
+
+fn draw(path: &Path, title: &str, y_desc: &str, lines: &[Line]) -> Result<(), String> {
+    let err = |e: &dyn std::fmt::Debug| format!("{}: {e:?}", path.display());
+    let x_max = lines
+        .iter()
+        .flat_map(|l| l.1.iter().map(|p| p.0))
+        .fold(1e-9, f64::max);
+    let y_max = lines
+        .iter()
+        .flat_map(|l| l.1.iter().map(|p| p.1))
+        .fold(1e-9, f64::max)
+        * 1.1;
+    let root = SVGBackend::new(path, (900, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..x_max, 0f64..y_max)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc("virtual time (ms)")
+        .y_desc(y_desc)
+        .draw()
+        .map_err(|e| err(&e))?;
+    for (i, (name, points)) in lines.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(
+                points.iter().copied(),
+                color.stroke_width(2),
+            ))
+            .map_err(|e| err(&e))?
+            .label(name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))
+}
+
+fn ms(t_ns: u64) -> f64 {
+    t_ns as f64 / 1e6
+}
+
+/// Write the plots of `results` (one workload) into `dir` as `<prefix>-*.svg`. Returns the
+/// files written.
+pub fn write_plots(
+    results: &[RunResult],
+    dir: &Path,
+    prefix: &str,
+) -> Result<Vec<PathBuf>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut files = Vec::new();
+    let Some(first) = results.first() else {
+        return Ok(files);
+    };
+    let workload = first.workload;
+
+    let held: Vec<Line> = results
+        .iter()
+        .map(|r| {
+            let s = &r.series;
+            let points = s
+                .t_ns
+                .iter()
+                .zip(&s.pcp_pages)
+                .map(|(&t, &p)| (ms(t), p as f64 * 4096.0 / (1 << 20) as f64))
+                .collect();
+            (r.policy.clone(), points)
+        })
+        .collect();
+    let path = dir.join(format!("{prefix}-pcp-memory.svg"));
+    draw(
+        &path,
+        &format!("{workload}: memory held in PCPs"),
+        "MiB",
+        &held,
+    )?;
+    files.push(path);
+
+    let wait: Vec<Line> = results
+        .iter()
+        .map(|r| {
+            let s = &r.series;
+            let cpus = r.machine.nr_cpus() as f64;
+            let points = s
+                .t_ns
+                .windows(2)
+                .zip(s.spin_ns.windows(2))
+                .map(|(t, spin)| {
+                    let dt = (t[1] - t[0]).max(1) as f64;
+                    (ms(t[1]), 100.0 * (spin[1] - spin[0]) as f64 / (cpus * dt))
+                })
+                .collect();
+            (r.policy.clone(), points)
+        })
+        .collect();
+    let path = dir.join(format!("{prefix}-lock-wait.svg"));
+    draw(
+        &path,
+        &format!("{workload}: zone-lock wait (share of all CPU time)"),
+        "lock contend %",
+        &wait,
+    )?;
+    files.push(path);
+
+    for r in results {
+        let s = &r.series;
+        let lines: Vec<Line> = s
+            .high_cpus
+            .iter()
+            .zip(&s.high)
+            .map(|(cpu, highs)| {
+                let points = s
+                    .t_ns
+                    .iter()
+                    .zip(highs)
+                    .map(|(&t, &h)| (ms(t), h as f64))
+                    .collect();
+                (format!("CPU {cpu}"), points)
+            })
+            .collect();
+        let path = dir.join(format!("{prefix}-high-{}.svg", r.policy));
+        draw(
+            &path,
+            &format!("{workload} / {}: pcp->high (local zone)", r.policy),
+            "pages",
+            &lines,
+        )?;
+        files.push(path);
+    }
+    Ok(files)
+}

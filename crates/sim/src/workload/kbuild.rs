@@ -1,0 +1,292 @@
+//! kbuild: 8 × `make -j28` on 224 CPUs as process churn (`workloads.md` §2.1).
+//!
+//! Each CPU is a job slot; the slots take processes from one queue (make's job server)
+//! of `jobs_per_cpu × CPUs` processes, drawn up front so that every policy runs the same
+//! processes, until the queue is empty; the build time is when the last one exits. A process
+//! allocates its PGD (order 1 with PTI) and 5–30 page-table pages at start, then faults
+//! order-0 anonymous pages in bursts while it computes, freeing a few mid-life; at exit it
+//! frees its whole address space in one run with no allocation, then the page tables, then
+//! the order-1 PGD last (`exit_mmap`, then `__mmdrop → pgd_free`). A share of frees runs on
+//! another CPU of the socket (RCU-freed page tables, migrated tasks). The next process on
+//! the slot starts after a short gap and reuses what the last one freed.
+
+use mmkit_core::page_alloc::Gfp;
+use mmkit_core::{Order, Pfn};
+use serde::Serialize;
+
+use crate::engine::{Sim, SimError, Step, Workload};
+use crate::rng::Rng;
+
+/// kbuild's parameters. Defaults are the seed's scale; sources in `workloads.md` §2.1.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct KbuildParams {
+    /// Processes in the build per CPU (the build's size).
+    pub jobs_per_cpu: u32,
+    /// Share of processes that are long compiler runs (cc1); the rest are helpers.
+    pub cc1_share: f64,
+    /// Median lifetime of a helper (gcc driver, as, ld …): 20–60 ms measured, assumption.
+    pub helper_median_ms: f64,
+    /// Median lifetime of a cc1 on kernel sources: 0.2–2 s, assumption.
+    pub cc1_median_ms: f64,
+    /// Log-normal shape of lifetimes.
+    pub lifetime_sigma: f64,
+    /// Page faults per second of a running process (measured: 36k allocs/s per busy CPU).
+    pub faults_per_s: f64,
+    /// Mean faults per burst (allocations come in bursts, CV 1.4–2.3 per ms).
+    pub burst_mean: f64,
+    /// Page-table pages at process start (5–30).
+    pub page_tables: (u64, u64),
+    /// PGD order: 1 with page-table isolation (the seed machine), 0 without.
+    pub pgd_order: u8,
+    /// Share of a process's pages freed while it runs (5–10 %).
+    pub midlife_free_share: f64,
+    /// Share of frees done on another CPU of the socket (measured 7.1 %).
+    pub cross_cpu_free_share: f64,
+    /// Mean idle gap between processes on a slot (fork/exec, make's scheduling), in µs.
+    pub exit_gap_us: f64,
+}
+
+impl Default for KbuildParams {
+    fn default() -> KbuildParams {
+        KbuildParams {
+            jobs_per_cpu: 12,
+            cc1_share: 0.25,
+            helper_median_ms: 30.0,
+            cc1_median_ms: 300.0,
+            lifetime_sigma: 0.7,
+            faults_per_s: 36_000.0,
+            burst_mean: 8.0,
+            page_tables: (5, 30),
+            pgd_order: 1,
+            midlife_free_share: 0.07,
+            cross_cpu_free_share: 0.07,
+            exit_gap_us: 200.0,
+        }
+    }
+}
+
+impl KbuildParams {
+    /// Scaled for a smaller run: `scale` < 1 shortens lifetimes and the job count.
+    pub fn scaled(scale: f64) -> KbuildParams {
+        let base = KbuildParams::default();
+        let life = scale.min(1.0);
+        KbuildParams {
+            jobs_per_cpu: ((base.jobs_per_cpu as f64 * scale.max(1.0)).round() as u32).max(1),
+            helper_median_ms: base.helper_median_ms * life,
+            cc1_median_ms: base.cc1_median_ms * life,
+            ..base
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Phase {
+    Idle(u64),
+    Start,
+    PageTables(u64),
+    Run,
+    Exit,
+    ExitTables,
+    Finished,
+}
+
+struct Slot {
+    /// The running process's random stream.
+    rng: Rng,
+    phase: Phase,
+    pages: Vec<Pfn>,
+    tables: Vec<Pfn>,
+    pgd: Option<Pfn>,
+    to_fault: u64,
+    burst_left: u64,
+    remote: Vec<(Pfn, Order)>,
+}
+
+/// The kbuild workload.
+pub struct Kbuild {
+    params: KbuildParams,
+    slots: Vec<Slot>,
+    cpus_per_socket: u32,
+    held: u64,
+    seed: u64,
+    jobs_total: u64,
+    jobs_started: u64,
+    jobs_done: u64,
+}
+
+const ANON: Gfp = Gfp::HIGHUSER_MOVABLE;
+const KERNEL: Gfp = Gfp::KERNEL;
+
+impl Kbuild {
+    /// kbuild on `cpus` CPUs, `cpus_per_socket` to a socket.
+    pub fn new(params: KbuildParams, cpus: u32, cpus_per_socket: u32, seed: u64) -> Kbuild {
+        let slots = (0..cpus)
+            .map(|cpu| Slot {
+                rng: Rng::new(seed, 0x6b62_0000 + cpu as u64),
+                phase: Phase::Idle(0),
+                pages: Vec::new(),
+                tables: Vec::new(),
+                pgd: None,
+                to_fault: 0,
+                burst_left: 0,
+                remote: Vec::new(),
+            })
+            .collect();
+        Kbuild {
+            jobs_total: params.jobs_per_cpu as u64 * cpus as u64,
+            params,
+            slots,
+            cpus_per_socket,
+            held: 0,
+            seed,
+            jobs_started: 0,
+            jobs_done: 0,
+        }
+    }
+
+    fn alloc(&mut self, sim: &mut Sim, cpu: u32, gfp: Gfp, order: Order) -> Result<Pfn, SimError> {
+        let pfn = sim.alloc(cpu, gfp, order)?;
+        sim.touch(cpu, pfn, order, 64);
+        self.held += order.pages();
+        Ok(pfn)
+    }
+
+    /// Free here, or hand the block to another CPU of the socket.
+    fn free(&mut self, sim: &mut Sim, cpu: u32, pfn: Pfn, order: Order) -> Result<(), SimError> {
+        let slot = &mut self.slots[cpu as usize];
+        if self.cpus_per_socket > 1 && slot.rng.chance(self.params.cross_cpu_free_share) {
+            let first = cpu / self.cpus_per_socket * self.cpus_per_socket;
+            let other = first
+                + (cpu - first + 1 + slot.rng.below(self.cpus_per_socket as u64 - 1) as u32)
+                    % self.cpus_per_socket;
+            self.slots[other as usize].remote.push((pfn, order));
+            sim.wake(other, sim.now(cpu));
+            return Ok(());
+        }
+        sim.free(cpu, pfn, order)?;
+        self.held -= order.pages();
+        Ok(())
+    }
+
+    fn start_job(&mut self, cpu: u32) {
+        let p = &self.params;
+        let slot = &mut self.slots[cpu as usize];
+        slot.rng = Rng::new(self.seed, 0x6b62_1000_0000 + self.jobs_started);
+        self.jobs_started += 1;
+        let median = if slot.rng.chance(p.cc1_share) {
+            p.cc1_median_ms
+        } else {
+            p.helper_median_ms
+        };
+        let life_s = slot.rng.lognormal(median, p.lifetime_sigma) / 1000.0;
+        slot.to_fault = ((life_s * p.faults_per_s).round() as u64).max(1);
+        slot.burst_left = 0;
+        slot.phase = Phase::Start;
+    }
+}
+
+impl Workload for Kbuild {
+    fn start(&mut self, sim: &mut Sim) {
+        for cpu in 0..self.slots.len() as u32 {
+            sim.wake(cpu, 0);
+        }
+    }
+
+    fn step(&mut self, sim: &mut Sim, cpu: u32) -> Result<Step, SimError> {
+        let c = cpu as usize;
+        if let Some((pfn, order)) = self.slots[c].remote.pop() {
+            sim.free(cpu, pfn, order)?;
+            self.held -= order.pages();
+            return Ok(Step::Continue);
+        }
+        let now = sim.now(cpu);
+        match self.slots[c].phase {
+            Phase::Idle(until) if now < until => return Ok(Step::SleepUntil(until)),
+            Phase::Idle(_) if self.jobs_started == self.jobs_total => {
+                self.slots[c].phase = Phase::Finished;
+            }
+            Phase::Idle(_) => self.start_job(cpu),
+            Phase::Start => {
+                let order = Order::new(self.params.pgd_order).expect("PGD order");
+                let pgd = self.alloc(sim, cpu, KERNEL, order)?;
+                let slot = &mut self.slots[c];
+                slot.pgd = Some(pgd);
+                let (lo, hi) = self.params.page_tables;
+                slot.phase = Phase::PageTables(slot.rng.range(lo, hi));
+            }
+            Phase::PageTables(0) => self.slots[c].phase = Phase::Run,
+            Phase::PageTables(left) => {
+                let pfn = self.alloc(sim, cpu, KERNEL, Order::ZERO)?;
+                let slot = &mut self.slots[c];
+                slot.tables.push(pfn);
+                slot.phase = Phase::PageTables(left - 1);
+            }
+            Phase::Run => self.run_step(sim, cpu)?,
+            Phase::Exit => match self.slots[c].pages.pop() {
+                Some(pfn) => self.free(sim, cpu, pfn, Order::ZERO)?,
+                None => self.slots[c].phase = Phase::ExitTables,
+            },
+            Phase::ExitTables => match self.slots[c].tables.pop() {
+                Some(pfn) => self.free(sim, cpu, pfn, Order::ZERO)?,
+                None => {
+                    let order = Order::new(self.params.pgd_order).expect("PGD order");
+                    let pgd = self.slots[c]
+                        .pgd
+                        .take()
+                        .expect("a running process has a PGD");
+                    sim.free(cpu, pgd, order)?;
+                    self.held -= order.pages();
+                    self.jobs_done += 1;
+                    let slot = &mut self.slots[c];
+                    let gap_ns = (slot.rng.exp(self.params.exit_gap_us) * 1000.0) as u64;
+                    slot.phase = Phase::Idle(now + gap_ns);
+                }
+            },
+            Phase::Finished => return Ok(Step::Done),
+        }
+        Ok(Step::Continue)
+    }
+
+    fn held_pages(&self) -> u64 {
+        self.held
+    }
+
+    fn progress(&self, _sim: &Sim) -> f64 {
+        self.jobs_done as f64 / self.jobs_total.max(1) as f64
+    }
+
+    fn end_ns(&self) -> Option<u64> {
+        None
+    }
+}
+
+impl Kbuild {
+    fn run_step(&mut self, sim: &mut Sim, cpu: u32) -> Result<(), SimError> {
+        let c = cpu as usize;
+        let p = &self.params;
+        let slot = &mut self.slots[c];
+        if slot.burst_left == 0 {
+            if slot.to_fault == 0 {
+                slot.phase = Phase::Exit;
+                return Ok(());
+            }
+            let burst = slot.rng.geometric(p.burst_mean).min(slot.to_fault);
+            let compute_ns = slot.rng.exp(burst as f64 / p.faults_per_s * 1e9) as u64;
+            slot.burst_left = burst;
+            sim.work(cpu, compute_ns);
+            return Ok(());
+        }
+        slot.burst_left -= 1;
+        slot.to_fault -= 1;
+        let midlife_free = slot.pages.len() > 1 && slot.rng.chance(p.midlife_free_share);
+        let victim = midlife_free.then(|| slot.rng.below(slot.pages.len() as u64) as usize);
+        let pfn = self.alloc(sim, cpu, ANON, Order::ZERO)?;
+        let slot = &mut self.slots[c];
+        slot.pages.push(pfn);
+        if let Some(index) = victim {
+            let old = slot.pages.swap_remove(index);
+            self.free(sim, cpu, old, Order::ZERO)?;
+        }
+        Ok(())
+    }
+}

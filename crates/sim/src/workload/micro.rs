@@ -1,0 +1,241 @@
+//! Two small workloads: seed 001's single-CPU `pagealloc` benchmark (`workloads.md` §2.7)
+//! and Yin Fengwei's MADV_PAGEOUT loop (§2.6).
+//!
+//! `pagealloc` allocates N order-0 pages and frees them, for N = 1, 2, 4 … `max_batch`,
+//! and reports the simulated cost per page: the jump where N exceeds `pcp->high` (frees
+//! drain under the zone lock) is the seed's observation. `pageout` runs one process per
+//! CPU, each faulting 512 pages at a steady rate and then freeing all of them in one burst,
+//! over and over; score = loops per second.
+
+use mmkit_core::page_alloc::Gfp;
+use mmkit_core::{Order, Pfn};
+use serde::Serialize;
+
+use crate::engine::{Sim, SimError, Step, Workload};
+use crate::rng::Rng;
+
+/// `pagealloc` parameters.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PageallocParams {
+    /// Largest batch N (a power of two; mmtests goes to 16384).
+    pub max_batch: u64,
+    /// Pages allocated per batch size (repetitions = this / N, at least 1).
+    pub pages_per_size: u64,
+}
+
+impl PageallocParams {
+    /// Seed 001's sizes; `scale` multiplies the repetitions.
+    pub fn scaled(scale: f64) -> PageallocParams {
+        PageallocParams {
+            max_batch: if scale < 0.1 { 1024 } else { 16384 },
+            pages_per_size: ((1 << 16) as f64 * scale).max(1.0) as u64,
+        }
+    }
+}
+
+/// The `pagealloc` workload (CPU 0 only).
+pub struct Pagealloc {
+    params: PageallocParams,
+    batch: u64,
+    reps_left: u64,
+    held: Vec<Pfn>,
+    freeing: bool,
+    phase_start: u64,
+    /// Per batch size: (N, alloc ns per page, free ns per page), summed then averaged.
+    sums: Vec<(u64, u64, u64, u64)>,
+}
+
+impl Pagealloc {
+    /// A run with `params`.
+    pub fn new(params: PageallocParams) -> Pagealloc {
+        let reps = params.pages_per_size.max(1);
+        Pagealloc {
+            params,
+            batch: 1,
+            reps_left: reps,
+            held: Vec::new(),
+            freeing: false,
+            phase_start: 0,
+            sums: vec![(1, 0, 0, 0)],
+        }
+    }
+
+    /// Per batch size N: (N, alloc ns/page, free ns/page).
+    pub fn curve(&self) -> Vec<(u64, f64, f64)> {
+        self.sums
+            .iter()
+            .filter(|s| s.3 > 0)
+            .map(|&(n, a, f, pages)| (n, a as f64 / pages as f64, f as f64 / pages as f64))
+            .collect()
+    }
+}
+
+impl Workload for Pagealloc {
+    fn start(&mut self, sim: &mut Sim) {
+        sim.wake(0, 0);
+    }
+
+    fn step(&mut self, sim: &mut Sim, cpu: u32) -> Result<Step, SimError> {
+        let now = sim.now(cpu);
+        if !self.freeing {
+            if self.held.len() as u64 == self.batch {
+                let entry = self.sums.last_mut().expect("a size is running");
+                entry.1 += now - self.phase_start;
+                self.phase_start = now;
+                self.freeing = true;
+                return Ok(Step::Continue);
+            }
+            let pfn = sim.alloc(cpu, Gfp::KERNEL, Order::ZERO)?;
+            self.held.push(pfn);
+            return Ok(Step::Continue);
+        }
+        if let Some(pfn) = self.held.pop() {
+            sim.free(cpu, pfn, Order::ZERO)?;
+            return Ok(Step::Continue);
+        }
+        let entry = self.sums.last_mut().expect("a size is running");
+        entry.2 += now - self.phase_start;
+        entry.3 += self.batch;
+        self.phase_start = now;
+        self.freeing = false;
+        self.reps_left -= 1;
+        if self.reps_left == 0 {
+            if self.batch == self.params.max_batch {
+                return Ok(Step::Done);
+            }
+            self.batch *= 2;
+            self.reps_left = (self.params.pages_per_size / self.batch).max(1);
+            self.sums.push((self.batch, 0, 0, 0));
+        }
+        Ok(Step::Continue)
+    }
+
+    fn held_pages(&self) -> u64 {
+        self.held.len() as u64
+    }
+
+    fn progress(&self, _sim: &Sim) -> f64 {
+        (self.batch as f64).log2() / (self.params.max_batch as f64).log2().max(1.0)
+    }
+
+    fn end_ns(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// `pageout` parameters.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PageoutParams {
+    /// Pages per loop (a 2 MiB file mapping).
+    pub pages: u64,
+    /// Loops per process.
+    pub loops: u32,
+    /// Mean fault interval while touching the mapping, µs (≈ 10 allocs/ms measured).
+    pub fault_interval_us: f64,
+    /// Coefficient of variation of the interval (0.2 measured).
+    pub fault_cv: f64,
+}
+
+impl PageoutParams {
+    /// The seed's shape; `scale` multiplies the loops.
+    pub fn scaled(scale: f64) -> PageoutParams {
+        PageoutParams {
+            pages: 512,
+            loops: ((20.0 * scale).round() as u32).max(1),
+            fault_interval_us: 100.0,
+            fault_cv: 0.2,
+        }
+    }
+}
+
+struct Process {
+    rng: Rng,
+    pages: Vec<Pfn>,
+    loops_left: u32,
+    freeing: bool,
+}
+
+/// The `pageout` workload: one process per CPU.
+pub struct Pageout {
+    params: PageoutParams,
+    procs: Vec<Process>,
+    held: u64,
+    loops_done: u64,
+}
+
+impl Pageout {
+    /// One process on each of `cpus` CPUs.
+    pub fn new(params: PageoutParams, cpus: u32, seed: u64) -> Pageout {
+        Pageout {
+            procs: (0..cpus)
+                .map(|cpu| Process {
+                    rng: Rng::new(seed, 0x706f_0000 + cpu as u64),
+                    pages: Vec::new(),
+                    loops_left: params.loops,
+                    freeing: false,
+                })
+                .collect(),
+            params,
+            held: 0,
+            loops_done: 0,
+        }
+    }
+
+    /// Loops completed.
+    pub fn loops_done(&self) -> u64 {
+        self.loops_done
+    }
+}
+
+impl Workload for Pageout {
+    fn start(&mut self, sim: &mut Sim) {
+        for cpu in 0..self.procs.len() as u32 {
+            sim.wake(cpu, 0);
+        }
+    }
+
+    fn step(&mut self, sim: &mut Sim, cpu: u32) -> Result<Step, SimError> {
+        let p = &self.params;
+        let proc = &mut self.procs[cpu as usize];
+        if proc.loops_left == 0 {
+            return Ok(Step::Done);
+        }
+        if proc.freeing {
+            match proc.pages.pop() {
+                Some(pfn) => {
+                    sim.free(cpu, pfn, Order::ZERO)?;
+                    self.held -= 1;
+                }
+                None => {
+                    proc.freeing = false;
+                    proc.loops_left -= 1;
+                    self.loops_done += 1;
+                }
+            }
+            return Ok(Step::Continue);
+        }
+        if proc.pages.len() as u64 == p.pages {
+            proc.freeing = true;
+            return Ok(Step::Continue);
+        }
+        let gap = p.fault_interval_us * (1.0 + p.fault_cv * proc.rng.normal()).max(0.1);
+        sim.work(cpu, (gap * 1000.0) as u64);
+        let pfn = sim.alloc(cpu, Gfp::HIGHUSER_MOVABLE, Order::ZERO)?;
+        sim.touch(cpu, pfn, Order::ZERO, 64);
+        self.procs[cpu as usize].pages.push(pfn);
+        self.held += 1;
+        Ok(Step::Continue)
+    }
+
+    fn held_pages(&self) -> u64 {
+        self.held
+    }
+
+    fn progress(&self, _sim: &Sim) -> f64 {
+        self.loops_done as f64 / (self.procs.len() as u64 * self.params.loops as u64).max(1) as f64
+    }
+
+    fn end_ns(&self) -> Option<u64> {
+        None
+    }
+}

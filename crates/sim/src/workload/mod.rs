@@ -1,0 +1,80 @@
+//! The seed experiments as page-event generators (`workloads.md` §2): each is a
+//! [`Workload`](crate::engine::Workload) with documented parameters whose defaults are the
+//! seed's scale, and a `scale` knob for small runs.
+
+pub mod kbuild;
+pub mod micro;
+pub mod stream;
+
+use serde::Serialize;
+
+use crate::machine::MachineSpec;
+
+/// The workloads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkloadKind {
+    /// 8 × `make -j28` on 224 CPUs (§2.1).
+    Kbuild,
+    /// netperf SCTP_STREAM_MANY, 64 pairs on 128 CPUs (§2.2).
+    Netperf,
+    /// lmbench3 AF_UNIX bandwidth, 16 pairs on 128 CPUs (§2.3).
+    Unix,
+    /// Seed 001's single-CPU alloc N / free N (§2.7).
+    Pagealloc,
+    /// N processes each faulting 512 pages then freeing them in one burst (§2.6).
+    Pageout,
+}
+
+impl WorkloadKind {
+    /// Every workload.
+    pub const ALL: [WorkloadKind; 5] = [
+        WorkloadKind::Kbuild,
+        WorkloadKind::Netperf,
+        WorkloadKind::Unix,
+        WorkloadKind::Pagealloc,
+        WorkloadKind::Pageout,
+    ];
+
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            WorkloadKind::Kbuild => "kbuild",
+            WorkloadKind::Netperf => "netperf",
+            WorkloadKind::Unix => "unix",
+            WorkloadKind::Pagealloc => "pagealloc",
+            WorkloadKind::Pageout => "pageout",
+        }
+    }
+
+    /// The workload called `name`.
+    pub fn from_name(name: &str) -> Option<WorkloadKind> {
+        WorkloadKind::ALL.into_iter().find(|w| w.name() == name)
+    }
+
+    /// The seed's machine, with its CPU count.
+    pub fn machine(self) -> MachineSpec {
+        match self {
+            WorkloadKind::Kbuild => MachineSpec::spr_224(),
+            WorkloadKind::Netperf | WorkloadKind::Unix => MachineSpec::icl_128(),
+            WorkloadKind::Pagealloc => MachineSpec::icl_128().with_cpus(1),
+            WorkloadKind::Pageout => MachineSpec::icl_128().with_cpus(96),
+        }
+    }
+
+    /// What the score measures and whether higher is better.
+    pub fn score_name(self) -> (&'static str, bool) {
+        match self {
+            WorkloadKind::Kbuild => ("build time", false),
+            WorkloadKind::Netperf | WorkloadKind::Unix => ("score", true),
+            WorkloadKind::Pagealloc => ("ns/page", false),
+            WorkloadKind::Pageout => ("loops/s", true),
+        }
+    }
+}
+
+impl std::fmt::Display for WorkloadKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}

@@ -1,0 +1,377 @@
+//! Producer/consumer streams between CPU pairs: netperf SCTP_STREAM_MANY (`workloads.md`
+//! §2.2) and lmbench AF_UNIX bandwidth (§2.3).
+//!
+//! Each pair has a sender and a receiver CPU. Per message the sender computes (protocol
+//! work, copy-in), allocates the message's blocks on its CPU and writes them, and queues
+//! them to the receiver; the receiver, after a wake-up delay, computes, reads the blocks
+//! (copy-out) and frees them on **its** CPU. A window of messages in flight (the socket
+//! buffer) stops the sender. netperf adds an order-2 chunk buffer per message that the
+//! sender frees itself after a round trip (the SACK), packet buffers of orders 2–4, and
+//! roles that swap between the pair's two CPUs (200 % threads migrate), so a CPU
+//! alternates between sending and receiving.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use mmkit_core::page_alloc::Gfp;
+use mmkit_core::{Order, Pfn};
+use serde::Serialize;
+
+use crate::engine::{Sim, SimError, Step, Workload};
+use crate::rng::Rng;
+
+/// Parameters of a stream workload.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StreamParams {
+    /// Sender/receiver pairs.
+    pub pairs: u32,
+    /// Virtual duration of the run, in ms.
+    pub duration_ms: f64,
+    /// Blocks per message, by order, with their weights: one order is drawn per entry of
+    /// `message_blocks` (lmbench: fixed 3, 2, 1, 0; netperf: the packet buffer 2–4).
+    pub message_blocks: Vec<Vec<(u8, f64)>>,
+    /// Bytes the sender writes into (and the receiver reads from) each block; `None`: the
+    /// whole block.
+    pub block_payload_bytes: Option<u64>,
+    /// Order of the sender-freed chunk buffer per message (netperf's order-2 SCTP chunk),
+    /// or none.
+    pub chunk_order: Option<u8>,
+    /// Round trip before the sender frees its chunk (SACK), uniform in this range, µs.
+    pub chunk_rtt_us: (f64, f64),
+    /// Sender's fixed work per message (syscall, protocol), ns.
+    pub send_work_ns: u64,
+    /// Receiver's fixed work per message, ns.
+    pub recv_work_ns: u64,
+    /// Mean delay from queueing a message to the receiver seeing it, µs (exponential).
+    pub wakeup_us: f64,
+    /// Messages in flight before the sender blocks (socket buffer).
+    pub window: u32,
+    /// Role epoch, ms: at each epoch boundary a pair swaps its CPUs' roles with
+    /// `swap_share` probability. 0: roles never move.
+    pub epoch_ms: f64,
+    /// Probability of a swap per epoch.
+    pub swap_share: f64,
+    /// GFP of the blocks (network and socket buffers: GFP_KERNEL, unmovable).
+    #[serde(skip)]
+    pub gfp: Gfp,
+}
+
+impl StreamParams {
+    /// netperf SCTP_STREAM_MANY, 64 pairs, 10 KiB sends (§2.2). ≈100k messages/s per
+    /// sender ⇒ ≈10 µs per message, mostly protocol work.
+    pub fn netperf(scale: f64) -> StreamParams {
+        StreamParams {
+            pairs: 64,
+            duration_ms: 400.0 * scale,
+            message_blocks: vec![vec![(2, 0.5), (3, 0.3), (4, 0.2)]],
+            block_payload_bytes: Some(10 << 10),
+            chunk_order: Some(2),
+            chunk_rtt_us: (10.0, 50.0),
+            send_work_ns: 6_000,
+            recv_work_ns: 5_000,
+            wakeup_us: 5.0,
+            window: 16,
+            epoch_ms: 10.0,
+            swap_share: 0.5,
+            gfp: Gfp::KERNEL,
+        }
+    }
+
+    /// lmbench3 bw_unix, 16 pairs, 64 KiB writes of one order-3, 2, 1 and 0 block each
+    /// (§2.3). Copy cost comes from page touching; 1.5 µs of syscall work per side.
+    pub fn unix(scale: f64) -> StreamParams {
+        StreamParams {
+            pairs: 16,
+            duration_ms: 400.0 * scale,
+            message_blocks: vec![
+                vec![(3, 1.0)],
+                vec![(2, 1.0)],
+                vec![(1, 1.0)],
+                vec![(0, 1.0)],
+            ],
+            block_payload_bytes: None,
+            chunk_order: None,
+            chunk_rtt_us: (0.0, 0.0),
+            send_work_ns: 1_500,
+            recv_work_ns: 1_500,
+            wakeup_us: 2.0,
+            window: 3,
+            epoch_ms: 0.0,
+            swap_share: 0.0,
+            gfp: Gfp::KERNEL,
+        }
+    }
+}
+
+struct Pair {
+    cpus: [u32; 2],
+    swapped: bool,
+    epoch: u64,
+    rng: Rng,
+    /// Blocks of the message being built.
+    building: Vec<(Pfn, Order)>,
+    /// Messages queued: ready time and blocks.
+    queue: VecDeque<(u64, Vec<(Pfn, Order)>)>,
+    /// Blocks of the message being consumed, left to free, and the CPU consuming it.
+    consuming: Vec<(Pfn, Order)>,
+    consumer: u32,
+    in_flight: u32,
+    received: u64,
+}
+
+/// A stream workload.
+pub struct Stream {
+    params: StreamParams,
+    pairs: Vec<Pair>,
+    /// CPU → pair.
+    pair_of: Vec<Option<usize>>,
+    /// Per CPU: chunk buffers to free at a due time.
+    chunks: Vec<BinaryHeap<Reverse<(u64, u64, u8)>>>,
+    held: u64,
+    end_ns: u64,
+}
+
+impl Stream {
+    /// The workload on `cpus` CPUs; pairs take distinct CPUs in a seeded random order, so
+    /// about half of them span the two sockets, as a spreading scheduler places them.
+    pub fn new(params: StreamParams, cpus: u32, seed: u64) -> Stream {
+        let mut placement = Rng::new(seed, 0x7374_0000);
+        let order = placement.permutation(cpus);
+        let pairs_n = params.pairs.min(cpus / 2);
+        let mut pair_of = vec![None; cpus as usize];
+        let pairs = (0..pairs_n as usize)
+            .map(|i| {
+                let cpus = [order[2 * i], order[2 * i + 1]];
+                pair_of[cpus[0] as usize] = Some(i);
+                pair_of[cpus[1] as usize] = Some(i);
+                Pair {
+                    cpus,
+                    swapped: false,
+                    epoch: 0,
+                    rng: Rng::new(seed, 0x7374_1000 + i as u64),
+                    building: Vec::new(),
+                    queue: VecDeque::new(),
+                    consuming: Vec::new(),
+                    consumer: 0,
+                    in_flight: 0,
+                    received: 0,
+                }
+            })
+            .collect();
+        Stream {
+            end_ns: (params.duration_ms * 1e6) as u64,
+            params,
+            pairs,
+            pair_of,
+            chunks: (0..cpus).map(|_| BinaryHeap::new()).collect(),
+            held: 0,
+        }
+    }
+
+    /// Messages the receivers consumed.
+    pub fn received(&self) -> u64 {
+        self.pairs.iter().map(|p| p.received).sum()
+    }
+
+    fn epoch_ns(&self) -> u64 {
+        (self.params.epoch_ms * 1e6) as u64
+    }
+
+    /// Bring the pair's roles up to `now`: one swap draw per epoch boundary passed.
+    fn update_roles(&mut self, index: usize, now: u64) {
+        let epoch_ns = self.epoch_ns();
+        if epoch_ns == 0 {
+            return;
+        }
+        let share = self.params.swap_share;
+        let pair = &mut self.pairs[index];
+        while pair.epoch < now / epoch_ns {
+            pair.epoch += 1;
+            if pair.rng.chance(share) {
+                pair.swapped = !pair.swapped;
+            }
+        }
+    }
+
+    fn idle(&self, cpu: u32, now: u64) -> Step {
+        let mut until = self.chunks[cpu as usize]
+            .peek()
+            .map(|Reverse((t, _, _))| *t);
+        let epoch_ns = self.epoch_ns();
+        if let Some(epochs) = now.checked_div(epoch_ns) {
+            let next_epoch = (epochs + 1) * epoch_ns;
+            until = Some(until.map_or(next_epoch, |t| t.min(next_epoch)));
+        }
+        match until {
+            Some(t) => Step::SleepUntil(t.max(now + 1)),
+            None => Step::Wait,
+        }
+    }
+
+    fn send_step(&mut self, sim: &mut Sim, cpu: u32, index: usize) -> Result<Step, SimError> {
+        let now = sim.now(cpu);
+        let p = &self.params;
+        let pair = &mut self.pairs[index];
+        if pair.building.is_empty() && pair.in_flight >= p.window {
+            return Ok(self.idle(cpu, now));
+        }
+        if pair.building.is_empty() {
+            sim.work(cpu, p.send_work_ns);
+            if let Some(order) = p.chunk_order {
+                let order = Order::new(order).expect("chunk order");
+                let pfn = sim.alloc(cpu, p.gfp, order)?;
+                sim.touch(
+                    cpu,
+                    pfn,
+                    order,
+                    lines_per_page(p.block_payload_bytes, order),
+                );
+                self.held += order.pages();
+                let (lo, hi) = p.chunk_rtt_us;
+                let rtt = lo + pair.rng.unit() * (hi - lo);
+                let due = sim.now(cpu) + (rtt * 1000.0) as u64;
+                self.chunks[cpu as usize].push(Reverse((due, pfn.0, order.get())));
+            }
+        }
+        let which = pair.building.len();
+        let choices = &p.message_blocks[which];
+        let order = Order::new(pick(&mut pair.rng, choices)).expect("block order");
+        let pfn = sim.alloc(cpu, p.gfp, order)?;
+        sim.touch(
+            cpu,
+            pfn,
+            order,
+            lines_per_page(p.block_payload_bytes, order),
+        );
+        self.held += order.pages();
+        let pair = &mut self.pairs[index];
+        pair.building.push((pfn, order));
+        if pair.building.len() == p.message_blocks.len() {
+            let delay = (pair.rng.exp(p.wakeup_us) * 1000.0) as u64;
+            let ready = sim.now(cpu) + delay;
+            let blocks = std::mem::take(&mut pair.building);
+            pair.queue.push_back((ready, blocks));
+            pair.in_flight += 1;
+            let receiver = pair.cpus[1 - pair.swapped as usize];
+            sim.wake(receiver, ready);
+        }
+        Ok(Step::Continue)
+    }
+
+    fn receive_step(&mut self, sim: &mut Sim, cpu: u32, index: usize) -> Result<Step, SimError> {
+        let now = sim.now(cpu);
+        let p = &self.params;
+        let pair = &mut self.pairs[index];
+        if let Some((pfn, order)) = pair.consuming.pop() {
+            sim.free(cpu, pfn, order)?;
+            self.held -= order.pages();
+            let pair = &mut self.pairs[index];
+            if pair.consuming.is_empty() {
+                pair.received += 1;
+                pair.in_flight -= 1;
+                let sender = pair.cpus[pair.swapped as usize];
+                sim.wake(sender, sim.now(cpu));
+            }
+            return Ok(Step::Continue);
+        }
+        match pair.queue.front() {
+            Some(&(ready, _)) if ready <= now => {
+                let (_, blocks) = pair.queue.pop_front().expect("front exists");
+                sim.work(cpu, p.recv_work_ns);
+                for &(pfn, order) in &blocks {
+                    sim.touch(
+                        cpu,
+                        pfn,
+                        order,
+                        lines_per_page(p.block_payload_bytes, order),
+                    );
+                }
+                let pair = &mut self.pairs[index];
+                pair.consuming = blocks;
+                pair.consuming.reverse();
+                pair.consumer = cpu;
+                Ok(Step::Continue)
+            }
+            Some(&(ready, _)) => match self.idle(cpu, now) {
+                Step::SleepUntil(t) => Ok(Step::SleepUntil(t.min(ready))),
+                _ => Ok(Step::SleepUntil(ready)),
+            },
+            None => Ok(self.idle(cpu, now)),
+        }
+    }
+}
+
+/// Lines of each page of a block of `order` that `bytes` of payload cover (at least 1;
+/// all 64 when the payload fills the block).
+fn lines_per_page(bytes: Option<u64>, order: Order) -> u32 {
+    let Some(bytes) = bytes else {
+        return 64;
+    };
+    let lines = bytes.div_ceil(64) / order.pages();
+    lines.clamp(1, 64) as u32
+}
+
+fn pick(rng: &mut Rng, choices: &[(u8, f64)]) -> u8 {
+    let total: f64 = choices.iter().map(|c| c.1).sum();
+    let mut x = rng.unit() * total;
+    for &(order, weight) in choices {
+        if x < weight {
+            return order;
+        }
+        x -= weight;
+    }
+    choices[choices.len() - 1].0
+}
+
+impl Workload for Stream {
+    fn start(&mut self, sim: &mut Sim) {
+        for pair in &self.pairs {
+            sim.wake(pair.cpus[0], 0);
+            sim.wake(pair.cpus[1], 0);
+        }
+    }
+
+    fn step(&mut self, sim: &mut Sim, cpu: u32) -> Result<Step, SimError> {
+        let now = sim.now(cpu);
+        let chunks = &mut self.chunks[cpu as usize];
+        if let Some(&Reverse((due, pfn, order))) = chunks.peek() {
+            if due <= now {
+                chunks.pop();
+                let order = Order::new(order).expect("chunk order");
+                sim.free(cpu, Pfn(pfn), order)?;
+                self.held -= order.pages();
+                return Ok(Step::Continue);
+            }
+        }
+        let Some(index) = self.pair_of[cpu as usize] else {
+            return Ok(Step::Done);
+        };
+        self.update_roles(index, now);
+        let pair = &self.pairs[index];
+        let sender = pair.cpus[pair.swapped as usize];
+        // A CPU that just turned sender finishes consuming the message it had started; the
+        // new receiver polls until then (this happens only at a role swap).
+        let consuming = !pair.consuming.is_empty();
+        if consuming && pair.consumer == cpu {
+            self.receive_step(sim, cpu, index)
+        } else if cpu == sender {
+            self.send_step(sim, cpu, index)
+        } else if consuming {
+            Ok(Step::SleepUntil(now + 1_000))
+        } else {
+            self.receive_step(sim, cpu, index)
+        }
+    }
+
+    fn held_pages(&self) -> u64 {
+        self.held
+    }
+
+    fn progress(&self, sim: &Sim) -> f64 {
+        (sim.max_clock() as f64 / self.end_ns.max(1) as f64).min(1.0)
+    }
+
+    fn end_ns(&self) -> Option<u64> {
+        Some(self.end_ns)
+    }
+}
