@@ -9,7 +9,6 @@
 //! The allocator runs the v6.7 policy, so cheap orders are freed to (and double-freed
 //! from) the pagesets and orders above 3 to the buddy lists; both paths are covered.
 
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Barrier;
 
 use mmkit_core::page::PageState;
@@ -109,8 +108,8 @@ impl Snapshot {
             .map(|(zone, census)| ZoneSnapshot {
                 free_blocks: zone.free_blocks(),
                 free_pages: zone.free_pages(),
-                pgfree: zone.events().pgfree.load(Relaxed),
-                pgalloc: zone.events().pgalloc.load(Relaxed),
+                pgfree: zone.pgfree(),
+                pgalloc: zone.pgalloc(),
                 census,
                 pagesets: (0..zone.nr_pagesets() as u32)
                     .map(|cpu| {

@@ -27,8 +27,6 @@
 //! failed allocation must leave the free lists exactly as they were; "pcp" requests come
 //! from tasks under the v6.7 policy, so cheap orders pass through the per-CPU pagesets.
 
-use std::sync::atomic::Ordering::Relaxed;
-
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::FileFailurePersistence;
@@ -287,10 +285,7 @@ impl FreeState {
             free_blocks: zones.iter().map(Zone::free_blocks).collect(),
             free_pages: zones.iter().map(Zone::free_pages).collect(),
             pcp_pages: zones.iter().map(Zone::pcp_pages).collect(),
-            pgfree: zones
-                .iter()
-                .map(|z| z.events().pgfree.load(Relaxed))
-                .collect(),
+            pgfree: zones.iter().map(|z| z.pgfree()).collect(),
             reserved_highatomic: zones.iter().map(Zone::nr_reserved_highatomic).collect(),
         }
     }

@@ -667,7 +667,7 @@ fn min_free_kbytes_change_recomputes_watermarks_and_limits() {
 // ---------------------------------------------------------------------------------------
 
 fn pgalloc(allocator: &PageAllocator) -> u64 {
-    load(&zone(allocator, NORMAL).events().pgalloc)
+    zone(allocator, NORMAL).pgalloc()
 }
 
 #[test]
@@ -828,10 +828,10 @@ fn bulk_fast_path_keeps_free_factor_in_base() {
 fn free_pages_batch_puts_every_page_on_the_callers_pageset() {
     let allocator = machine(Policy::V6_7, 2);
     let pages = alloc_many(&allocator, Caller::task(1), MOVABLE, Order::ZERO, 40);
-    let pgfree = load(&zone(&allocator, NORMAL).events().pgfree);
+    let pgfree = zone(&allocator, NORMAL).pgfree();
     assert_eq!(allocator.free_pages_batch(Caller::task(0), &pages), Ok(()));
     assert_eq!(count(&allocator, NORMAL, 0), 40);
-    assert_eq!(load(&zone(&allocator, NORMAL).events().pgfree) - pgfree, 40);
+    assert_eq!(zone(&allocator, NORMAL).pgfree() - pgfree, 40);
     census(&allocator);
 }
 
@@ -847,7 +847,7 @@ fn free_pages_batch_with_a_bad_pfn_frees_nothing() {
         1,
     )[0];
     let before = census(&allocator);
-    let pgfree = load(&zone(&allocator, NORMAL).events().pgfree);
+    let pgfree = zone(&allocator, NORMAL).pgfree();
 
     // A page freed to CPU 1's pageset is no longer allocated.
     let cached = pages[3];
@@ -876,7 +876,7 @@ fn free_pages_batch_with_a_bad_pfn_frees_nothing() {
         "refused batches change nothing"
     );
     assert_eq!(count(&allocator, NORMAL, 0), 0);
-    assert_eq!(load(&zone(&allocator, NORMAL).events().pgfree) - pgfree, 1);
+    assert_eq!(zone(&allocator, NORMAL).pgfree() - pgfree, 1);
     // Every page of the refused batches is still allocated and frees normally.
     assert_eq!(
         allocator.free_pages_batch(Caller::task(0), &pages[..3]),
@@ -911,7 +911,7 @@ fn irq_bypass_sends_softirq_requests_to_the_zone() {
         (0, 0),
         "no refill"
     );
-    assert_eq!(load(&events.pgalloc), 5);
+    assert_eq!(normal.pgalloc(), 5);
     // A cheap high order bypasses too; order 4 never uses the PCP and is not counted.
     let order2 = alloc_many(
         &allocator,
@@ -938,7 +938,7 @@ fn irq_bypass_sends_softirq_requests_to_the_zone() {
     assert_eq!(count(&allocator, NORMAL, 0), 0);
     assert_eq!(normal.free_pages(), free + 5);
     assert_eq!(load(&events.pcp_irq_bypass), 11);
-    assert_eq!(load(&events.pgfree), 5, "__free_pages_ok counts PGFREE");
+    assert_eq!(normal.pgfree(), 5, "__free_pages_ok counts PGFREE");
     allocator
         .free_pages(Caller::softirq(0), order2[0], Order::new(2).expect("2"))
         .expect("valid");
@@ -959,7 +959,10 @@ fn irq_bypass_batched_free_from_softirq_goes_to_the_zone() {
     let allocator = machine(irq_bypass(), 2);
     let events = zone(&allocator, NORMAL).events();
     let pages = alloc_many(&allocator, Caller::task(1), MOVABLE, Order::ZERO, 10);
-    let (bypass, pgfree) = (load(&events.pcp_irq_bypass), load(&events.pgfree));
+    let (bypass, pgfree) = (
+        load(&events.pcp_irq_bypass),
+        zone(&allocator, NORMAL).pgfree(),
+    );
     assert_eq!(
         allocator.free_pages_batch(Caller::softirq(0), &pages),
         Ok(())
@@ -967,7 +970,7 @@ fn irq_bypass_batched_free_from_softirq_goes_to_the_zone() {
     assert_eq!(count(&allocator, NORMAL, 0), 0);
     assert_eq!(load(&events.pcp_irq_bypass) - bypass, 10);
     assert_eq!(
-        load(&events.pgfree) - pgfree,
+        zone(&allocator, NORMAL).pgfree() - pgfree,
         10,
         "each page freed as by __free_pages_ok"
     );

@@ -425,10 +425,9 @@ fn fingerprint(allocator: &PageAllocator) -> Vec<u64> {
     let mut all = Vec::new();
     for zone in allocator.zones() {
         let e = zone.events();
+        all.extend([zone.pgalloc(), zone.pgfree()]);
         all.extend(
             [
-                &e.pgalloc,
-                &e.pgfree,
                 &e.alloc_zone_locked,
                 &e.alloc_zone_locked_events,
                 &e.extfrag_events,

@@ -119,7 +119,7 @@ fn hammer(policy: Policy) {
     };
     use std::sync::atomic::Ordering::Relaxed;
     assert!(
-        events(|e| e.pgalloc.load(Relaxed)) > 10_000,
+        allocator.zones().iter().map(|z| z.pgalloc()).sum::<u64>() > 10_000,
         "the threads really allocated"
     );
     assert!(

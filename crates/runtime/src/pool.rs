@@ -476,8 +476,8 @@ impl PagePool {
         let mut stats = PoolStats::default();
         for zone in self.inner.allocator.zones() {
             let e = zone.events();
-            stats.pgalloc += e.pgalloc.load(Relaxed);
-            stats.pgfree += e.pgfree.load(Relaxed);
+            stats.pgalloc += zone.pgalloc();
+            stats.pgfree += zone.pgfree();
             stats.free_pages += zone.free_pages().max(0) as u64;
             stats.pcp_pages += zone.pcp_pages();
             stats.alloc_zone += e.alloc_zone_locked.load(Relaxed);

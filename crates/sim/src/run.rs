@@ -247,7 +247,7 @@ fn result(
         spin_of_busy_pct: 100.0 * stats.spin_ns as f64 / stats.busy_ns.max(1) as f64,
         free_high: pcp_drains[DrainReason::FreeHigh as usize],
         alloc_zone: sum(&|z| z.events().alloc_zone_locked.load(Relaxed)),
-        pgalloc: sum(&|z| z.events().pgalloc.load(Relaxed)),
+        pgalloc: sum(&|z| z.pgalloc()),
         pcp_refills: sum(&|z| z.events().pcp_refills.load(Relaxed)),
         pcp_drains,
         cache_miss_pct: sim.cache.miss_rate_pct(&sim.cost),

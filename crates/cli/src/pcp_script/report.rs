@@ -11,9 +11,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use mmkit_core::page_alloc::pcp::PcpFlags;
-use mmkit_core::page_alloc::{
-    Context, CpuId, DrainReason, WatermarkKind, ZoneEvents, ZoneFlags, ZoneId,
-};
+use mmkit_core::page_alloc::{Context, CpuId, DrainReason, WatermarkKind, Zone, ZoneFlags, ZoneId};
 use mmkit_core::{PageAllocator, ZoneType};
 use serde::Serialize;
 
@@ -111,11 +109,12 @@ pub struct Events {
 }
 
 impl Events {
-    fn read(events: &ZoneEvents) -> Events {
+    fn read(zone: &Zone) -> Events {
+        let events = zone.events();
         let load = |counter: &AtomicU64| counter.load(Relaxed);
         Events {
-            pgalloc: load(&events.pgalloc),
-            pgfree: load(&events.pgfree),
+            pgalloc: zone.pgalloc(),
+            pgfree: zone.pgfree(),
             pcp_refill_events: load(&events.pcp_refills),
             pcp_refill_pages: load(&events.pcp_refill_pages),
             pcp_drain_events: ByReason::from_counters(&events.pcp_drains),
@@ -336,7 +335,7 @@ impl Snapshot {
                     high: zone.wmark(WatermarkKind::High),
                 },
                 flags: zone.flags(),
-                events: Events::read(zone.events()),
+                events: Events::read(zone),
                 pagesets: (0..zone.nr_pagesets() as CpuId)
                     .filter_map(|cpu| {
                         let pcp = zone.pageset(cpu)?;

@@ -262,8 +262,8 @@ impl PageAllocator {
         };
         pcp.on_alloc(&self.policy.pcp);
         let pfn = self.rmqueue_pcplist_locked(zone, &mut pcp, ac.order, ac.migratetype, flags)?;
+        zone.pcp_vm_events[ac.caller.cpu as usize].count_alloc(ac.order.pages());
         drop(pcp);
-        zone.events.pgalloc.fetch_add(ac.order.pages(), Relaxed);
         Some(pfn)
     }
 

@@ -172,8 +172,8 @@ impl PageAllocator {
                 None => break,
             }
         }
+        zone.pcp_vm_events[caller.cpu as usize].count_alloc(taken as u64);
         drop(pcp);
-        zone.events.pgalloc.fetch_add(taken as u64, Relaxed);
         Ok(Some(taken))
     }
 }

@@ -14,7 +14,7 @@ use super::buddy::ZoneLocked;
 use super::error::FreeError;
 use super::free_area::ListEnd;
 use super::pcp::{order_to_pindex, pcp_allowed_order, pindex_to_order, PerCpuPages, NR_PCP_LISTS};
-use super::types::{Caller, MigrateType, ZoneType, MIGRATE_PCPTYPES};
+use super::types::{Caller, CpuId, MigrateType, ZoneType, MIGRATE_PCPTYPES};
 use super::watermark::{self, WatermarkKind};
 use super::zone::{DrainReason, Zone, ZoneFlags};
 use crate::page::{Order, PageFlags, PageState, Pfn};
@@ -69,7 +69,9 @@ impl PageAllocator {
             return free_one_page(zone, pfn, order, mt);
         };
         match zone.pagesets[caller.cpu as usize].try_lock() {
-            Some(mut pcp) => self.free_unref_page_commit(zone, &mut pcp, pfn, order, mt, pcp_mt),
+            Some(mut pcp) => {
+                self.free_unref_page_commit(caller.cpu, zone, &mut pcp, pfn, order, mt, pcp_mt)
+            }
             None => {
                 zone.events.pcp_lock_contended.fetch_add(1, Relaxed);
                 free_one_page(zone, pfn, order, mt);
@@ -81,8 +83,13 @@ impl PageAllocator {
     /// drain rules: `free_high` for consecutive cheap high-order frees, else the `high`
     /// threshold (auto-tuned from patch 7). A drain that leaves the zone above its high
     /// watermark clears `BELOW_HIGH` (patch 8).
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "Linux's signature plus the CPU it implies"
+    )]
     fn free_unref_page_commit(
         &self,
+        cpu: CpuId,
         zone: &Zone,
         pcp: &mut PerCpuPages,
         pfn: Pfn,
@@ -93,7 +100,7 @@ impl PageAllocator {
         let policy = &self.policy.pcp;
         let scale_max = self.scale_max.load(Relaxed);
         pcp.on_free(policy);
-        zone.events.pgfree.fetch_add(order.pages(), Relaxed);
+        zone.pcp_vm_events[cpu as usize].count_free(order.pages());
         let page = zone.mem_map.page(pfn);
         page.set_state(PageState::Pcp, order);
         page.set_cached_migratetype(mt as u8);
@@ -173,7 +180,7 @@ impl PageAllocator {
                 }
             }
             let (_, pcp) = held.as_mut().expect("a pageset lock is held here");
-            self.free_unref_page_commit(zone, pcp, pfn, Order::ZERO, mt, pcp_mt);
+            self.free_unref_page_commit(caller.cpu, zone, pcp, pfn, Order::ZERO, mt, pcp_mt);
             batch += 1;
         }
         Ok(())

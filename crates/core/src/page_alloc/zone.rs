@@ -37,10 +37,12 @@ bitflags::bitflags! {
 /// here they are zone-wide relaxed atomics.
 #[derive(Debug, Default)]
 pub struct ZoneEvents {
-    /// `PGALLOC`: pages allocated from this zone, from the PCP or the buddy lists.
-    pub pgalloc: AtomicU64,
-    /// `PGFREE`: pages freed to this zone through the counted paths.
-    pub pgfree: AtomicU64,
+    /// `PGALLOC` of the paths that bypass the pagesets; read the total with
+    /// [`Zone::pgalloc`].
+    pub(crate) pgalloc: AtomicU64,
+    /// `PGFREE` of the paths that bypass the pagesets; read the total with
+    /// [`Zone::pgfree`].
+    pub(crate) pgfree: AtomicU64,
     /// Pages taken off the buddy lists (Σ 2^order over `mm_page_alloc_zone_locked`): the
     /// seed's `alloc_zone`.
     pub alloc_zone_locked: AtomicU64,
@@ -63,6 +65,31 @@ pub struct ZoneEvents {
     /// Requests that bypassed the PCP because they came from interrupt context (seed 001
     /// `irq_bypass` policy).
     pub pcp_irq_bypass: AtomicU64,
+}
+
+/// One CPU's `PGALLOC`/`PGFREE` for a zone, as Linux keeps vm events per CPU. Written only
+/// by the holder of that CPU's pageset lock, so a relaxed load and store (no locked
+/// read-modify-write) is exact; readers sum without locks. A cache line each, so CPUs do
+/// not share one.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+pub(crate) struct PcpVmEvents {
+    pgalloc: AtomicU64,
+    pgfree: AtomicU64,
+}
+
+impl PcpVmEvents {
+    /// Count `pages` allocated; the caller holds this CPU's pageset lock.
+    pub(crate) fn count_alloc(&self, pages: u64) {
+        self.pgalloc
+            .store(self.pgalloc.load(Relaxed) + pages, Relaxed);
+    }
+
+    /// Count `pages` freed; the caller holds this CPU's pageset lock.
+    pub(crate) fn count_free(&self, pages: u64) {
+        self.pgfree
+            .store(self.pgfree.load(Relaxed) + pages, Relaxed);
+    }
 }
 
 /// Why pages left a pageset.
@@ -142,6 +169,8 @@ pub struct Zone {
     pub(crate) events: ZoneEvents,
     /// One pageset per CPU (`zone->per_cpu_pageset`).
     pub(crate) pagesets: Box<[SpinLock<PerCpuPages>]>,
+    /// Per-CPU `PGALLOC`/`PGFREE` of the pageset paths.
+    pub(crate) pcp_vm_events: Box<[PcpVmEvents]>,
     /// The limits every pageset gets (`pageset_batch`, `pageset_high_min/max`).
     pub(crate) pcp_limits: SpinLock<PcpLimits>,
     /// Nesting depth of `zone_pcp_disable`.
@@ -174,6 +203,7 @@ impl Zone {
             pagesets: (0..nr_cpus)
                 .map(|_| SpinLock::new(PerCpuPages::default()))
                 .collect(),
+            pcp_vm_events: (0..nr_cpus).map(|_| PcpVmEvents::default()).collect(),
             pcp_limits: SpinLock::new(PcpLimits::default()),
             pcp_disabled: AtomicU32::new(0),
         };
@@ -314,6 +344,28 @@ impl Zone {
     /// Whether pages are grouped by mobility (false on systems under five pageblocks).
     pub fn group_by_mobility(&self) -> bool {
         self.group_by_mobility.load(Relaxed)
+    }
+
+    /// `PGALLOC`: pages allocated from this zone, through its pagesets or its buddy lists
+    /// (`pgalloc_<zone>` in `/proc/vmstat`).
+    pub fn pgalloc(&self) -> u64 {
+        let per_cpu: u64 = self
+            .pcp_vm_events
+            .iter()
+            .map(|e| e.pgalloc.load(Relaxed))
+            .sum();
+        self.events.pgalloc.load(Relaxed) + per_cpu
+    }
+
+    /// `PGFREE`: pages freed to this zone through the counted paths (the pageset commit and
+    /// the direct buddy free; v6.7's try-lock fallback is not counted).
+    pub fn pgfree(&self) -> u64 {
+        let per_cpu: u64 = self
+            .pcp_vm_events
+            .iter()
+            .map(|e| e.pgfree.load(Relaxed))
+            .sum();
+        self.events.pgfree.load(Relaxed) + per_cpu
     }
 
     /// Event counters.

@@ -5,7 +5,6 @@
 
 use alloc::string::String;
 use core::fmt::Write;
-use core::sync::atomic::Ordering::Relaxed;
 
 use crate::page_alloc::{PageAllocator, ZoneType};
 
@@ -19,7 +18,7 @@ pub fn render(allocator: &PageAllocator) -> String {
         let pages: u64 = zones
             .iter()
             .filter(|z| z.zone_type() == *zone_type)
-            .map(|z| z.events().pgalloc.load(Relaxed))
+            .map(|z| z.pgalloc())
             .sum();
         let _ = writeln!(
             out,
@@ -27,7 +26,7 @@ pub fn render(allocator: &PageAllocator) -> String {
             zone_type.name().to_ascii_lowercase()
         );
     }
-    let pgfree: u64 = zones.iter().map(|z| z.events().pgfree.load(Relaxed)).sum();
+    let pgfree: u64 = zones.iter().map(|z| z.pgfree()).sum();
     let _ = writeln!(out, "pgfree {pgfree}");
     out
 }
