@@ -128,12 +128,20 @@ fn free_merges_with_free_buddy() {
     let p = alloc(&allocator, Gfp::KERNEL, order(0));
     let q = alloc(&allocator, Gfp::KERNEL, order(0));
     assert_eq!((p, q), (START, START.add(1)));
+    let merges = || zone.events().buddy_merges.load(Relaxed);
+    let boot_merges = merges();
     // p's buddy q is in use: p stays an order-0 block.
     free(&allocator, p, order(0));
     assert!(is_free_block(zone, p, order(0)));
+    assert_eq!(
+        merges(),
+        boot_merges,
+        "no merge level while the buddy is in use"
+    );
     // Freeing q merges with p, then with every split-off upper half, back to order 10.
     free(&allocator, q, order(0));
     assert_eq!(blocks(zone), [(0, 10)]);
+    assert_eq!(merges() - boot_merges, 10, "one level per order 0 → 10");
     assert_eq!(zone.mem_map().page(q).state(), PageState::Tail);
 }
 
