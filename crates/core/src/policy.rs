@@ -65,6 +65,51 @@ pub struct Policy {
     pub drain: DrainMode,
 }
 
+/// How `try_to_unmap` takes a large folio's pages out of the reverse map (seed 002, Yin
+/// Fengwei 2023, "batched remove rmap in try_to_unmap_one()").
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum RmapRemoval {
+    /// Linux 6.7: after clearing each PTE, remove that page's rmap (map count, the
+    /// folio's mapped-page count, the `NR_*_MAPPED` statistic) and drop its reference.
+    #[default]
+    PerPage,
+    /// Seed 002: clear the PTEs of a run of consecutive pages of one folio, then remove
+    /// the run's rmap once (`folio_remove_rmap_range`): one statistic update and one
+    /// reference drop per run.
+    Batched,
+}
+
+/// What `MADV_PAGEOUT` does with a PTE-mapped large folio (spec §6).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum PageoutSplit {
+    /// Linux 6.7: split every exclusively mapped large folio found, then reclaim its pages.
+    #[default]
+    SplitLarge,
+    /// Linux ≥ 6.10 (Ryan Roberts): keep a folio whole when the range's PTEs map all of
+    /// it (it is reclaimed as a unit), split it otherwise.
+    KeepCovered,
+}
+
+/// The switches of the mapping layer ([`crate::mm`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct MmPolicy {
+    /// Per-page or batched rmap removal in `try_to_unmap`.
+    pub rmap_removal: RmapRemoval,
+    /// Large folios under `MADV_PAGEOUT`.
+    pub pageout: PageoutSplit,
+}
+
+impl MmPolicy {
+    /// Linux v6.7.
+    pub const V6_7: MmPolicy = MmPolicy {
+        rmap_removal: RmapRemoval::PerPage,
+        pageout: PageoutSplit::SplitLarge,
+    };
+}
+
 /// The preset names, in series order.
 pub const PRESETS: [&str; 11] = [
     "base", "patch1", "patch2", "patch3", "patch4", "patch5", "patch6", "patch7", "patch8",
