@@ -92,6 +92,19 @@ pub enum PageoutSplit {
     KeepCovered,
 }
 
+/// How reclaim sizes an LRU list (`lruvec_lru_size`, spec §5.2, seed 003).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum LruSizePolicy {
+    /// Linux ≤ 5.1 and ≥ 5.3 with Honglei Wang's fix (b11edebbc967): the sum of the
+    /// memcg's per-zone sizes, `MAX_NR_ZONES` reads.
+    #[default]
+    ZoneSizes,
+    /// The 5.2 regression (1a61ab8038e7): the node total summed from a per-CPU counter over
+    /// every possible CPU, minus the zones above: a read per CPU, per list, per call.
+    PercpuCounters,
+}
+
 /// The switches of the mapping layer ([`crate::mm`]).
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -100,6 +113,8 @@ pub struct MmPolicy {
     pub rmap_removal: RmapRemoval,
     /// Large folios under `MADV_PAGEOUT`.
     pub pageout: PageoutSplit,
+    /// How reclaim sizes an LRU list.
+    pub lru_size: LruSizePolicy,
 }
 
 impl MmPolicy {
@@ -107,6 +122,7 @@ impl MmPolicy {
     pub const V6_7: MmPolicy = MmPolicy {
         rmap_removal: RmapRemoval::PerPage,
         pageout: PageoutSplit::SplitLarge,
+        lru_size: LruSizePolicy::ZoneSizes,
     };
 }
 

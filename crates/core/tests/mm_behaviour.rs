@@ -4,12 +4,14 @@
 
 use std::sync::Arc;
 
+use mmkit_core::mm::lru::LruList;
+use mmkit_core::mm::memcg::{MemcgId, MEMCG_CHARGE_BATCH};
 use mmkit_core::mm::{FileId, Memory, MmError, PageIo, PteState, SwapEntry};
 use mmkit_core::page_alloc::Caller;
 use mmkit_core::topology::CacheInfo;
 use mmkit_core::{
-    MmPolicy, Order, PageAllocator, PageoutSplit, Pfn, Policy, RmapRemoval, Settings, Topology,
-    ZoneSpec, ZoneType,
+    LruSizePolicy, MmPolicy, Order, PageAllocator, PageoutSplit, Pfn, Policy, RmapRemoval,
+    Settings, Topology, ZoneSpec, ZoneType,
 };
 
 const CALLER: Caller = Caller::task(0);
@@ -93,6 +95,7 @@ fn batched_rmap_removal_updates_shared_counters_once_per_run() {
         let policy = MmPolicy {
             rmap_removal: removal,
             pageout: PageoutSplit::KeepCovered,
+            ..MmPolicy::V6_7
         };
         let mut m = memory(4096, policy, 64);
         let mm = m.create_mm();
@@ -229,5 +232,166 @@ fn out_of_memory_is_an_error_and_leaves_everything_consistent() {
     assert_eq!(outcome.reclaimed, 0);
     assert_eq!(m.stats().anon_mapped, mapped);
     m.munmap(CALLER, mm, 0x1000).unwrap();
+    m.verify().unwrap();
+}
+
+fn memory_cpus(zone_pages: u64, cpus: u32, policy: MmPolicy, swap_slots: u64) -> Memory {
+    let spec = ZoneSpec {
+        node: 0,
+        zone_type: ZoneType::Normal,
+        start_pfn: Pfn(0x10000),
+        spanned: zone_pages,
+        present: zone_pages,
+        managed: zone_pages,
+    };
+    let llc = CacheInfo {
+        llc_bytes: 8 << 20,
+        llc_shared_cpus: cpus,
+    };
+    let topology = Topology::new(vec![spec], vec![cpus], llc, false).unwrap();
+    let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7).unwrap();
+    Memory::new(Arc::new(allocator), policy, swap_slots)
+}
+
+#[test]
+fn charges_are_batched_per_cpu() {
+    let mut m = memory(4096, MmPolicy::V6_7, 0);
+    let mm = m.create_mm();
+    let group = m.create_memcg(MemcgId::ROOT).unwrap();
+    m.set_mm_memcg(mm, group).unwrap();
+    m.mmap_anon(mm, 0x100, 8, Order::ZERO).unwrap();
+    m.access(CALLER, mm, 0x100, true, &mut NoIo).unwrap();
+    // One page charged, a batch of 64 taken from the counter, 63 left in CPU 0's stock.
+    assert_eq!(m.memcgs().get(group).unwrap().usage, MEMCG_CHARGE_BATCH);
+    assert_eq!(m.memcgs().stock_pages(group), MEMCG_CHARGE_BATCH - 1);
+    assert_eq!(m.memcgs().get(group).unwrap().anon, 1);
+    m.verify().unwrap();
+}
+
+#[test]
+fn a_cgroup_over_its_limit_reclaims_its_own_pages_only() {
+    let mut m = memory(8192, MmPolicy::V6_7, 4096);
+    let (a, b) = (m.create_mm(), m.create_mm());
+    let (ga, gb) = (
+        m.create_memcg(MemcgId::ROOT).unwrap(),
+        m.create_memcg(MemcgId::ROOT).unwrap(),
+    );
+    m.set_mm_memcg(a, ga).unwrap();
+    m.set_mm_memcg(b, gb).unwrap();
+    m.mmap_anon(b, 0x100, 512, Order::ZERO).unwrap();
+    for v in 0..512 {
+        m.access(CALLER, b, 0x100 + v, true, &mut NoIo).unwrap();
+    }
+    let b_before = m.mm(b).unwrap().counters;
+    m.set_memory_max(CALLER, ga, 256, &mut NoIo).unwrap();
+    m.mmap_anon(a, 0x1000, 1024, Order::ZERO).unwrap();
+    for v in 0..1024 {
+        m.access(CALLER, a, 0x1000 + v, true, &mut NoIo).unwrap();
+        assert!(m.memcgs().get(ga).unwrap().usage <= 256);
+    }
+    assert!(m.memcgs().get(ga).unwrap().events.pgsteal >= 1024 - 256);
+    assert_eq!(m.memcgs().get(gb).unwrap().events.pgsteal, 0);
+    assert_eq!(m.mm(b).unwrap().counters, b_before, "B lost nothing");
+    assert!(m.mm(a).unwrap().counters.swap_entries >= 1024 - 256);
+    m.verify().unwrap();
+}
+
+#[test]
+fn exceeding_memory_max_with_nothing_reclaimable_is_out_of_memory() {
+    // No swap: anonymous pages cannot be reclaimed.
+    let mut m = memory(4096, MmPolicy::V6_7, 0);
+    let mm = m.create_mm();
+    let group = m.create_memcg(MemcgId::ROOT).unwrap();
+    m.set_mm_memcg(mm, group).unwrap();
+    m.set_memory_max(CALLER, group, 100, &mut NoIo).unwrap();
+    m.mmap_anon(mm, 0x100, 200, Order::ZERO).unwrap();
+    let mut mapped = 0;
+    let error = loop {
+        match m.access(CALLER, mm, 0x100 + mapped, true, &mut NoIo) {
+            Ok(_) => mapped += 1,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(error, MmError::OutOfMemory);
+    assert_eq!(mapped, 100);
+    assert_eq!(m.memcgs().get(group).unwrap().events.oom, 1);
+    m.verify().unwrap();
+    // The system stays usable: freeing makes room again.
+    m.munmap(CALLER, mm, 0x100).unwrap();
+    m.mmap_anon(mm, 0x100, 10, Order::ZERO).unwrap();
+    m.access(CALLER, mm, 0x100, true, &mut NoIo).unwrap();
+    m.verify().unwrap();
+}
+
+/// Seed 003: both ways of sizing an LRU list give the same pages; the per-CPU one reads
+/// a counter per CPU, the zone one a counter per zone, whatever the CPU count.
+#[test]
+fn lru_size_policies_agree_and_differ_in_cost() {
+    for cpus in [2, 64] {
+        let mut reads = Vec::new();
+        for lru_size in [LruSizePolicy::ZoneSizes, LruSizePolicy::PercpuCounters] {
+            let policy = MmPolicy {
+                lru_size,
+                ..MmPolicy::V6_7
+            };
+            let mut m = memory_cpus(4096, cpus, policy, 0);
+            let mm = m.create_mm();
+            m.mmap_anon(mm, 0x100, 40, Order::ZERO).unwrap();
+            for v in 0..40 {
+                let caller = Caller::task(v as u32 % cpus);
+                m.access(caller, mm, 0x100 + v, true, &mut NoIo).unwrap();
+            }
+            let before = m.stats().lru_size_reads;
+            let normal = ZoneType::Normal.index();
+            let size = m.lruvec_lru_size(MemcgId::ROOT, 0, LruList::InactiveAnon, normal);
+            assert_eq!(size, 40, "{lru_size:?}");
+            reads.push(m.stats().lru_size_reads - before);
+        }
+        assert_eq!(reads[0], ZoneType::Normal.index() as u64 + 1);
+        assert_eq!(
+            reads[1],
+            u64::from(cpus) + (4 - ZoneType::Normal.index()) as u64
+        );
+    }
+}
+
+#[test]
+fn memory_stat_uses_linux_names_and_bytes() {
+    let mut m = memory(4096, MmPolicy::V6_7, 0);
+    let mm = m.create_mm();
+    m.mmap_anon(mm, 0x100, 3, Order::ZERO).unwrap();
+    for v in 0..3 {
+        m.access(CALLER, mm, 0x100 + v, true, &mut NoIo).unwrap();
+    }
+    let stat = m.memcgs().memory_stat(MemcgId::ROOT).unwrap();
+    assert!(
+        stat.starts_with("anon 12288\nfile 0\ninactive_anon 12288\nactive_anon 0\n"),
+        "{stat}"
+    );
+    assert!(stat.contains("pgfault 3\n"), "{stat}");
+}
+
+#[test]
+fn kswapd_balances_a_node_below_its_low_watermark() {
+    let mut m = memory(2048, MmPolicy::V6_7, 4096);
+    let mm = m.create_mm();
+    m.mmap_anon(mm, 0x1000, 4096, Order::ZERO).unwrap();
+    let zone_index = ZoneType::Normal.index();
+    let mut v = 0;
+    loop {
+        let zone = &m.allocator().zones()[zone_index];
+        if zone.free_pages() < zone.wmark(mmkit_core::page_alloc::WatermarkKind::Low) as i64 {
+            break;
+        }
+        m.access(CALLER, mm, 0x1000 + v, true, &mut NoIo).unwrap();
+        v += 1;
+    }
+    let outcome = m.kswapd_balance(CALLER, 0, &mut NoIo).unwrap();
+    assert!(outcome.reclaimed > 0);
+    let zone = &m.allocator().zones()[zone_index];
+    assert!(zone.free_pages() >= zone.wmark(mmkit_core::page_alloc::WatermarkKind::High) as i64);
+    assert!(!zone
+        .flags()
+        .contains(mmkit_core::page_alloc::ZoneFlags::RECLAIM_ACTIVE));
     m.verify().unwrap();
 }

@@ -14,7 +14,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use mmkit_core::mm::{FileId, Memory, MmId, PageIo, PteState, SwapEntry, Vpn};
+use mmkit_core::mm::memcg::MemcgId;
+use mmkit_core::mm::{FileId, Memory, MmError, MmId, PageIo, PteState, SwapEntry, Vpn};
 use mmkit_core::page_alloc::Caller;
 use mmkit_core::topology::CacheInfo;
 use mmkit_core::{
@@ -109,6 +110,22 @@ enum Op {
         mm: usize,
         map: usize,
     },
+    /// `memory.reclaim` of `pages` on cgroup `group` (0, 1: the mms' own; 2: their parent).
+    MemoryReclaim {
+        group: usize,
+        pages: u64,
+    },
+    /// `memory.max` of `group`.
+    SetMax {
+        group: usize,
+        pages: u64,
+    },
+    /// `memory.high` of `group`.
+    SetHigh {
+        group: usize,
+        pages: u64,
+    },
+    Kswapd,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -119,6 +136,10 @@ fn op() -> impl Strategy<Value = Op> {
         1 => target.clone().prop_map(|(mm, map, page)| Op::ReclaimFolioAt { mm, map, page }),
         1 => target.clone().prop_map(|(mm, map, page)| Op::Referenced { mm, map, page }),
         1 => (0..2usize, 0..3usize).prop_map(|(mm, map)| Op::Remap { mm, map }),
+        1 => (0..3usize, 1..100u64).prop_map(|(group, pages)| Op::MemoryReclaim { group, pages }),
+        1 => (0..3usize, 8..300u64).prop_map(|(group, pages)| Op::SetMax { group, pages }),
+        1 => (0..3usize, 8..300u64).prop_map(|(group, pages)| Op::SetHigh { group, pages }),
+        1 => Just(Op::Kswapd),
     ]
 }
 
@@ -127,6 +148,7 @@ struct World {
     memory: Memory,
     io: TokenIo,
     mms: [MmId; 2],
+    memcgs: [MemcgId; 3],
     file: FileId,
     /// Model: the token each anonymous page of each mm holds (absent = never written = 0).
     anon: HashMap<(usize, Vpn), u64>,
@@ -149,10 +171,20 @@ impl World {
         let mut memory = Memory::new(allocator(), policy, 512);
         let file = memory.create_file(FILE_PAGES, Order::new(3).unwrap());
         let mms = [memory.create_mm(), memory.create_mm()];
+        let parent = memory.create_memcg(MemcgId::ROOT).unwrap();
+        let memcgs = [
+            memory.create_memcg(parent).unwrap(),
+            memory.create_memcg(parent).unwrap(),
+            parent,
+        ];
+        for i in 0..2 {
+            memory.set_mm_memcg(mms[i], memcgs[i]).unwrap();
+        }
         let mut world = World {
             memory,
             io: TokenIo::default(),
             mms,
+            memcgs,
             file,
             anon: HashMap::new(),
             file_pages: HashMap::new(),
@@ -192,10 +224,16 @@ impl World {
             } => {
                 let (start, pages) = map_range(map);
                 let vpn = start + page % pages;
-                let fault = self
+                let fault = match self
                     .memory
                     .access(CALLER, self.mms[mm], vpn, write, &mut self.io)
-                    .map_err(|e| TestCaseError::fail(format!("access: {e}")))?;
+                {
+                    Ok(fault) => fault,
+                    // A limit or the zone is exhausted and nothing could be reclaimed:
+                    // an error, and the page keeps what it held.
+                    Err(MmError::OutOfMemory) => return Ok(()),
+                    Err(e) => return Err(TestCaseError::fail(format!("access: {e}"))),
+                };
                 let expected = if map == 2 {
                     self.file_pages.get(&(page % pages)).copied().unwrap_or(0)
                 } else {
@@ -264,6 +302,38 @@ impl World {
                     prop_assert_eq!(self.memory.folio_referenced(folio), 0, "bits cleared");
                 }
             }
+            Op::MemoryReclaim { group, pages } => {
+                match self
+                    .memory
+                    .memory_reclaim(CALLER, self.memcgs[group], pages, &mut self.io)
+                {
+                    Ok(_) | Err(MmError::ReclaimStalled) => {}
+                    Err(e) => return Err(TestCaseError::fail(format!("memory.reclaim: {e}"))),
+                }
+            }
+            Op::SetMax { group, pages } => {
+                match self
+                    .memory
+                    .set_memory_max(CALLER, self.memcgs[group], pages, &mut self.io)
+                {
+                    Ok(()) => {
+                        let usage = self.memory.memcgs().get(self.memcgs[group]).unwrap().usage;
+                        prop_assert!(usage <= pages, "usage {} over the new max {}", usage, pages);
+                    }
+                    Err(MmError::OutOfMemory) => {}
+                    Err(e) => return Err(TestCaseError::fail(format!("memory.max: {e}"))),
+                }
+            }
+            Op::SetHigh { group, pages } => {
+                self.memory
+                    .set_memory_high(self.memcgs[group], pages)
+                    .unwrap();
+            }
+            Op::Kswapd => {
+                self.memory
+                    .kswapd_balance(CALLER, 0, &mut self.io)
+                    .map_err(|e| TestCaseError::fail(format!("kswapd: {e}")))?;
+            }
             Op::Remap { mm, map } => {
                 let (start, _) = map_range(map);
                 self.memory
@@ -306,6 +376,9 @@ fn run(policy: MmPolicy, ops: &[Op]) -> Result<World, TestCaseError> {
         if let Err(e) = world.memory.verify() {
             return Err(TestCaseError::fail(format!("step {step} {op:?}: {e}")));
         }
+    }
+    if std::env::var_os("MM_MODEL_STATS").is_some() {
+        eprintln!("{:?}", world.memory.stats());
     }
     Ok(world)
 }
@@ -354,6 +427,10 @@ fn everything_unmapped_and_deleted_returns_every_page() {
     world.memory.delete_file(CALLER, world.file).unwrap();
     world.memory.verify().unwrap();
     assert_eq!(world.memory.folios().count(), 0);
+    for group in world.memcgs {
+        let usage = world.memory.memcgs().get(group).unwrap().usage;
+        assert!(usage <= 64 * 2, "only charge stocks are left: {usage}");
+    }
     let census = world.memory.allocator().verify().unwrap();
     assert_eq!(census.iter().map(|c| c.allocated).sum::<u64>(), 0);
     assert_eq!(world.memory.stats().anon_mapped, 0);

@@ -16,6 +16,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use super::folio::{CountOverflow, Folio};
+use super::memcg::{MemcgId, MemcgTree};
 use super::pte::{Pte, PteState, SwapEntry};
 use super::swap::SwapSpace;
 use crate::page::{Order, PageFlags, Pfn};
@@ -110,12 +111,14 @@ pub struct MmCounters {
 }
 
 /// An address space.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Mm {
     /// Mappings by first virtual page.
     pub vmas: BTreeMap<Vpn, Vma>,
     /// Resident and swapped page counts.
     pub counters: MmCounters,
+    /// The cgroup its faults charge (the owner task's).
+    pub memcg: MemcgId,
 }
 
 impl Mm {
@@ -204,6 +207,9 @@ pub struct MmStats {
     /// batching saves (per page: map count, statistic, reference; batched: map counts,
     /// then one statistic and one reference update per run).
     pub rmap_counter_updates: u64,
+    /// Counters read by `lruvec_lru_size`: what seed 003's fix saves (zone sizes: one per
+    /// zone; per-CPU counters: one per CPU).
+    pub lru_size_reads: u64,
 }
 
 /// The data side of faults and reclaim: the runtime copies bytes, the simulator and tests
@@ -240,6 +246,10 @@ pub enum MmError {
     OutOfSwap,
     /// A 16-bit count in a page descriptor would overflow.
     CountOverflow,
+    /// No such (online) cgroup.
+    NoSuchMemcg(MemcgId),
+    /// Proactive reclaim gave up after repeated rounds without progress (`-EAGAIN`).
+    ReclaimStalled,
     /// The allocator refused a free (accounting broken: a bug, reported not hidden).
     Free(FreeError),
 }
@@ -269,6 +279,8 @@ impl core::fmt::Display for MmError {
             MmError::OutOfMemory => f.write_str("out of memory"),
             MmError::OutOfSwap => f.write_str("out of swap space"),
             MmError::CountOverflow => f.write_str("a page's 16-bit count would overflow"),
+            MmError::NoSuchMemcg(id) => write!(f, "no cgroup {}", id.0),
+            MmError::ReclaimStalled => f.write_str("reclaim made no progress (EAGAIN)"),
             MmError::Free(e) => write!(f, "the allocator refused a free: {e}"),
         }
     }
@@ -296,13 +308,13 @@ pub struct Memory {
     pub(super) folios: BTreeMap<Pfn, FolioInfo>,
     pub(super) swap: SwapSpace,
     pub(super) stats: MmStats,
+    pub(super) memcgs: MemcgTree,
 }
 
 impl Memory {
     /// A mapping layer over `allocator` with `swap_slots` pages of swap.
     pub fn new(allocator: Arc<PageAllocator>, policy: MmPolicy, swap_slots: u64) -> Memory {
         Memory {
-            allocator,
             policy,
             mms: Vec::new(),
             files: Vec::new(),
@@ -310,6 +322,8 @@ impl Memory {
             folios: BTreeMap::new(),
             swap: SwapSpace::new(swap_slots),
             stats: MmStats::default(),
+            memcgs: MemcgTree::new(allocator_nodes(&allocator), allocator.topology().nr_cpus()),
+            allocator,
         }
     }
 
@@ -338,10 +352,33 @@ impl Memory {
         &self.swap
     }
 
-    /// An empty address space.
+    /// An empty address space charged to the root cgroup.
     pub fn create_mm(&mut self) -> MmId {
-        self.mms.push(Some(Mm::default()));
+        self.mms.push(Some(Mm {
+            vmas: BTreeMap::new(),
+            counters: MmCounters::default(),
+            memcg: MemcgId::ROOT,
+        }));
         MmId(self.mms.len() as u32 - 1)
+    }
+
+    /// Move an address space's future charges to `memcg` (cgroup v2 moves no old charges).
+    pub fn set_mm_memcg(&mut self, mm: MmId, memcg: MemcgId) -> Result<(), MmError> {
+        self.memcgs.get(memcg).ok_or(MmError::NoSuchMemcg(memcg))?;
+        self.mm_mut(mm)?.memcg = memcg;
+        Ok(())
+    }
+
+    /// The cgroup tree.
+    pub fn memcgs(&self) -> &MemcgTree {
+        &self.memcgs
+    }
+
+    /// A new cgroup below `parent`.
+    pub fn create_memcg(&mut self, parent: MemcgId) -> Result<MemcgId, MmError> {
+        self.memcgs
+            .create(parent)
+            .ok_or(MmError::NoSuchMemcg(parent))
     }
 
     /// The address space `id`.
@@ -508,13 +545,79 @@ impl Memory {
         Ok(fault)
     }
 
-    /// Allocate a folio for user data, falling back to smaller orders (mTHP's fallback
-    /// order list) and finally to reclaim-free failure.
-    fn alloc_folio(&self, caller: Caller, order: Order) -> Result<Folio, MmError> {
-        let pfn = self
+    /// Allocate a folio of `order` for user data with `refs` references and charge it
+    /// to `memcg`: direct reclaim and retries for single pages when the allocator is out
+    /// of memory (a large folio fails at once, and the caller falls back to one page);
+    /// the folio is freed again if the charge fails.
+    fn alloc_folio(
+        &mut self,
+        caller: Caller,
+        order: Order,
+        refs: u16,
+        memcg: MemcgId,
+        anon: bool,
+        io: &mut dyn PageIo,
+    ) -> Result<Folio, MmError> {
+        let node = self
             .allocator
-            .alloc_pages(caller, Gfp::HIGHUSER_MOVABLE, order)?;
-        Ok(Folio { pfn, order })
+            .topology()
+            .cpu_node(caller.cpu)
+            .ok_or(MmError::OutOfMemory)?;
+        let mut retries = super::vmscan::MAX_RECLAIM_RETRIES;
+        let pfn = loop {
+            match self
+                .allocator
+                .alloc_pages(caller, Gfp::HIGHUSER_MOVABLE, order)
+            {
+                Ok(pfn) => break pfn,
+                Err(_) if order != Order::ZERO || retries == 0 => return Err(MmError::OutOfMemory),
+                Err(_) => {
+                    retries -= 1;
+                    self.direct_reclaim(caller, node, io)?;
+                }
+            }
+        };
+        let folio = Folio { pfn, order };
+        folio.init(self.mem_map(pfn), refs);
+        if let Err(e) = self.try_charge(caller, memcg, folio.nr_pages(), io) {
+            folio.clear(self.mem_map(pfn));
+            self.allocator
+                .free_pages(caller, pfn, order)
+                .map_err(MmError::Free)?;
+            return Err(e);
+        }
+        let head = folio.head(self.mem_map(pfn));
+        head.set_memcg_id(memcg.0);
+        let mut flags = head.flags();
+        flags.set(PageFlags::SWAPBACKED, anon);
+        head.set_flags(flags);
+        let group = self.memcgs.group_mut(memcg);
+        if anon {
+            group.anon += folio.nr_pages();
+        } else {
+            group.file += folio.nr_pages();
+        }
+        Ok(folio)
+    }
+
+    /// A large folio if one can be had, else one page.
+    #[expect(clippy::too_many_arguments, reason = "alloc_folio's plus the fallback")]
+    fn alloc_folio_or_page(
+        &mut self,
+        caller: Caller,
+        order: Order,
+        refs: u16,
+        refs_page: u16,
+        memcg: MemcgId,
+        anon: bool,
+        io: &mut dyn PageIo,
+    ) -> Result<Folio, MmError> {
+        if order != Order::ZERO {
+            if let Ok(folio) = self.alloc_folio(caller, order, refs, memcg, anon, io) {
+                return Ok(folio);
+            }
+        }
+        self.alloc_folio(caller, Order::ZERO, refs_page, memcg, anon, io)
     }
 
     /// Map `nr` pages of `folio` from `first` at `vpn..`: PTEs, map counts, statistics,
@@ -576,13 +679,9 @@ impl Memory {
         } else {
             (Order::ZERO, vpn)
         };
-        let folio = match self.alloc_folio(caller, order) {
-            Ok(folio) => folio,
-            Err(_) if order != Order::ZERO => self.alloc_folio(caller, Order::ZERO)?,
-            Err(e) => return Err(e),
-        };
+        let memcg = self.mm(mm)?.memcg;
+        let folio = self.alloc_folio_or_page(caller, order, 0, 0, memcg, true, io)?;
         let base = if folio.order == order { base } else { vpn };
-        folio.init(self.mem_map(folio.pfn), 0);
         io.zero(folio.pfn, folio.nr_pages());
         self.folios.insert(
             folio.pfn,
@@ -592,9 +691,9 @@ impl Memory {
                 index: base,
             },
         );
-        let head = self.mem_map(folio.pfn).page(folio.pfn);
-        head.set_flags(head.flags() | PageFlags::SWAPBACKED);
+        self.memcgs.group_mut(memcg).events.pgfault += 1;
         self.map_pages(mm, base, folio, folio.pfn, folio.nr_pages(), true)?;
+        self.lru_add(caller, folio);
         Ok(Fault {
             pfn: folio.pfn.add(vpn - base),
             folio,
@@ -617,7 +716,11 @@ impl Memory {
             .index_of(vpn);
         let folio = match self.find_cached(file, index)? {
             Some(folio) => folio,
-            None => self.read_into_cache(caller, file, index, io)?,
+            None => {
+                let memcg = self.mm(mm)?.memcg;
+                self.memcgs.group_mut(memcg).events.pgfault += 1;
+                self.read_into_cache(caller, memcg, file, index, io)?
+            }
         };
         let head_index = self.folios[&folio.pfn].index;
         let pfn = folio.pfn.add(index - head_index);
@@ -646,6 +749,7 @@ impl Memory {
     fn read_into_cache(
         &mut self,
         caller: Caller,
+        memcg: MemcgId,
         file: FileId,
         index: u64,
         io: &mut dyn PageIo,
@@ -663,17 +767,13 @@ impl Memory {
                 .next_back()
                 .map_or(true, |(h, folio)| h + folio.nr_pages() <= base);
         let order = if fits { f.folio_order } else { Order::ZERO };
-        let folio = match self.alloc_folio(caller, order) {
-            Ok(folio) => folio,
-            Err(_) if order != Order::ZERO => self.alloc_folio(caller, Order::ZERO)?,
-            Err(e) => return Err(e),
-        };
+        let refs = order.pages() as u16;
+        let folio = self.alloc_folio_or_page(caller, order, refs, 1, memcg, false, io)?;
         let base = if folio.order == Order::ZERO {
             index
         } else {
             base
         };
-        folio.init(self.mem_map(folio.pfn), folio.nr_pages() as u16);
         io.read_file(file, base, folio.pfn, folio.nr_pages());
         self.stats.file_reads += folio.nr_pages();
         self.file_mut(file)?.cache.insert(base, folio);
@@ -685,6 +785,7 @@ impl Memory {
                 index: base,
             },
         );
+        self.lru_add(caller, folio);
         Ok(folio)
     }
 
@@ -701,8 +802,9 @@ impl Memory {
             unreachable!("only anonymous mappings hold swap entries");
         };
         // Linux 6.7 swaps in single pages.
-        let folio = self.alloc_folio(caller, Order::ZERO)?;
-        folio.init(self.mem_map(folio.pfn), 0);
+        let memcg = self.mm(mm)?.memcg;
+        let folio = self.alloc_folio(caller, Order::ZERO, 0, memcg, true, io)?;
+        self.memcgs.group_mut(memcg).events.pgfault += 1;
         io.read_swap(entry, folio.pfn);
         self.stats.swap_in += 1;
         self.swap.free(entry);
@@ -716,9 +818,10 @@ impl Memory {
         );
         let head = self.mem_map(folio.pfn).page(folio.pfn);
         // Read back from swap and freed from it: dirty with respect to any backing.
-        head.set_flags(head.flags() | PageFlags::SWAPBACKED | PageFlags::DIRTY);
+        head.set_flags(head.flags() | PageFlags::DIRTY);
         self.mm_mut(mm)?.counters.swap_entries -= 1;
         self.map_pages(mm, vpn, folio, folio.pfn, 1, true)?;
+        self.lru_add(caller, folio);
         Ok(Fault {
             pfn: folio.pfn,
             folio,
@@ -803,9 +906,30 @@ impl Memory {
     /// Give an unreferenced folio back to the allocator.
     pub(super) fn free_folio(&mut self, caller: Caller, folio: Folio) -> Result<(), MmError> {
         self.folios.remove(&folio.pfn);
+        let head = folio.head(self.mem_map(folio.pfn));
+        if head.flags().contains(PageFlags::LRU) {
+            self.lru_del(caller, folio);
+        }
+        let allocator = self.allocator.clone();
+        let head = folio.head(allocator.find_zone(folio.pfn).expect("zone").mem_map());
+        let memcg = MemcgId(head.memcg_id());
+        if memcg.0 != 0 {
+            self.memcgs.counter_uncharge(memcg, folio.nr_pages());
+            let group = self.memcgs.group_mut(memcg);
+            if head.flags().contains(PageFlags::SWAPBACKED) {
+                group.anon -= folio.nr_pages();
+            } else {
+                group.file -= folio.nr_pages();
+            }
+            head.set_memcg_id(0);
+        }
         folio.clear(self.mem_map(folio.pfn));
         self.allocator
             .free_pages(caller, folio.pfn, folio.order)
             .map_err(MmError::Free)
     }
+}
+
+fn allocator_nodes(allocator: &PageAllocator) -> usize {
+    allocator.topology().nr_nodes()
 }

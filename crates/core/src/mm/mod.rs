@@ -8,18 +8,25 @@
 //!   batched rmap removal).
 //! - [`pageout`]: reclaiming a folio, `split_folio`, `MADV_PAGEOUT`.
 //! - [`swap`]: swap slots.
+//! - [`lru`]: LRU lists per memcg and node, linked through the folio heads.
+//! - [`memcg`]: the cgroup tree, charges with per-CPU batching, `memory.stat`.
+//! - [`vmscan`]: reclaim from the LRU lists: cgroup limits, `memory.reclaim`, direct
+//!   reclaim, kswapd, and `lruvec_lru_size` as two policies.
 //! - [`verify`]: the walker that checks every count against the page tables.
 //!
-//! LRU lists, memcg charging and kswapd/direct reclaim build on this (issue 9, in
-//! progress); see `docs/ARCHITECTURE.md`.
+//! Still to come (issue 9): writeback congestion flags, fork, per-CPU statistics from the
+//! percpu allocator; see `docs/ARCHITECTURE.md`.
 
 pub mod folio;
+pub mod lru;
+pub mod memcg;
 pub mod memory;
 pub mod pageout;
 pub mod pte;
 pub mod rmap;
 pub mod swap;
 pub mod verify;
+pub mod vmscan;
 
 pub use folio::Folio;
 pub use memory::{

@@ -30,7 +30,7 @@ impl Memory {
     /// `split_folio`: make each page of a large folio its own order-0 folio. Map counts
     /// stay; each page gets the references its PTEs (and the page cache) hold. Refused
     /// (`Ok(false)`) if anyone else holds a reference.
-    pub fn split_folio(&mut self, folio: Folio) -> Result<bool, MmError> {
+    pub fn split_folio(&mut self, caller: Caller, folio: Folio) -> Result<bool, MmError> {
         if folio.order == Order::ZERO {
             return Ok(true);
         }
@@ -45,6 +45,10 @@ impl Memory {
             return Ok(false);
         }
         let head = folio.head(mem_map);
+        let on_lru = head.flags().contains(PageFlags::LRU);
+        if on_lru {
+            self.lru_del(caller, folio);
+        }
         let flags = head.flags() - PageFlags::HEAD;
         let memcg = head.memcg_id();
         allocator
@@ -75,6 +79,10 @@ impl Memory {
             if let Mapping::File(file) = info.mapping {
                 // The head's entry at `info.index` is replaced by page 0's.
                 self.file_mut(file)?.cache.insert(info.index + i, single);
+            }
+            if on_lru {
+                // `lru_add_page_tail`: each page takes the folio's place, in order.
+                self.lru_add(caller, single);
             }
         }
         self.stats.folio_splits += 1;
@@ -170,7 +178,7 @@ impl Memory {
                 let keep = self.policy.pageout == PageoutSplit::KeepCovered
                     && self.covers_folio(mm, vpn, end, folio);
                 if !keep {
-                    if !self.split_folio(folio)? {
+                    if !self.split_folio(caller, folio)? {
                         outcome.skipped += 1;
                         vpn += 1;
                         continue;

@@ -12,9 +12,12 @@ use alloc::format;
 use alloc::string::String;
 
 use super::folio::Folio;
+use super::lru::{LruList, NR_LRU_LISTS};
 use super::memory::{Mapping, Memory, MmCounters, VmaKind};
 use super::pte::PteState;
+use crate::page::PageFlags;
 use crate::page::{PageState, Pfn};
+use crate::page_alloc::MAX_NR_ZONES;
 
 macro_rules! ensure {
     ($cond:expr, $($arg:tt)*) => {
@@ -181,9 +184,116 @@ impl Memory {
             "nr_mapped {} != {file_mapped} mapped file pages",
             self.stats.file_mapped
         );
+        self.verify_lru_and_memcg()?;
         self.allocator
             .verify()
             .map(|_| ())
             .map_err(|e| format!("allocator: {e}"))
+    }
+
+    /// Every folio is on the LRU list its flags name, of the cgroup it is charged to, on
+    /// its node; list sizes, per-zone sizes and per-CPU counters equal the lists; each
+    /// cgroup's usage equals the pages charged to its subtree plus their charge stocks.
+    fn verify_lru_and_memcg(&self) -> Result<(), String> {
+        let allocator = &*self.allocator;
+        let mut listed = 0;
+        let mut charged: BTreeMap<u16, (u64, u64)> = BTreeMap::new();
+        for group in self.memcgs.all() {
+            for (node, lruvec) in group.lruvecs.iter().enumerate() {
+                let mut zone_size = [[0u64; NR_LRU_LISTS]; MAX_NR_ZONES];
+                for lru in LruList::ALL {
+                    let (mut folios, mut pages) = (0, 0);
+                    for pfn in lruvec.iter(allocator, lru) {
+                        let info = self.folios.get(&pfn);
+                        ensure!(
+                            info.is_some(),
+                            "memcg {}: {pfn:?} on an LRU, unknown",
+                            group.id.0
+                        );
+                        let folio = info.expect("checked").folio;
+                        let head = folio.head(self.mem_map(pfn));
+                        ensure!(
+                            head.flags().contains(PageFlags::LRU)
+                                && LruList::of_flags(head.flags()) == lru,
+                            "{pfn:?} on {lru:?} with flags {:?}",
+                            head.flags()
+                        );
+                        ensure!(
+                            head.memcg_id() == group.id.0,
+                            "{pfn:?} on memcg {}'s LRU, charged to {}",
+                            group.id.0,
+                            head.memcg_id()
+                        );
+                        ensure!(
+                            self.node_of(pfn) as usize == node,
+                            "{pfn:?} on node {node}'s LRU"
+                        );
+                        let zone = allocator.find_zone(pfn).expect("zone").zone_type();
+                        zone_size[zone.index()][lru as usize] += folio.nr_pages();
+                        folios += 1;
+                        pages += folio.nr_pages();
+                    }
+                    let list = lruvec.lists[lru as usize];
+                    ensure!(
+                        (list.folios, list.pages) == (folios, pages),
+                        "memcg {} node {node} {lru:?}: size {} folios {} pages, list {folios}/{pages}",
+                        group.id.0,
+                        list.folios,
+                        list.pages
+                    );
+                    let percpu: i64 = group.lru_percpu[node].iter().map(|c| c[lru as usize]).sum();
+                    ensure!(
+                        percpu == pages as i64,
+                        "memcg {} node {node} {lru:?}: per-CPU counters {percpu}, list {pages}",
+                        group.id.0
+                    );
+                    listed += folios;
+                }
+                ensure!(
+                    zone_size == lruvec.lru_zone_size,
+                    "memcg {} node {node}: lru_zone_size disagrees with the lists",
+                    group.id.0
+                );
+            }
+        }
+        ensure!(
+            listed == self.folios.len() as u64,
+            "{listed} folios on LRU lists, {} held",
+            self.folios.len()
+        );
+        for info in self.folios.values() {
+            let head = info.folio.head(self.mem_map(info.folio.pfn));
+            let entry = charged.entry(head.memcg_id()).or_default();
+            if head.flags().contains(PageFlags::SWAPBACKED) {
+                entry.0 += info.folio.nr_pages();
+            } else {
+                entry.1 += info.folio.nr_pages();
+            }
+        }
+        for group in self.memcgs.all() {
+            let (anon, file) = charged.get(&group.id.0).copied().unwrap_or_default();
+            ensure!(
+                (group.anon, group.file) == (anon, file),
+                "memcg {}: anon {} file {}, folios charged {anon}/{file}",
+                group.id.0,
+                group.anon,
+                group.file
+            );
+            let subtree = self.memcgs.subtree(group.id);
+            let pages: u64 = subtree
+                .iter()
+                .map(|g| {
+                    let (a, f) = charged.get(&g.0).copied().unwrap_or_default();
+                    a + f + self.memcgs.stock_pages(*g)
+                })
+                .sum();
+            ensure!(
+                group.usage == pages,
+                "memcg {}: usage {} != {pages} pages charged below it (incl. stocks)",
+                group.id.0,
+                group.usage
+            );
+        }
+        Ok(())
     }
 }
