@@ -38,7 +38,8 @@ pub use page_alloc::{
     AllocError, FreeError, Gfp, MigrateType, PageAllocator, Zone, ZoneType, MAX_ORDER,
 };
 pub use policy::{
-    DrainMode, LruSizePolicy, MmPolicy, PageoutSplit, PcpPolicy, Policy, RmapRemoval,
+    CongestionBits, DrainMode, LruSizePolicy, MmPolicy, PageoutSplit, PcpPolicy, Policy,
+    RmapRemoval,
 };
 pub use settings::{Settings, SettingsError};
 pub use topology::{Topology, TopologyError, ZoneSpec};

@@ -105,6 +105,20 @@ pub enum LruSizePolicy {
     PercpuCounters,
 }
 
+/// Which congestion bits reclaim sets and clears (spec §5.4, seed 000's vmscan fix).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum CongestionBits {
+    /// Before Linux 6.5: one `LRUVEC_CONGESTED` bit, set by kswapd and cgroup reclaim, and
+    /// cleared by cgroup reclaim too, so a root `memory.reclaim` unthrottles a node
+    /// kswapd marked.
+    Shared,
+    /// Linux ≥ 6.5 (Yosry Ahmed, 1bc545bff45c): `LRUVEC_CGROUP_CONGESTED` and
+    /// `LRUVEC_NODE_CONGESTED`; cgroup reclaim clears only its own.
+    #[default]
+    Separate,
+}
+
 /// The switches of the mapping layer ([`crate::mm`]).
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -115,6 +129,8 @@ pub struct MmPolicy {
     pub pageout: PageoutSplit,
     /// How reclaim sizes an LRU list.
     pub lru_size: LruSizePolicy,
+    /// One congestion bit or two.
+    pub congestion: CongestionBits,
 }
 
 impl MmPolicy {
@@ -123,6 +139,7 @@ impl MmPolicy {
         rmap_removal: RmapRemoval::PerPage,
         pageout: PageoutSplit::SplitLarge,
         lru_size: LruSizePolicy::ZoneSizes,
+        congestion: CongestionBits::Separate,
     };
 }
 

@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use mmkit_core::mm::lru::LruList;
 use mmkit_core::mm::memcg::{MemcgId, MEMCG_CHARGE_BATCH};
-use mmkit_core::mm::{FileId, Memory, MmError, PageIo, PteState, SwapEntry};
+use mmkit_core::mm::{FileId, Memory, MmError, PageIo, PteState, ReclaimResult, SwapEntry};
 use mmkit_core::page_alloc::Caller;
 use mmkit_core::topology::CacheInfo;
 use mmkit_core::{
-    LruSizePolicy, MmPolicy, Order, PageAllocator, PageoutSplit, Pfn, Policy, RmapRemoval,
-    Settings, Topology, ZoneSpec, ZoneType,
+    CongestionBits, LruSizePolicy, MmPolicy, Order, PageAllocator, PageoutSplit, Pfn, Policy,
+    RmapRemoval, Settings, Topology, ZoneSpec, ZoneType,
 };
 
 const CALLER: Caller = Caller::task(0);
@@ -101,7 +101,10 @@ fn batched_rmap_removal_updates_shared_counters_once_per_run() {
         let mm = m.create_mm();
         m.mmap_anon(mm, 0x100, 16, order(4)).unwrap();
         let fault = m.access(CALLER, mm, 0x100, true, &mut NoIo).unwrap();
-        assert!(m.reclaim_folio(CALLER, fault.folio, &mut NoIo).unwrap());
+        assert_eq!(
+            m.reclaim_folio(CALLER, fault.folio, &mut NoIo).unwrap(),
+            ReclaimResult::Freed
+        );
         assert_eq!(m.stats().rmap_counter_updates, updates, "{removal:?}");
         assert_eq!(m.stats().anon_mapped, 0);
     }
@@ -394,4 +397,64 @@ fn kswapd_balances_a_node_below_its_low_watermark() {
         .flags()
         .contains(mmkit_core::page_alloc::ZoneFlags::RECLAIM_ACTIVE));
     m.verify().unwrap();
+}
+
+/// Spec §5.4: kswapd finds only dirty file pages already under write-back for reclaim
+/// and marks the node congested; then a root `memory.reclaim` runs. With one shared bit
+/// (before 6.5) it clears kswapd's mark, so direct reclaimers stop being throttled while
+/// the node is still unbalanced; with separate bits the node stays marked.
+#[test]
+fn root_memory_reclaim_unthrottles_the_node_only_with_a_shared_bit() {
+    for (bits, throttled_after) in [
+        (CongestionBits::Shared, false),
+        (CongestionBits::Separate, true),
+    ] {
+        let policy = MmPolicy {
+            congestion: bits,
+            ..MmPolicy::V6_7
+        };
+        let mut m = memory(2048, policy, 0);
+        m.set_async_writeback(true);
+        let file = m.create_file(4096, Order::ZERO);
+        let mm = m.create_mm();
+        m.mmap_file(mm, 0x1000, 4096, file, 0).unwrap();
+        // Dirty file pages until the zone is below its low watermark.
+        let zone_index = ZoneType::Normal.index();
+        let mut v = 0;
+        loop {
+            let zone = &m.allocator().zones()[zone_index];
+            if zone.free_pages() < zone.wmark(mmkit_core::page_alloc::WatermarkKind::Low) as i64 {
+                break;
+            }
+            m.access(CALLER, mm, 0x1000 + v, true, &mut NoIo).unwrap();
+            v += 1;
+        }
+        // The first run queues the dirty pages for write-back; woken again while the
+        // write-back is in flight, kswapd finds only pages it already asked for.
+        m.kswapd_balance(CALLER, 0, &mut NoIo).unwrap();
+        assert!(m.writeback_folios() > 0, "write-back is in flight");
+        assert!(!m.reclaim_throttled(MemcgId::ROOT, 0));
+        m.kswapd_balance(CALLER, 0, &mut NoIo).unwrap();
+        assert!(
+            m.reclaim_throttled(MemcgId::ROOT, 0),
+            "{bits:?}: kswapd marked the node"
+        );
+        let zone = &m.allocator().zones()[zone_index];
+        assert!(
+            zone.free_pages() < zone.wmark(mmkit_core::page_alloc::WatermarkKind::High) as i64,
+            "the node is not balanced"
+        );
+        let _ = m.memory_reclaim(CALLER, MemcgId::ROOT, 32, &mut NoIo);
+        assert_eq!(
+            m.reclaim_throttled(MemcgId::ROOT, 0),
+            throttled_after,
+            "{bits:?} after root memory.reclaim: {:?}",
+            m.lruvec_flags(MemcgId::ROOT, 0)
+        );
+        // Once write-back ends, kswapd balances the node and clears every bit.
+        m.end_all_writeback(CALLER);
+        m.kswapd_balance(CALLER, 0, &mut NoIo).unwrap();
+        assert!(!m.reclaim_throttled(MemcgId::ROOT, 0));
+        m.verify().unwrap();
+    }
 }

@@ -126,6 +126,10 @@ enum Op {
         pages: u64,
     },
     Kswapd,
+    /// Switch asynchronous file write-back on or off.
+    AsyncWriteback(bool),
+    /// The device finishes every write-back in flight.
+    EndWriteback,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -140,6 +144,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..3usize, 8..300u64).prop_map(|(group, pages)| Op::SetMax { group, pages }),
         1 => (0..3usize, 8..300u64).prop_map(|(group, pages)| Op::SetHigh { group, pages }),
         1 => Just(Op::Kswapd),
+        1 => any::<bool>().prop_map(Op::AsyncWriteback),
+        1 => Just(Op::EndWriteback),
     ]
 }
 
@@ -328,6 +334,10 @@ impl World {
                 self.memory
                     .set_memory_high(self.memcgs[group], pages)
                     .unwrap();
+            }
+            Op::AsyncWriteback(on) => self.memory.set_async_writeback(on),
+            Op::EndWriteback => {
+                self.memory.end_all_writeback(CALLER);
             }
             Op::Kswapd => {
                 self.memory

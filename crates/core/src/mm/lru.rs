@@ -160,6 +160,28 @@ impl Lruvec {
         self.lru_zone_size[zone_of(allocator, folio.pfn).index()][lru as usize] += folio.nr_pages();
     }
 
+    /// `lruvec_add_folio_tail`: at the tail of its list, `PG_lru` set.
+    pub fn add_tail(&mut self, allocator: &PageAllocator, folio: Folio) {
+        let head_page = page(allocator, folio.pfn.0 as u32);
+        let flags = head_page.flags();
+        debug_assert!(!flags.contains(PageFlags::LRU), "folio already on an LRU");
+        let lru = LruList::of_flags(flags);
+        let list = &mut self.lists[lru as usize];
+        let pfn = folio.pfn.0 as u32;
+        head_page.set_next(NO_PFN);
+        head_page.set_prev(list.tail);
+        if list.tail == NO_PFN {
+            list.head = pfn;
+        } else {
+            page(allocator, list.tail).set_next(pfn);
+        }
+        list.tail = pfn;
+        list.folios += 1;
+        list.pages += folio.nr_pages();
+        head_page.set_flags(flags | PageFlags::LRU);
+        self.lru_zone_size[zone_of(allocator, folio.pfn).index()][lru as usize] += folio.nr_pages();
+    }
+
     /// `lruvec_del_folio`: off its list, `PG_lru` cleared. Returns the list it was on.
     pub fn del(&mut self, allocator: &PageAllocator, folio: Folio) -> LruList {
         let head_page = page(allocator, folio.pfn.0 as u32);

@@ -309,6 +309,12 @@ pub struct Memory {
     pub(super) swap: SwapSpace,
     pub(super) stats: MmStats,
     pub(super) memcgs: MemcgTree,
+    /// Whether file write-back completes later ([`Memory::end_writeback`]) instead of
+    /// within the write call.
+    pub(super) async_writeback: bool,
+    /// Folios under write-back, and whether reclaim wants them (`PG_reclaim`: no bit is
+    /// left in the descriptor for it, and few folios are ever under write-back).
+    pub(super) writeback: BTreeMap<Pfn, bool>,
 }
 
 impl Memory {
@@ -322,6 +328,8 @@ impl Memory {
             folios: BTreeMap::new(),
             swap: SwapSpace::new(swap_slots),
             stats: MmStats::default(),
+            async_writeback: false,
+            writeback: BTreeMap::new(),
             memcgs: MemcgTree::new(allocator_nodes(&allocator), allocator.topology().nr_cpus()),
             allocator,
         }
@@ -345,6 +353,18 @@ impl Memory {
     /// Statistics so far.
     pub fn stats(&self) -> MmStats {
         self.stats
+    }
+
+    /// Make file write-back asynchronous: a dirty file folio that reclaim writes stays
+    /// under write-back until [`Memory::end_writeback`] (the congestion experiments need
+    /// write-back in flight). Synchronous by default.
+    pub fn set_async_writeback(&mut self, on: bool) {
+        self.async_writeback = on;
+    }
+
+    /// Folios under write-back.
+    pub fn writeback_folios(&self) -> usize {
+        self.writeback.len()
     }
 
     /// The swap device.

@@ -32,5 +32,5 @@ pub use folio::Folio;
 pub use memory::{
     Fault, FileId, Memory, Mm, MmCounters, MmError, MmId, MmStats, PageIo, Vma, VmaKind, Vpn,
 };
-pub use pageout::PageoutOutcome;
+pub use pageout::{PageoutOutcome, ReclaimResult};
 pub use pte::{Pte, PteState, SwapEntry};

@@ -15,6 +15,17 @@ use crate::page::{Order, PageFlags, NO_PFN};
 use crate::page_alloc::Caller;
 use crate::policy::PageoutSplit;
 
+/// What [`Memory::reclaim_folio`] did with a folio.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ReclaimResult {
+    /// Unmapped, written if needed, and freed.
+    Freed,
+    /// Anonymous and no swap slot free: left as it was.
+    NoSwap,
+    /// Under write-back (queued now or earlier): kept, marked for reclaim.
+    Writeback,
+}
+
 /// What a `MADV_PAGEOUT` call did.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct PageoutOutcome {
@@ -33,6 +44,10 @@ impl Memory {
     pub fn split_folio(&mut self, caller: Caller, folio: Folio) -> Result<bool, MmError> {
         if folio.order == Order::ZERO {
             return Ok(true);
+        }
+        if self.writeback.contains_key(&folio.pfn) {
+            // Write-back holds the folio whole (Linux: its reference fails the check).
+            return Ok(false);
         }
         let info = self.folios[&folio.pfn];
         let allocator = self.allocator.clone();
@@ -91,15 +106,21 @@ impl Memory {
 
     /// Reclaim one folio as `shrink_folio_list` does once it decided to: anonymous folios
     /// get swap slots, are unmapped and written out; file folios are unmapped, written back
-    /// if dirty and dropped from the page cache. Returns whether the folio was freed
-    /// (`false`: no swap space).
+    /// if dirty and dropped from the page cache. With asynchronous write-back
+    /// ([`Memory::set_async_writeback`]) a dirty file folio is only queued for write-back
+    /// and marked for reclaim (`PG_reclaim`); it is freed by a later pass once
+    /// [`Memory::end_writeback`] ran.
     pub fn reclaim_folio(
         &mut self,
         caller: Caller,
         folio: Folio,
         io: &mut dyn PageIo,
-    ) -> Result<bool, MmError> {
+    ) -> Result<ReclaimResult, MmError> {
         let info = self.folios[&folio.pfn];
+        if let Some(reclaim) = self.writeback.get_mut(&folio.pfn) {
+            *reclaim = true;
+            return Ok(ReclaimResult::Writeback);
+        }
         let mem_map = self.mem_map(folio.pfn);
         // The reclaimer's own reference (isolation takes one).
         folio.ref_add(mem_map, 1)?;
@@ -107,7 +128,7 @@ impl Memory {
             Mapping::Anon(_) => {
                 let Some(entries) = self.swap.alloc(folio.nr_pages()) else {
                     self.folio_put(caller, folio, 1)?;
-                    return Ok(false);
+                    return Ok(ReclaimResult::NoSwap);
                 };
                 self.try_to_unmap(folio, Some(&entries));
                 for (i, &entry) in entries.iter().enumerate() {
@@ -123,6 +144,12 @@ impl Memory {
                     io.write_file(file, info.index, folio.pfn, folio.nr_pages());
                     self.stats.file_writes += folio.nr_pages();
                     head.set_flags(head.flags() - PageFlags::DIRTY);
+                    if self.async_writeback {
+                        head.set_flags(head.flags() | PageFlags::WRITEBACK);
+                        self.writeback.insert(folio.pfn, true);
+                        self.folio_put(caller, folio, 1)?;
+                        return Ok(ReclaimResult::Writeback);
+                    }
                 }
                 self.file_mut(file)?.cache.remove(&info.index);
                 // The page cache's references.
@@ -134,7 +161,36 @@ impl Memory {
         debug_assert_eq!(folio.refcount(mem_map), 1, "only the reclaimer's reference");
         self.stats.reclaimed += folio.nr_pages();
         self.folio_put(caller, folio, 1)?;
-        Ok(true)
+        Ok(ReclaimResult::Freed)
+    }
+
+    /// Write-back of `folio` finished (`folio_end_writeback`): `PG_writeback` clears, and a
+    /// folio reclaim wanted moves to the tail of its inactive list so the next pass frees
+    /// it (`folio_rotate_reclaimable`). Returns whether it was under write-back.
+    pub fn end_writeback(&mut self, caller: Caller, folio: Folio) -> bool {
+        let Some(reclaim) = self.writeback.remove(&folio.pfn) else {
+            return false;
+        };
+        let head = folio.head(self.mem_map(folio.pfn));
+        head.set_flags(head.flags() - PageFlags::WRITEBACK);
+        if reclaim && head.flags().contains(PageFlags::LRU) {
+            self.lru_del(caller, folio);
+            self.lru_add_tail(caller, folio);
+        }
+        true
+    }
+
+    /// Finish every write-back in flight (the device caught up).
+    pub fn end_all_writeback(&mut self, caller: Caller) -> u64 {
+        let folios: Vec<Folio> = self
+            .writeback
+            .keys()
+            .map(|pfn| self.folios[pfn].folio)
+            .collect();
+        for &folio in &folios {
+            self.end_writeback(caller, folio);
+        }
+        folios.len() as u64
     }
 
     /// `MADV_PAGEOUT` on `pages` pages from `start` of `mm`: collect the folios mapped
@@ -195,10 +251,9 @@ impl Memory {
             vpn += 1;
         }
         for folio in victims {
-            if self.reclaim_folio(caller, folio, io)? {
-                outcome.reclaimed += folio.nr_pages();
-            } else {
-                outcome.skipped += 1;
+            match self.reclaim_folio(caller, folio, io)? {
+                ReclaimResult::Freed => outcome.reclaimed += folio.nr_pages(),
+                ReclaimResult::NoSwap | ReclaimResult::Writeback => outcome.skipped += 1,
             }
         }
         Ok(outcome)
@@ -229,6 +284,8 @@ impl Memory {
         }
         let cached: Vec<Folio> = f.cache.values().copied().collect();
         for folio in cached {
+            // The device finishes what is in flight before the inode goes.
+            self.end_writeback(caller, folio);
             self.folios.remove(&folio.pfn);
             self.folio_put(caller, folio, folio.nr_pages())?;
         }

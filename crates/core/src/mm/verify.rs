@@ -184,6 +184,24 @@ impl Memory {
             "nr_mapped {} != {file_mapped} mapped file pages",
             self.stats.file_mapped
         );
+        for &pfn in self.writeback.keys() {
+            let info = self.folios.get(&pfn);
+            ensure!(info.is_some(), "{pfn:?} under write-back but not held");
+            let flags = self.mem_map(pfn).page(pfn).flags();
+            ensure!(
+                flags.contains(PageFlags::WRITEBACK),
+                "{pfn:?} under write-back without PG_writeback"
+            );
+        }
+        for info in self.folios.values() {
+            let flags = info.folio.head(self.mem_map(info.folio.pfn)).flags();
+            ensure!(
+                !flags.contains(PageFlags::WRITEBACK)
+                    || self.writeback.contains_key(&info.folio.pfn),
+                "{:?} has PG_writeback but no write-back is in flight",
+                info.folio.pfn
+            );
+        }
         self.verify_lru_and_memcg()?;
         self.allocator
             .verify()

@@ -11,12 +11,13 @@
 use alloc::vec::Vec;
 
 use super::folio::Folio;
-use super::lru::LruList;
+use super::lru::{LruList, LruvecFlags};
 use super::memcg::MemcgId;
 use super::memory::{Memory, MmError, PageIo};
+use super::pageout::ReclaimResult;
 use crate::page::{PageFlags, Pfn};
 use crate::page_alloc::{Caller, NodeId, WatermarkKind, ZoneFlags, MAX_NR_ZONES};
-use crate::policy::LruSizePolicy;
+use crate::policy::{CongestionBits, LruSizePolicy};
 
 /// `DEF_PRIORITY`: the first pass scans 1/4096 of each list.
 pub const DEF_PRIORITY: u32 = 12;
@@ -36,6 +37,13 @@ pub struct ReclaimOutcome {
     pub activated: u64,
     /// Pages moved to the inactive lists.
     pub deactivated: u64,
+    /// Pages seen dirty or under write-back (`nr.dirty`).
+    pub dirty: u64,
+    /// Pages seen under write-back that reclaim had already asked for (`nr.congested`).
+    pub congested: u64,
+    /// Times a reclaimer found its target congested and would have slept
+    /// (`reclaim_throttle(VMSCAN_THROTTLE_CONGESTED)`).
+    pub throttled: u64,
 }
 
 impl core::ops::AddAssign for ReclaimOutcome {
@@ -44,6 +52,30 @@ impl core::ops::AddAssign for ReclaimOutcome {
         self.reclaimed += other.reclaimed;
         self.activated += other.activated;
         self.deactivated += other.deactivated;
+        self.dirty += other.dirty;
+        self.congested += other.congested;
+        self.throttled += other.throttled;
+    }
+}
+
+/// Who reclaims: what the congestion rules look at.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Reclaimer {
+    /// Reclaim on behalf of a cgroup (limits, `memory.reclaim`, also at the root).
+    Cgroup(MemcgId),
+    /// Direct reclaim from the allocator's slow path.
+    Direct,
+    /// kswapd.
+    Kswapd,
+}
+
+impl Reclaimer {
+    /// The cgroup whose lruvecs carry the congestion flags (the root for global reclaim).
+    fn target(self) -> MemcgId {
+        match self {
+            Reclaimer::Cgroup(memcg) => memcg,
+            Reclaimer::Direct | Reclaimer::Kswapd => MemcgId::ROOT,
+        }
     }
 }
 
@@ -166,6 +198,17 @@ impl Memory {
         let mut outcome = ReclaimOutcome::default();
         for folio in self.isolate_lru(caller, memcg, node, lru, nr) {
             outcome.scanned += folio.nr_pages();
+            // Already under write-back: count it, and if reclaim asked before, it is
+            // congested (`folio_check_dirty_writeback`, `PG_reclaim`).
+            if let Some(reclaim) = self.writeback.get_mut(&folio.pfn) {
+                outcome.dirty += folio.nr_pages();
+                if *reclaim {
+                    outcome.congested += folio.nr_pages();
+                }
+                *reclaim = true;
+                self.lru_add(caller, folio);
+                continue;
+            }
             match self.check_references(folio) {
                 References::Activate => {
                     let head = folio.head(self.mem_map(folio.pfn));
@@ -174,14 +217,14 @@ impl Memory {
                     outcome.activated += folio.nr_pages();
                 }
                 References::Keep => self.lru_add(caller, folio),
-                References::Reclaim => {
-                    if self.reclaim_folio(caller, folio, io)? {
-                        outcome.reclaimed += folio.nr_pages();
-                    } else {
-                        // No swap space: back on the list.
+                References::Reclaim => match self.reclaim_folio(caller, folio, io)? {
+                    ReclaimResult::Freed => outcome.reclaimed += folio.nr_pages(),
+                    ReclaimResult::NoSwap => self.lru_add(caller, folio),
+                    ReclaimResult::Writeback => {
+                        outcome.dirty += folio.nr_pages();
                         self.lru_add(caller, folio);
                     }
-                }
+                },
             }
         }
         let events = &mut self.memcgs.group_mut(memcg).events;
@@ -239,10 +282,15 @@ impl Memory {
         Ok(outcome)
     }
 
-    /// Reclaim about `nr` pages from the cgroups `targets` on every node, priority 12 to 0.
+    /// Reclaim about `nr` pages from the cgroups `targets` on `nodes`, priority 12 to 0.
+    /// After each node's pass, the congestion rules of `shrink_node`: if every dirty page
+    /// seen was already under write-back for reclaim, flag the target lruvec (which bit:
+    /// the policy and the reclaimer); a reclaimer other than kswapd that finds its target
+    /// flagged is throttled (counted: the simulation does not sleep).
     fn shrink(
         &mut self,
         caller: Caller,
+        reclaimer: Reclaimer,
         targets: &[MemcgId],
         nodes: &[NodeId],
         nr: u64,
@@ -250,16 +298,51 @@ impl Memory {
     ) -> Result<ReclaimOutcome, MmError> {
         let mut outcome = ReclaimOutcome::default();
         for priority in (0..=DEF_PRIORITY).rev() {
-            for &memcg in targets {
-                for &node in nodes {
-                    outcome += self.shrink_lruvec(caller, memcg, node, priority, io)?;
-                    if outcome.reclaimed >= nr {
-                        return Ok(outcome);
-                    }
+            for &node in nodes {
+                let mut pass = ReclaimOutcome::default();
+                for &memcg in targets {
+                    pass += self.shrink_lruvec(caller, memcg, node, priority, io)?;
+                }
+                pass.throttled += self.congestion_control(reclaimer, node, &pass);
+                outcome += pass;
+                if outcome.reclaimed >= nr {
+                    return Ok(outcome);
                 }
             }
         }
         Ok(outcome)
+    }
+
+    /// The congestion part of `shrink_node`; returns 1 if the reclaimer is throttled.
+    fn congestion_control(
+        &mut self,
+        reclaimer: Reclaimer,
+        node: NodeId,
+        pass: &ReclaimOutcome,
+    ) -> u64 {
+        let target = reclaimer.target();
+        let flags = &mut self.memcgs.group_mut(target).lruvecs[node as usize].flags;
+        if pass.dirty != 0 && pass.dirty == pass.congested {
+            *flags |= match (self.policy.congestion, reclaimer) {
+                (CongestionBits::Shared, _) => LruvecFlags::CONGESTED,
+                (CongestionBits::Separate, Reclaimer::Kswapd) => LruvecFlags::NODE_CONGESTED,
+                (CongestionBits::Separate, Reclaimer::Cgroup(_)) => LruvecFlags::CGROUP_CONGESTED,
+                // Global direct reclaim sets neither bit in Linux.
+                (CongestionBits::Separate, Reclaimer::Direct) => LruvecFlags::empty(),
+            };
+        }
+        u64::from(reclaimer != Reclaimer::Kswapd && !flags.is_empty())
+    }
+
+    /// The congestion flags of `memcg`'s lruvec on `node`.
+    pub fn lruvec_flags(&self, memcg: MemcgId, node: NodeId) -> Option<LruvecFlags> {
+        Some(self.memcgs.get(memcg)?.lruvecs.get(node as usize)?.flags)
+    }
+
+    /// Whether a reclaimer (not kswapd) targeting `memcg` on `node` would be throttled now.
+    pub fn reclaim_throttled(&self, memcg: MemcgId, node: NodeId) -> bool {
+        self.lruvec_flags(memcg, node)
+            .is_some_and(|flags| !flags.is_empty())
     }
 
     fn all_nodes(&self) -> Vec<NodeId> {
@@ -277,7 +360,25 @@ impl Memory {
     ) -> Result<ReclaimOutcome, MmError> {
         let targets = self.memcgs.subtree(memcg);
         let nodes = self.all_nodes();
-        self.shrink(caller, &targets, &nodes, nr.max(SWAP_CLUSTER_MAX), io)
+        let reclaimer = Reclaimer::Cgroup(memcg);
+        let outcome = self.shrink(
+            caller,
+            reclaimer,
+            &targets,
+            &nodes,
+            nr.max(SWAP_CLUSTER_MAX),
+            io,
+        );
+        // Leaving `do_try_to_free_pages`, cgroup reclaim clears the congestion it may have
+        // set on its targets: with one shared bit, kswapd's too.
+        let clear = match self.policy.congestion {
+            CongestionBits::Shared => LruvecFlags::CONGESTED,
+            CongestionBits::Separate => LruvecFlags::CGROUP_CONGESTED,
+        };
+        for node in nodes {
+            self.memcgs.group_mut(memcg).lruvecs[node as usize].flags -= clear;
+        }
+        outcome
     }
 
     /// `memory.reclaim`: reclaim `pages` from `memcg`'s subtree (the root included),
@@ -419,7 +520,14 @@ impl Memory {
         io: &mut dyn PageIo,
     ) -> Result<ReclaimOutcome, MmError> {
         let targets = self.memcgs.subtree(MemcgId::ROOT);
-        self.shrink(caller, &targets, &[node], SWAP_CLUSTER_MAX, io)
+        self.shrink(
+            caller,
+            Reclaimer::Direct,
+            &targets,
+            &[node],
+            SWAP_CLUSTER_MAX,
+            io,
+        )
     }
 
     /// One kswapd run for `node` (`balance_pgdat`): if a zone is below its low watermark,
@@ -456,11 +564,23 @@ impl Memory {
         let targets = self.memcgs.subtree(MemcgId::ROOT);
         let result = (|| {
             while below(self, WatermarkKind::High) {
-                let round = self.shrink(caller, &targets, &[node], SWAP_CLUSTER_MAX, io)?;
+                let round = self.shrink(
+                    caller,
+                    Reclaimer::Kswapd,
+                    &targets,
+                    &[node],
+                    SWAP_CLUSTER_MAX,
+                    io,
+                )?;
                 outcome += round;
                 if round.reclaimed == 0 {
                     break;
                 }
+            }
+            if !below(self, WatermarkKind::High) {
+                // Balanced: `clear_pgdat_congested` clears every congestion bit.
+                self.memcgs.group_mut(MemcgId::ROOT).lruvecs[node as usize].flags =
+                    LruvecFlags::empty();
             }
             Ok(outcome)
         })();
@@ -496,5 +616,19 @@ impl Memory {
         let lru = self.memcgs.group_mut(memcg).lruvecs[node].del(&allocator, folio);
         self.memcgs
             .count_lru(memcg, node, caller.cpu, lru, -(folio.nr_pages() as i64));
+    }
+}
+
+impl Memory {
+    /// Put a folio at the tail of its list (`lruvec_add_folio_tail`), where reclaim looks
+    /// first.
+    pub(super) fn lru_add_tail(&mut self, caller: Caller, folio: Folio) {
+        let node = self.node_of(folio.pfn) as usize;
+        let memcg = MemcgId(folio.head(self.mem_map(folio.pfn)).memcg_id());
+        let allocator = self.allocator.clone();
+        self.memcgs.group_mut(memcg).lruvecs[node].add_tail(&allocator, folio);
+        let lru = LruList::of_flags(folio.head(self.mem_map(folio.pfn)).flags());
+        self.memcgs
+            .count_lru(memcg, node, caller.cpu, lru, folio.nr_pages() as i64);
     }
 }
