@@ -17,6 +17,16 @@ use crate::page::PAGE_SIZE;
 /// `MEMCG_CHARGE_BATCH`: pages a CPU charges ahead and keeps in its stock (64 since 6.1).
 pub const MEMCG_CHARGE_BATCH: u64 = 64;
 
+/// The mapped-page statistics kept per cgroup, node and CPU (`NR_ANON_MAPPED`,
+/// `NR_FILE_MAPPED`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum MappedStat {
+    /// `NR_ANON_MAPPED`.
+    Anon = 0,
+    /// `NR_FILE_MAPPED`.
+    File = 1,
+}
+
 /// A memory cgroup, by its id (`mem_cgroup_id`; 1 is the root, 0 means "not charged").
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug, Hash)]
 pub struct MemcgId(pub u16);
@@ -67,6 +77,9 @@ pub struct MemCgroup {
     /// Per node, per CPU: the LRU page deltas this CPU made (`lruvec_stats_percpu`),
     /// which seed 003's regression summed over every CPU to size a list.
     pub lru_percpu: Vec<Vec<[i64; NR_LRU_LISTS]>>,
+    /// Per node, per CPU: mapped anonymous and file page deltas this CPU made
+    /// (`memcg_vmstats_percpu` / `lruvec_stats_percpu`).
+    pub mapped_percpu: Vec<Vec<[i64; 2]>>,
     /// Anonymous pages charged here (own, not hierarchical).
     pub anon: u64,
     /// File pages charged here.
@@ -121,6 +134,7 @@ impl MemcgTree {
             high: u64::MAX,
             lruvecs: alloc::vec![Lruvec::default(); nodes],
             lru_percpu: alloc::vec![alloc::vec![[0; NR_LRU_LISTS]; cpus as usize]; nodes],
+            mapped_percpu: alloc::vec![alloc::vec![[0; 2]; cpus as usize]; nodes],
             anon: 0,
             file: 0,
             events: MemcgEvents::default(),
@@ -269,6 +283,28 @@ impl MemcgTree {
         self.group_mut(id).lru_percpu[node][cpu as usize][lru as usize] += pages;
     }
 
+    /// Record a change of mapped pages by `cpu` (`__mod_memcg_lruvec_state`).
+    pub(super) fn mod_mapped(
+        &mut self,
+        id: MemcgId,
+        node: usize,
+        cpu: u32,
+        item: MappedStat,
+        pages: i64,
+    ) {
+        self.group_mut(id).mapped_percpu[node][cpu as usize][item as usize] += pages;
+    }
+
+    /// Mapped pages of `item` charged to `id` itself: the sum over nodes and CPUs.
+    pub fn mapped(&self, id: MemcgId, item: MappedStat) -> i64 {
+        self.group(id)
+            .mapped_percpu
+            .iter()
+            .flatten()
+            .map(|c| c[item as usize])
+            .sum()
+    }
+
     /// `memory.stat` of `id` in Linux's format (sizes in bytes, events as counts),
     /// hierarchical like cgroup v2's.
     pub fn memory_stat(&self, id: MemcgId) -> Option<String> {
@@ -281,6 +317,14 @@ impl MemcgTree {
         let mut out = String::new();
         out += &format!("anon {}\n", bytes(sum(&|g| g.anon)));
         out += &format!("file {}\n", bytes(sum(&|g| g.file)));
+        let mapped = |item| -> u64 {
+            groups
+                .iter()
+                .map(|&g| self.mapped(g, item))
+                .sum::<i64>()
+                .max(0) as u64
+        };
+        out += &format!("file_mapped {}\n", bytes(mapped(MappedStat::File)));
         for lru in LruList::ALL {
             let pages = sum(&|g| g.lruvecs.iter().map(|v| v.pages(lru)).sum());
             out += &format!("{} {}\n", lru.stat_name(), bytes(pages));

@@ -16,7 +16,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use super::folio::{CountOverflow, Folio};
-use super::memcg::{MemcgId, MemcgTree};
+use super::memcg::{MappedStat, MemcgId, MemcgTree};
 use super::pte::{Pte, PteState, SwapEntry};
 use super::swap::SwapSpace;
 use crate::page::{Order, PageFlags, Pfn};
@@ -642,8 +642,13 @@ impl Memory {
 
     /// Map `nr` pages of `folio` from `first` at `vpn..`: PTEs, map counts, statistics,
     /// one reference per PTE.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "Linux's set_pte_range plus the CPU"
+    )]
     fn map_pages(
         &mut self,
+        caller: Caller,
         mm: MmId,
         vpn: Vpn,
         folio: Folio,
@@ -657,10 +662,8 @@ impl Memory {
             newly += u64::from(folio.add_rmap_pte(mem_map, first.add(i))?);
         }
         folio.ref_add(mem_map, nr as u16)?;
-        if anon {
-            self.stats.anon_mapped += newly;
-        } else {
-            self.stats.file_mapped += newly;
+        if newly != 0 {
+            self.mod_mapped_state(caller, folio, anon, newly as i64);
         }
         let space = self.mm_mut(mm)?;
         if anon {
@@ -712,7 +715,7 @@ impl Memory {
             },
         );
         self.memcgs.group_mut(memcg).events.pgfault += 1;
-        self.map_pages(mm, base, folio, folio.pfn, folio.nr_pages(), true)?;
+        self.map_pages(caller, mm, base, folio, folio.pfn, folio.nr_pages(), true)?;
         self.lru_add(caller, folio);
         Ok(Fault {
             pfn: folio.pfn.add(vpn - base),
@@ -745,7 +748,7 @@ impl Memory {
         let head_index = self.folios[&folio.pfn].index;
         let pfn = folio.pfn.add(index - head_index);
         // No fault-around: one PTE per fault.
-        self.map_pages(mm, vpn, folio, pfn, 1, false)?;
+        self.map_pages(caller, mm, vpn, folio, pfn, 1, false)?;
         Ok(Fault {
             pfn,
             folio,
@@ -840,7 +843,7 @@ impl Memory {
         // Read back from swap and freed from it: dirty with respect to any backing.
         head.set_flags(head.flags() | PageFlags::DIRTY);
         self.mm_mut(mm)?.counters.swap_entries -= 1;
-        self.map_pages(mm, vpn, folio, folio.pfn, 1, true)?;
+        self.map_pages(caller, mm, vpn, folio, folio.pfn, 1, true)?;
         self.lru_add(caller, folio);
         Ok(Fault {
             pfn: folio.pfn,
@@ -879,7 +882,7 @@ impl Memory {
                     } else {
                         counters.file_pages -= 1;
                     }
-                    self.remove_rmap(folio, pfn, 1, anon);
+                    self.remove_rmap(caller, folio, pfn, 1, anon);
                     self.folio_put(caller, folio, 1)?;
                 }
             }
@@ -899,14 +902,49 @@ impl Memory {
 
     /// Remove `nr` PTE maps from `folio`'s pages from `first` and update the mapped
     /// statistic: the rmap half of unmapping, shared by zap and `try_to_unmap`.
-    pub(super) fn remove_rmap(&mut self, folio: Folio, first: Pfn, nr: u64, anon: bool) {
+    pub(super) fn remove_rmap(
+        &mut self,
+        caller: Caller,
+        folio: Folio,
+        first: Pfn,
+        nr: u64,
+        anon: bool,
+    ) {
         let unmapped = folio.remove_rmap_ptes(self.mem_map(folio.pfn), first, nr);
-        let stat = if anon {
+        if unmapped != 0 {
+            self.mod_mapped_state(caller, folio, anon, -(unmapped as i64));
+        }
+    }
+
+    /// `__lruvec_stat_mod_folio(folio, NR_ANON_MAPPED or NR_FILE_MAPPED, delta)`: the
+    /// folio's cgroup's per-CPU counter and the node's per-CPU counter for this CPU, and
+    /// the machine-wide total. This is the per-page cost seed 002's batching removes
+    /// (`__mod_lruvec_page_state` was 9.8 % of cycles in its profile).
+    pub(super) fn mod_mapped_state(
+        &mut self,
+        caller: Caller,
+        folio: Folio,
+        anon: bool,
+        delta: i64,
+    ) {
+        let allocator = self.allocator.clone();
+        let zone = allocator.find_zone(folio.pfn).expect("in a zone");
+        let memcg = MemcgId(folio.head(zone.mem_map()).memcg_id());
+        let item = if anon {
+            MappedStat::Anon
+        } else {
+            MappedStat::File
+        };
+        self.memcgs
+            .mod_mapped(memcg, zone.node() as usize, caller.cpu, item, delta);
+        let total = if anon {
             &mut self.stats.anon_mapped
         } else {
             &mut self.stats.file_mapped
         };
-        *stat -= unmapped;
+        *total = total
+            .checked_add_signed(delta)
+            .expect("mapped pages go negative");
     }
 
     /// Drop `refs` references; free the folio when none are left (`folio_put_refs`).

@@ -130,14 +130,14 @@ impl Memory {
                     self.folio_put(caller, folio, 1)?;
                     return Ok(ReclaimResult::NoSwap);
                 };
-                self.try_to_unmap(folio, Some(&entries));
+                self.try_to_unmap(caller, folio, Some(&entries));
                 for (i, &entry) in entries.iter().enumerate() {
                     io.write_swap(entry, folio.pfn.add(i as u64));
                 }
                 self.stats.swap_out += folio.nr_pages();
             }
             Mapping::File(file) => {
-                self.try_to_unmap(folio, None);
+                self.try_to_unmap(caller, folio, None);
                 let allocator = self.allocator.clone();
                 let head = folio.head(allocator.find_zone(folio.pfn).expect("zone").mem_map());
                 if head.flags().contains(PageFlags::DIRTY) {

@@ -12,6 +12,7 @@ use super::folio::Folio;
 use super::memory::{Mapping, Memory, MmId, Vpn};
 use super::pte::{Pte, PteState, SwapEntry};
 use crate::page::{PageFlags, Pfn};
+use crate::page_alloc::Caller;
 use crate::policy::RmapRemoval;
 
 /// A run of consecutive pages of one folio whose PTEs were cleared and whose rmap is still
@@ -79,7 +80,12 @@ impl Memory {
     /// an empty entry. The rmap is removed per page or per run of consecutive pages, as
     /// the policy says; the caller must hold its own reference, so the folio is never
     /// freed here. Returns the PTEs cleared.
-    pub fn try_to_unmap(&mut self, folio: Folio, swap: Option<&[SwapEntry]>) -> u64 {
+    pub fn try_to_unmap(
+        &mut self,
+        caller: Caller,
+        folio: Folio,
+        swap: Option<&[SwapEntry]>,
+    ) -> u64 {
         let (targets, index, anon) = self.rmap_targets(folio);
         let allocator = self.allocator.clone();
         let mem_map = allocator
@@ -131,7 +137,7 @@ impl Memory {
                 }
                 if !batched {
                     // Linux 6.7: page_remove_rmap + folio_put per page.
-                    self.remove_rmap(folio, pfn, 1, anon);
+                    self.remove_rmap(caller, folio, pfn, 1, anon);
                     folio.ref_sub(mem_map, 1);
                     self.count_rmap_updates(folio, 1, 1);
                     continue;
@@ -139,22 +145,22 @@ impl Memory {
                 run = match run {
                     Some(r) if r.first.add(r.nr) == pfn => Some(PendingRun { nr: r.nr + 1, ..r }),
                     Some(r) => {
-                        self.flush_run(folio, r, anon);
+                        self.flush_run(caller, folio, r, anon);
                         Some(PendingRun { first: pfn, nr: 1 })
                     }
                     None => Some(PendingRun { first: pfn, nr: 1 }),
                 };
             }
             if let Some(r) = run {
-                self.flush_run(folio, r, anon);
+                self.flush_run(caller, folio, r, anon);
             }
         }
         cleared
     }
 
     /// Seed 002's `folio_remove_rmap_range` for a run, then one reference drop for it.
-    fn flush_run(&mut self, folio: Folio, run: PendingRun, anon: bool) {
-        self.remove_rmap(folio, run.first, run.nr, anon);
+    fn flush_run(&mut self, caller: Caller, folio: Folio, run: PendingRun, anon: bool) {
+        self.remove_rmap(caller, folio, run.first, run.nr, anon);
         folio.ref_sub(self.mem_map(folio.pfn), run.nr as u16);
         self.count_rmap_updates(folio, run.nr, 1);
     }

@@ -13,6 +13,7 @@ use alloc::string::String;
 
 use super::folio::Folio;
 use super::lru::{LruList, NR_LRU_LISTS};
+use super::memcg::MappedStat;
 use super::memory::{Mapping, Memory, MmCounters, VmaKind};
 use super::pte::PteState;
 use crate::page::PageFlags;
@@ -279,8 +280,17 @@ impl Memory {
             "{listed} folios on LRU lists, {} held",
             self.folios.len()
         );
+        let mut mapped: BTreeMap<u16, [i64; 2]> = BTreeMap::new();
         for info in self.folios.values() {
             let head = info.folio.head(self.mem_map(info.folio.pfn));
+            let mem_map = self.mem_map(info.folio.pfn);
+            let item = if head.flags().contains(PageFlags::SWAPBACKED) {
+                MappedStat::Anon
+            } else {
+                MappedStat::File
+            };
+            mapped.entry(head.memcg_id()).or_default()[item as usize] +=
+                info.folio.nr_pages_mapped(mem_map) as i64;
             let entry = charged.entry(head.memcg_id()).or_default();
             if head.flags().contains(PageFlags::SWAPBACKED) {
                 entry.0 += info.folio.nr_pages();
@@ -297,6 +307,16 @@ impl Memory {
                 group.anon,
                 group.file
             );
+            let expected = mapped.get(&group.id.0).copied().unwrap_or_default();
+            for item in [MappedStat::Anon, MappedStat::File] {
+                let counted = self.memcgs.mapped(group.id, item);
+                ensure!(
+                    counted == expected[item as usize],
+                    "memcg {}: per-CPU {item:?} mapped {counted}, folios say {}",
+                    group.id.0,
+                    expected[item as usize]
+                );
+            }
             let subtree = self.memcgs.subtree(group.id);
             let pages: u64 = subtree
                 .iter()
