@@ -32,6 +32,7 @@ mod builder;
 pub mod cpu;
 mod error;
 mod fault;
+pub mod mapped;
 mod pool;
 mod reclaim;
 
@@ -39,5 +40,6 @@ pub use arena::PageBlock;
 pub use builder::PagePoolBuilder;
 pub use error::PoolError;
 pub use fault::FaultConfig;
+pub use mapped::{MappedError, MappedMemory};
 pub use pool::{PagePool, PoolStats};
 pub use reclaim::{NoReclaim, Reclaim, ReclaimContext};

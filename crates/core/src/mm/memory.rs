@@ -297,9 +297,22 @@ pub struct Fault {
     pub was_present: bool,
 }
 
+/// Where the mapping layer's page allocator lives: the allocator itself, or a runtime
+/// that owns one (a page pool on real memory).
+pub trait AllocatorSource: Send + Sync {
+    /// The allocator.
+    fn page_allocator(&self) -> &PageAllocator;
+}
+
+impl AllocatorSource for PageAllocator {
+    fn page_allocator(&self) -> &PageAllocator {
+        self
+    }
+}
+
 /// The mapping layer of a machine. See the module documentation.
 pub struct Memory {
-    pub(super) allocator: Arc<PageAllocator>,
+    pub(super) allocator: Arc<dyn AllocatorSource>,
     pub(super) policy: MmPolicy,
     pub(super) mms: Vec<Option<Mm>>,
     pub(super) files: Vec<Option<File>>,
@@ -319,7 +332,7 @@ pub struct Memory {
 
 impl Memory {
     /// A mapping layer over `allocator` with `swap_slots` pages of swap.
-    pub fn new(allocator: Arc<PageAllocator>, policy: MmPolicy, swap_slots: u64) -> Memory {
+    pub fn new(allocator: Arc<dyn AllocatorSource>, policy: MmPolicy, swap_slots: u64) -> Memory {
         Memory {
             policy,
             mms: Vec::new(),
@@ -330,14 +343,17 @@ impl Memory {
             stats: MmStats::default(),
             async_writeback: false,
             writeback: BTreeMap::new(),
-            memcgs: MemcgTree::new(allocator_nodes(&allocator), allocator.topology().nr_cpus()),
+            memcgs: MemcgTree::new(
+                allocator_nodes(allocator.page_allocator()),
+                allocator.page_allocator().topology().nr_cpus(),
+            ),
             allocator,
         }
     }
 
     /// The page allocator underneath.
     pub fn allocator(&self) -> &PageAllocator {
-        &self.allocator
+        self.allocator.page_allocator()
     }
 
     /// The switches in force.
@@ -454,6 +470,7 @@ impl Memory {
 
     pub(super) fn mem_map(&self, pfn: Pfn) -> &MemMap {
         self.allocator
+            .page_allocator()
             .find_zone(pfn)
             .expect("a folio of the mapping layer lies in a zone")
             .mem_map()
@@ -580,6 +597,7 @@ impl Memory {
     ) -> Result<Folio, MmError> {
         let node = self
             .allocator
+            .page_allocator()
             .topology()
             .cpu_node(caller.cpu)
             .ok_or(MmError::OutOfMemory)?;
@@ -587,6 +605,7 @@ impl Memory {
         let pfn = loop {
             match self
                 .allocator
+                .page_allocator()
                 .alloc_pages(caller, Gfp::HIGHUSER_MOVABLE, order)
             {
                 Ok(pfn) => break pfn,
@@ -602,6 +621,7 @@ impl Memory {
         if let Err(e) = self.try_charge(caller, memcg, folio.nr_pages(), io) {
             folio.clear(self.mem_map(pfn));
             self.allocator
+                .page_allocator()
                 .free_pages(caller, pfn, order)
                 .map_err(MmError::Free)?;
             return Err(e);
@@ -928,6 +948,7 @@ impl Memory {
         delta: i64,
     ) {
         let allocator = self.allocator.clone();
+        let allocator = allocator.page_allocator();
         let zone = allocator.find_zone(folio.pfn).expect("in a zone");
         let memcg = MemcgId(folio.head(zone.mem_map()).memcg_id());
         let item = if anon {
@@ -969,6 +990,7 @@ impl Memory {
             self.lru_del(caller, folio);
         }
         let allocator = self.allocator.clone();
+        let allocator = allocator.page_allocator();
         let head = folio.head(allocator.find_zone(folio.pfn).expect("zone").mem_map());
         let memcg = MemcgId(head.memcg_id());
         if memcg.0 != 0 {
@@ -983,6 +1005,7 @@ impl Memory {
         }
         folio.clear(self.mem_map(folio.pfn));
         self.allocator
+            .page_allocator()
             .free_pages(caller, folio.pfn, folio.order)
             .map_err(MmError::Free)
     }

@@ -51,6 +51,7 @@ impl Memory {
         }
         let info = self.folios[&folio.pfn];
         let allocator = self.allocator.clone();
+        let allocator = allocator.page_allocator();
         let mem_map = allocator.find_zone(folio.pfn).expect("in a zone").mem_map();
         let cache_refs = match info.mapping {
             Mapping::File(_) => folio.nr_pages(),
@@ -139,6 +140,7 @@ impl Memory {
             Mapping::File(file) => {
                 self.try_to_unmap(caller, folio, None);
                 let allocator = self.allocator.clone();
+                let allocator = allocator.page_allocator();
                 let head = folio.head(allocator.find_zone(folio.pfn).expect("zone").mem_map());
                 if head.flags().contains(PageFlags::DIRTY) {
                     io.write_file(file, info.index, folio.pfn, folio.nr_pages());

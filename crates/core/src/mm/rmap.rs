@@ -88,6 +88,7 @@ impl Memory {
     ) -> u64 {
         let (targets, index, anon) = self.rmap_targets(folio);
         let allocator = self.allocator.clone();
+        let allocator = allocator.page_allocator();
         let mem_map = allocator
             .find_zone(folio.pfn)
             .expect("a folio lies in a zone")

@@ -52,7 +52,7 @@ impl Memory {
                             swap_entries += 1;
                         }
                         PteState::Present { pfn, .. } => {
-                            let zone = self.allocator.find_zone(pfn);
+                            let zone = self.allocator.page_allocator().find_zone(pfn);
                             ensure!(zone.is_some(), "mm {id}: PTE maps {pfn:?}, in no zone");
                             let mem_map = zone.expect("checked").mem_map();
                             let folio = Folio::of_page(mem_map, pfn);
@@ -205,6 +205,7 @@ impl Memory {
         }
         self.verify_lru_and_memcg()?;
         self.allocator
+            .page_allocator()
             .verify()
             .map(|_| ())
             .map_err(|e| format!("allocator: {e}"))
@@ -214,7 +215,7 @@ impl Memory {
     /// its node; list sizes, per-zone sizes and per-CPU counters equal the lists; each
     /// cgroup's usage equals the pages charged to its subtree plus their charge stocks.
     fn verify_lru_and_memcg(&self) -> Result<(), String> {
-        let allocator = &*self.allocator;
+        let allocator = self.allocator.page_allocator();
         let mut listed = 0;
         let mut charged: BTreeMap<u16, (u64, u64)> = BTreeMap::new();
         for group in self.memcgs.all() {

@@ -346,7 +346,7 @@ impl Memory {
     }
 
     fn all_nodes(&self) -> Vec<NodeId> {
-        (0..self.allocator.topology().nr_nodes() as NodeId).collect()
+        (0..self.allocator.page_allocator().topology().nr_nodes() as NodeId).collect()
     }
 
     /// `try_to_free_mem_cgroup_pages`: reclaim about `nr` pages from `memcg` and the
@@ -442,7 +442,7 @@ impl Memory {
                 return Ok(());
             }
             // Stocked charges are the cheapest pages to give back.
-            for cpu in 0..self.allocator.topology().nr_cpus() {
+            for cpu in 0..self.allocator.page_allocator().topology().nr_cpus() {
                 self.memcgs.drain_stock(cpu);
             }
             let usage = self.memcgs.group(memcg).usage;
@@ -487,7 +487,7 @@ impl Memory {
                             return Err(MmError::OutOfMemory);
                         }
                         retries -= 1;
-                        for c in 0..self.allocator.topology().nr_cpus() {
+                        for c in 0..self.allocator.page_allocator().topology().nr_cpus() {
                             self.memcgs.drain_stock(c);
                         }
                         self.try_to_free_mem_cgroup_pages(caller, over, pages, io)?;
@@ -542,6 +542,7 @@ impl Memory {
     ) -> Result<ReclaimOutcome, MmError> {
         let zones: Vec<usize> = self
             .allocator
+            .page_allocator()
             .zones()
             .iter()
             .enumerate()
@@ -550,7 +551,7 @@ impl Memory {
             .collect();
         let below = |m: &Memory, mark: WatermarkKind| {
             zones.iter().any(|&i| {
-                let z = &m.allocator.zones()[i];
+                let z = &m.allocator.page_allocator().zones()[i];
                 z.free_pages() < z.wmark(mark) as i64
             })
         };
@@ -559,7 +560,7 @@ impl Memory {
             return Ok(outcome);
         }
         for &i in &zones {
-            self.allocator.zones()[i].set_flag(ZoneFlags::RECLAIM_ACTIVE);
+            self.allocator.page_allocator().zones()[i].set_flag(ZoneFlags::RECLAIM_ACTIVE);
         }
         let targets = self.memcgs.subtree(MemcgId::ROOT);
         let result = (|| {
@@ -585,14 +586,18 @@ impl Memory {
             Ok(outcome)
         })();
         for &i in &zones {
-            self.allocator.zones()[i].clear_flag(ZoneFlags::RECLAIM_ACTIVE);
+            self.allocator.page_allocator().zones()[i].clear_flag(ZoneFlags::RECLAIM_ACTIVE);
         }
         result
     }
 
     /// The node of a pfn.
     pub(super) fn node_of(&self, pfn: Pfn) -> NodeId {
-        self.allocator.find_zone(pfn).expect("in a zone").node()
+        self.allocator
+            .page_allocator()
+            .find_zone(pfn)
+            .expect("in a zone")
+            .node()
     }
 
     /// Put a folio on its memcg's LRU on its node, counting the change in the caller's
@@ -601,6 +606,7 @@ impl Memory {
         let node = self.node_of(folio.pfn) as usize;
         let memcg = MemcgId(folio.head(self.mem_map(folio.pfn)).memcg_id());
         let allocator = self.allocator.clone();
+        let allocator = allocator.page_allocator();
         let lruvec = &mut self.memcgs.group_mut(memcg).lruvecs[node];
         lruvec.add(&allocator, folio);
         let lru = LruList::of_flags(folio.head(self.mem_map(folio.pfn)).flags());
@@ -613,6 +619,7 @@ impl Memory {
         let node = self.node_of(folio.pfn) as usize;
         let memcg = MemcgId(folio.head(self.mem_map(folio.pfn)).memcg_id());
         let allocator = self.allocator.clone();
+        let allocator = allocator.page_allocator();
         let lru = self.memcgs.group_mut(memcg).lruvecs[node].del(&allocator, folio);
         self.memcgs
             .count_lru(memcg, node, caller.cpu, lru, -(folio.nr_pages() as i64));
@@ -626,6 +633,7 @@ impl Memory {
         let node = self.node_of(folio.pfn) as usize;
         let memcg = MemcgId(folio.head(self.mem_map(folio.pfn)).memcg_id());
         let allocator = self.allocator.clone();
+        let allocator = allocator.page_allocator();
         self.memcgs.group_mut(memcg).lruvecs[node].add_tail(&allocator, folio);
         let lru = LruList::of_flags(folio.head(self.mem_map(folio.pfn)).flags());
         self.memcgs
