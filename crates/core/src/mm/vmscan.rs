@@ -608,7 +608,7 @@ impl Memory {
         let allocator = self.allocator.clone();
         let allocator = allocator.page_allocator();
         let lruvec = &mut self.memcgs.group_mut(memcg).lruvecs[node];
-        lruvec.add(&allocator, folio);
+        lruvec.add(allocator, folio);
         let lru = LruList::of_flags(folio.head(self.mem_map(folio.pfn)).flags());
         self.memcgs
             .count_lru(memcg, node, caller.cpu, lru, folio.nr_pages() as i64);
@@ -620,7 +620,7 @@ impl Memory {
         let memcg = MemcgId(folio.head(self.mem_map(folio.pfn)).memcg_id());
         let allocator = self.allocator.clone();
         let allocator = allocator.page_allocator();
-        let lru = self.memcgs.group_mut(memcg).lruvecs[node].del(&allocator, folio);
+        let lru = self.memcgs.group_mut(memcg).lruvecs[node].del(allocator, folio);
         self.memcgs
             .count_lru(memcg, node, caller.cpu, lru, -(folio.nr_pages() as i64));
     }
@@ -634,7 +634,7 @@ impl Memory {
         let memcg = MemcgId(folio.head(self.mem_map(folio.pfn)).memcg_id());
         let allocator = self.allocator.clone();
         let allocator = allocator.page_allocator();
-        self.memcgs.group_mut(memcg).lruvecs[node].add_tail(&allocator, folio);
+        self.memcgs.group_mut(memcg).lruvecs[node].add_tail(allocator, folio);
         let lru = LruList::of_flags(folio.head(self.mem_map(folio.pfn)).flags());
         self.memcgs
             .count_lru(memcg, node, caller.cpu, lru, folio.nr_pages() as i64);
