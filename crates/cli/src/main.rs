@@ -8,6 +8,7 @@ mod demo;
 mod live;
 mod machine;
 mod pcp_script;
+mod reclaim_cmd;
 mod sim_cmd;
 mod size;
 mod stress;
@@ -46,6 +47,9 @@ enum Command {
     /// The main job: reproduce seed 000's three PCP tables (kbuild, netperf, lmbench) in
     /// the simulator, print them beside the published numbers, and write plots.
     Demo(demo::DemoArgs),
+    /// Reclaim experiments: seed 002's MADV_PAGEOUT loop (per-page against batched rmap
+    /// removal), seed 003's LRU sizing under many cgroups, and the congestion bits.
+    Reclaim(reclaim_cmd::ReclaimArgs),
 }
 
 /// A failure the user can act on: a one-line message and an exit status.
@@ -82,6 +86,7 @@ fn main() -> ExitCode {
         Command::PcpScript(args) => pcp_script::run(&args),
         Command::Sim(args) => sim_cmd::run_sim(&args),
         Command::Demo(args) => demo::run_demo(&args),
+        Command::Reclaim(args) => reclaim_cmd::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -22,7 +22,9 @@ fn mapped(name: &str, policy: MmPolicy) -> MappedMemory {
 }
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect()
 }
 
 #[test]
@@ -64,7 +66,10 @@ fn file_pages_are_read_from_and_written_back_to_the_file_on_disk() {
     assert!(outcome.reclaimed > 0);
     assert!(m.stats().file_writes > 0);
     let on_disk = std::fs::read(dir("file").join("file-0")).unwrap();
-    assert!(on_disk[4096..8192] == update[..], "written back to the real file");
+    assert!(
+        on_disk[4096..8192] == update[..],
+        "written back to the real file"
+    );
     m.read(mm, 0x201 * 4096, &mut back[..4096]).unwrap();
     assert!(back[..4096] == update[..]);
     m.verify().unwrap();
