@@ -120,10 +120,37 @@ struct State {
     io: DiskIo,
 }
 
+/// The pool's reclaim hook when kswapd reclaims mapped memory. It holds the layer weakly:
+/// the layer owns the pool, whose kswapd threads hold the hook.
+#[derive(Default)]
+struct KswapdHook {
+    state: std::sync::OnceLock<std::sync::Weak<Mutex<State>>>,
+}
+
+impl crate::Reclaim for KswapdHook {
+    fn reclaim(&self, cx: &crate::ReclaimContext<'_>) -> u64 {
+        let Some(state) = self.state.get().and_then(std::sync::Weak::upgrade) else {
+            cx.allocator.drain_all_pages(None);
+            return 0;
+        };
+        let mut guard = state.lock().unwrap_or_else(|e| e.into_inner());
+        let State { memory, io } = &mut *guard;
+        // kswapd runs on its node: charge its per-CPU counters to the node's first CPU.
+        let topology = cx.allocator.topology();
+        let cpu = (0..topology.nr_cpus())
+            .find(|&c| topology.cpu_node(c) == Some(cx.node))
+            .unwrap_or(0);
+        let caller = mmkit_core::page_alloc::Caller::task(cpu);
+        memory
+            .kswapd_shrink(caller, cx.node, cx.nr_to_reclaim, io)
+            .map_or(0, |outcome| outcome.reclaimed)
+    }
+}
+
 /// The mapping layer on a page pool, with files in a directory and a swap file there.
 /// One lock serialises it (the core's [`Memory`] takes `&mut self`).
 pub struct MappedMemory {
-    state: Mutex<State>,
+    state: Arc<Mutex<State>>,
     pool: PagePool,
     dir: PathBuf,
 }
@@ -186,10 +213,30 @@ impl MappedMemory {
             swap,
         };
         Ok(MappedMemory {
-            state: Mutex::new(State { memory, io }),
+            state: Arc::new(Mutex::new(State { memory, io })),
             pool,
             dir: dir.to_path_buf(),
         })
+    }
+
+    /// Mapped memory on a pool built from `builder`, whose kswapd threads reclaim from
+    /// the mapping layer: woken below a zone's low watermark, they run
+    /// [`Memory::kswapd_shrink`] rounds with `RECLAIM_ACTIVE` set until the node is above
+    /// its high watermark, alongside the direct reclaim of faulting threads.
+    pub fn with_kswapd(
+        builder: crate::PagePoolBuilder,
+        dir: &Path,
+        swap_pages: u64,
+        policy: MmPolicy,
+    ) -> Result<MappedMemory, MappedError> {
+        let hook = Arc::new(KswapdHook::default());
+        let pool = builder
+            .reclaim(hook.clone())
+            .build()
+            .map_err(|e| MappedError::Io(std::io::Error::other(e.to_string())))?;
+        let memory = MappedMemory::new(pool, dir, swap_pages, policy)?;
+        let _ = hook.state.set(Arc::downgrade(&memory.state));
+        Ok(memory)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -277,6 +324,10 @@ impl MappedMemory {
             let at = addr + done as u64;
             let (vpn, offset) = (at / PAGE_SIZE as u64, at as usize % PAGE_SIZE);
             let fault = memory.access(caller, mm, vpn, false, io)?;
+            if !fault.was_present {
+                // An allocation may have found a zone below its low watermark.
+                self.pool.kick_kswapd();
+            }
             let n = (PAGE_SIZE - offset).min(buf.len() - done);
             buf[done..done + n].copy_from_slice(&io.frame(fault.pfn, 1)[offset..offset + n]);
             done += n;
@@ -294,6 +345,9 @@ impl MappedMemory {
             let at = addr + done as u64;
             let (vpn, offset) = (at / PAGE_SIZE as u64, at as usize % PAGE_SIZE);
             let fault = memory.access(caller, mm, vpn, true, io)?;
+            if !fault.was_present {
+                self.pool.kick_kswapd();
+            }
             let n = (PAGE_SIZE - offset).min(data.len() - done);
             io.frame(fault.pfn, 1)[offset..offset + n].copy_from_slice(&data[done..done + n]);
             done += n;

@@ -325,7 +325,7 @@ impl PagePool {
     }
 
     /// Wake the kswapd of any node the allocator asked for.
-    fn kick_kswapd(&self) {
+    pub(crate) fn kick_kswapd(&self) {
         if let Some(background) = &self.background {
             background.kick(&self.inner);
         }

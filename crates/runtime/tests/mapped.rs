@@ -98,3 +98,25 @@ fn a_cgroup_limit_swaps_its_own_pages_and_keeps_their_data() {
     assert!(back == data);
     m.verify().unwrap();
 }
+
+#[test]
+fn kswapd_reclaims_mapped_memory_in_the_background() {
+    let builder = PagePool::builder().memory_bytes(8 << 20).cpus(1);
+    let m = MappedMemory::with_kswapd(builder, &dir("kswapd"), 4096, MmPolicy::V6_7).unwrap();
+    let mm = m.create_mm();
+    // More anonymous memory than the pool has: faults must reclaim (directly or through
+    // kswapd) and every byte must come back.
+    let pages = 3000;
+    m.mmap_anon(mm, 0x1000, pages, Order::ZERO).unwrap();
+    let data = pattern(5, (pages * 4096) as usize);
+    m.write(mm, 0x1000 * 4096, &data).unwrap();
+    assert!(m.stats().swap_out > 0);
+    assert!(
+        m.pool().stats().kswapd_runs > 0,
+        "allocations below the low watermark woke kswapd"
+    );
+    let mut back = vec![0; data.len()];
+    m.read(mm, 0x1000 * 4096, &mut back).unwrap();
+    assert!(back == data);
+    m.verify().unwrap();
+}

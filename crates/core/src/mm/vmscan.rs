@@ -591,6 +591,31 @@ impl Memory {
         result
     }
 
+    /// One reclaim round as kswapd, for a runtime whose own kswapd thread runs the
+    /// `balance_pgdat` loop and sets `RECLAIM_ACTIVE`: reclaim about `nr` pages from every
+    /// cgroup on `node` under kswapd's congestion rules, and clear the node's congestion
+    /// bits once every zone is above its high watermark.
+    pub fn kswapd_shrink(
+        &mut self,
+        caller: Caller,
+        node: NodeId,
+        nr: u64,
+        io: &mut dyn PageIo,
+    ) -> Result<ReclaimOutcome, MmError> {
+        let targets = self.memcgs.subtree(MemcgId::ROOT);
+        let outcome = self.shrink(caller, Reclaimer::Kswapd, &targets, &[node], nr, io)?;
+        let balanced = self.allocator.page_allocator().zones().iter().all(|z| {
+            z.node() != node
+                || !z.is_managed()
+                || z.free_pages() >= z.wmark(WatermarkKind::High) as i64
+        });
+        if balanced {
+            self.memcgs.group_mut(MemcgId::ROOT).lruvecs[node as usize].flags =
+                LruvecFlags::empty();
+        }
+        Ok(outcome)
+    }
+
     /// The node of a pfn.
     pub(super) fn node_of(&self, pfn: Pfn) -> NodeId {
         self.allocator
