@@ -200,7 +200,11 @@ fn mmkit_cache_refuses_a_thread_that_did_not_enter() {
     });
     drop(adapter);
     assert_eq!(
-        pool.verify().unwrap().iter().map(|z| z.allocated).sum::<u64>(),
+        pool.verify()
+            .unwrap()
+            .iter()
+            .map(|z| z.allocated)
+            .sum::<u64>(),
         0
     );
 }
