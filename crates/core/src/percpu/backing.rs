@@ -16,6 +16,8 @@ use super::ChunkId;
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct BackingError;
 
+impl core::error::Error for BackingError {}
+
 impl core::fmt::Display for BackingError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str("the chunk backing failed (no address space or memory)")

@@ -139,6 +139,8 @@ pub enum ConfigError {
     Units,
 }
 
+impl core::error::Error for ConfigError {}
+
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -164,6 +166,8 @@ pub enum AllocError {
     /// The backing refused a chunk or pages.
     Backing(BackingError),
 }
+
+impl core::error::Error for AllocError {}
 
 impl fmt::Display for AllocError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -193,6 +197,8 @@ pub enum FreeError {
     /// a pointer that never came from `alloc`).
     NotAllocated(PercpuPtr),
 }
+
+impl core::error::Error for FreeError {}
 
 impl fmt::Display for FreeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
