@@ -20,8 +20,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! `unsafe` lives in two modules only: [`arena`] (the mapping and the block handles
-//! into it) and [`cpu`] (`sched_getcpu`).
+//! The same crate runs Linux's percpu allocator on real memory: [`PercpuPool`] hands out
+//! per-CPU areas, and [`PerCpu`] is a typed handle to one, e.g. per-CPU counters
+//! (see [`per_cpu`]).
+//!
+//! `unsafe` lives in four modules only: [`arena`] (the mapping and the block handles
+//! into it), [`cpu`] (`sched_getcpu`), [`percpu_area`] (percpu chunk reservations) and
+//! [`per_cpu`] (the typed per-CPU handle).
 
 #![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -32,6 +37,8 @@ mod builder;
 pub mod cpu;
 mod error;
 mod fault;
+pub mod per_cpu;
+pub mod percpu_area;
 mod pool;
 mod reclaim;
 
@@ -39,5 +46,6 @@ pub use arena::PageBlock;
 pub use builder::PagePoolBuilder;
 pub use error::PoolError;
 pub use fault::FaultConfig;
+pub use per_cpu::{PerCpu, PercpuError, PercpuPool, Zeroable};
 pub use pool::{PagePool, PoolStats};
 pub use reclaim::{NoReclaim, Reclaim, ReclaimContext};
