@@ -8,6 +8,7 @@ mod demo;
 mod live;
 mod machine;
 mod pcp_script;
+mod percpu_cmd;
 mod sim_cmd;
 mod size;
 mod stress;
@@ -46,6 +47,9 @@ enum Command {
     /// The main job: reproduce seed 000's three PCP tables (kbuild, netperf, lmbench) in
     /// the simulator, print them beside the published numbers, and write plots.
     Demo(demo::DemoArgs),
+    /// Linux's percpu allocator on real memory: `mmkit percpu test` runs the partial
+    /// chunk depopulation thread's percpu_test.sh (memory cgroups created and deleted).
+    Percpu(percpu_cmd::PercpuArgs),
 }
 
 /// A failure the user can act on: a one-line message and an exit status.
@@ -82,6 +86,7 @@ fn main() -> ExitCode {
         Command::PcpScript(args) => pcp_script::run(&args),
         Command::Sim(args) => sim_cmd::run_sim(&args),
         Command::Demo(args) => demo::run_demo(&args),
+        Command::Percpu(args) => percpu_cmd::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
