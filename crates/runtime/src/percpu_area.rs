@@ -61,6 +61,11 @@ impl Reservation {
             return Err(BackingError);
         }
         let base = NonNull::new(raw.cast::<u8>()).ok_or(BackingError)?;
+        // Linux backs percpu chunks with single pages; a transparent huge page would make
+        // the resident figure jump past what is populated. Best effort: a kernel without
+        // THP says EINVAL, which changes nothing.
+        // SAFETY: the range is exactly the mapping just made.
+        unsafe { libc::madvise(raw, len, libc::MADV_NOHUGEPAGE) };
         Ok(Reservation { base, len })
     }
 
