@@ -22,7 +22,7 @@
 //!
 //! The same crate runs Linux's percpu allocator on real memory: [`PercpuPool`] hands out
 //! per-CPU areas, and [`PerCpu`] is a typed handle to one, e.g. per-CPU counters
-//! (see [`per_cpu`]).
+//! (see [`per_cpu`] and `docs/PERCPU.md`).
 //!
 //! `unsafe` lives in four modules only: [`arena`] (the mapping and the block handles
 //! into it), [`cpu`] (`sched_getcpu`), [`percpu_area`] (percpu chunk reservations) and
