@@ -240,3 +240,58 @@ proptest! {
         prop_assert_eq!(pcpu.verify().unwrap().allocations, 0);
     }
 }
+
+/// A deterministic random walk per policy that is big enough to reach every path the
+/// property test may miss: isolation, reclaim, sidelined chunks, the threshold splice,
+/// chunk destruction. Checks `verify()` after every step and that the paths ran.
+#[test]
+fn random_walks_reach_reclaim_under_every_policy() {
+    for policy in [
+        PercpuPolicy::V5_13,
+        PercpuPolicy::V5_14,
+        PercpuPolicy::RECLAIM_THRESHOLD,
+        PercpuPolicy::BYTES_THRESHOLDS,
+    ] {
+        let config = PercpuConfig {
+            page_size: 4096,
+            unit_size: 32 << 10,
+            nr_units: 2,
+            policy,
+        };
+        let mut pcpu = PercpuAllocator::new(config, MemoryBacking::new()).unwrap();
+        let mut live = Vec::new();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut random = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        for step in 0..4000 {
+            // Grow for a while, then shrink, in waves.
+            let growing = (step / 500) % 2 == 0;
+            if live.is_empty() || random(100) < if growing { 70 } else { 25 } {
+                let size = [8, 64, 640, 2232, 4096][random(5) as usize];
+                live.push(pcpu.alloc(size, 8, AllocKind::Kernel).unwrap());
+            } else {
+                let ptr = live.swap_remove(random(live.len() as u64) as usize);
+                pcpu.free(ptr).unwrap();
+            }
+            if pcpu.balance_pending() {
+                pcpu.balance();
+            }
+            pcpu.verify()
+                .unwrap_or_else(|e| panic!("{policy} step {step}: {e}"));
+        }
+        let stats = pcpu.stats();
+        assert!(stats.chunks_destroyed > 0, "{policy}: {stats:?}");
+        if policy.partial_depopulation {
+            assert!(
+                stats.isolations > 0 && stats.pages_depopulated > 0,
+                "{policy}: {stats:?}"
+            );
+        } else {
+            assert_eq!(stats.isolations, 0, "{policy}");
+        }
+    }
+}

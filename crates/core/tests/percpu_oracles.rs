@@ -257,6 +257,27 @@ fn reclaim_reintegrates_when_empty_pages_run_low() {
     pcpu.balance();
     pcpu.verify().unwrap();
     assert!(pcpu.nr_empty_pop_pages() >= 4);
+
+    // A is isolated while B holds 5 empty pages; then B's pages get used, so when the
+    // balance work comes the others hold 3 < HIGH: reclaim puts A back untouched.
+    let mut pcpu = allocator(PercpuPolicy::V5_14);
+    let (a_id, a) = two_chunks(&mut pcpu, 5);
+    free(&mut pcpu, a[0]);
+    free(&mut pcpu, a[1]);
+    assert!(pcpu.chunk_info(a_id).unwrap().isolated);
+    let b1 = pcpu.alloc(PAGE, PAGE, AllocKind::Atomic).unwrap();
+    let b2 = pcpu.alloc(PAGE, PAGE, AllocKind::Atomic).unwrap();
+    assert!(
+        b1.chunk != a_id && b2.chunk != a_id,
+        "isolated chunks are not searched"
+    );
+    assert_eq!(pcpu.nr_empty_pop_pages(), 3);
+    pcpu.balance();
+    pcpu.verify().unwrap();
+    let info = pcpu.chunk_info(a_id).unwrap();
+    assert!(!info.isolated);
+    assert_eq!((info.nr_populated, info.nr_empty_pop_pages), (8, 2));
+    assert_eq!(pcpu.nr_empty_pop_pages(), 5);
 }
 
 #[test]
