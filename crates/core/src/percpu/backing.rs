@@ -47,8 +47,8 @@ pub struct MemoryBacking {
     chunks: BTreeMap<ChunkId, Vec<bool>>,
     /// Fail every `populate` and `create_chunk` call while set.
     pub fail: bool,
-    /// Pages populated so far (one per chunk page, not per unit).
-    pub populate_calls: u64,
+    /// Pages populated so far, counted once per chunk page (not per unit).
+    pub pages_populated: u64,
 }
 
 impl MemoryBacking {
@@ -109,7 +109,7 @@ impl ChunkBacking for MemoryBacking {
             assert!(!*page, "page populated twice in chunk {chunk:?}");
             *page = true;
         }
-        self.populate_calls += pages.len() as u64;
+        self.pages_populated += pages.len() as u64;
         Ok(())
     }
 
