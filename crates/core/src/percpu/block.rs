@@ -10,13 +10,17 @@
 ///
 /// # Invariants
 ///
-/// For a block (`verify` checks these after every operation in tests): `contig_hint` is the
-/// longest free run and starts at `contig_hint_start`; `left_free`/`right_free` are the
-/// free runs touching the edges; `first_free` is the first free bit (any value when the
-/// block is full: Linux does not update it for blocks an allocation covers); a non-zero
-/// `scan_hint` is a free run before the contig hint (or equal to it) no shorter than any free
-/// run that starts before it. For a chunk, `contig_hint` may be smaller than the longest
-/// free run (Linux lets it go stale) but never larger.
+/// The hints are lower bounds, as Linux keeps them: each names space that is free, none
+/// names more than is free. For a block: the contig hint is a free run no longer than the
+/// longest, and it is the whole block exactly when the block is empty (the empty-page
+/// counts rest on that); `left_free`/`right_free` are no longer than the free runs at the
+/// edges; `first_free` is the first free bit (any value when the block is full: Linux
+/// does not update it for blocks an allocation covers); a non-zero scan hint is a free
+/// run no longer than the contig hint and not after it unless equal to it. They are not
+/// exact: a refresh promotes the scan hint and scans only past it (and resets
+/// `right_free`), so a longer run before it can go unseen until a later free. For a
+/// chunk the same holds, except that no hint is exact for empty chunks either.
+/// `PercpuAllocator::verify` checks all of this.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct BlockMd {
     /// Length of the scan hint: a free run before the contig hint.

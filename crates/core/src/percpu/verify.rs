@@ -91,13 +91,14 @@ impl<B: ChunkBacking> PercpuAllocator<B> {
     /// delimited by the bound map, and allocated + free bits = the chunk; `free_bytes`;
     /// every allocation lies on populated pages, and `nr_populated` counts the populated
     /// bitmap; every block's hints against a recount of its bits (first free exact; the
-    /// contig hint exact for empty blocks and elsewhere a free run no longer than the
-    /// longest; left and right free no more than what is free; the scan hint free, no
-    /// longer than the contig hint and not after it unless equal); the chunk's hints (contig hint free and never larger than the longest
-    /// run, first free exact, left and right no more than what is free, scan hint free); empty populated pages per
-    /// chunk, globally and over isolated chunks; the slot lists (links, each chunk on
-    /// exactly one, on its own slot or where Linux lets it stay: slot 0 after a failed fit,
-    /// sidelined or to_depopulate when isolated).
+    /// contig hint the whole block exactly when the block is empty, elsewhere a free run
+    /// no longer than the longest; left and right free no more than what is free; the
+    /// scan hint free, no longer than the contig hint and not after it unless equal); the
+    /// chunk's hints (contig hint free and no longer than the longest run, first free
+    /// exact, left and right no more than what is free, scan hint free); empty populated
+    /// pages per chunk, globally and over isolated chunks; the slot lists (links, each
+    /// chunk on exactly one, on its own slot or where Linux lets it stay: slot 0 after a
+    /// failed fit, sidelined or to_depopulate when isolated).
     pub fn verify(&self) -> Result<PercpuCensus, VerifyError> {
         let mut census = PercpuCensus::default();
         let (mut empty_active, mut empty_isolated, mut populated) = (0isize, 0isize, 0usize);
