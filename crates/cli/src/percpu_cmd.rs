@@ -6,7 +6,8 @@
 //! children are removed, the balance work runs (the script's `sleep 10`), and the
 //! `Percpu:` line of /proc/meminfo is printed before, after creation and after deletion,
 //! computed as Linux computes it (`pcpu_nr_populated × pcpu_nr_units` pages), next to the
-//! memory the OS reports resident for the chunks (`mincore`). The arena is real memory:
+//! memory the OS reports resident for the chunks (`mincore`) and for the whole process
+//! (`/proc/self/statm`). The arena is real memory:
 //! 1000 × 50 at the default 4 CPUs peaks around 0.7 GB.
 
 use std::path::PathBuf;
@@ -147,6 +148,8 @@ struct Reading {
     percpu_kb: u64,
     /// Resident memory of the percpu chunks as the OS reports it (mincore), kB.
     rss_kb: u64,
+    /// Resident memory of the whole process (/proc/self/statm), kB; 0 if unreadable.
+    process_rss_kb: u64,
     chunks: usize,
     populated_pages: usize,
     empty_pop_pages: usize,
@@ -216,11 +219,25 @@ fn read(pool: &PercpuPool, start: Instant) -> Reading {
     Reading {
         percpu_kb: pool.meminfo_percpu_kb(),
         rss_kb: pool.resident_bytes() / 1024,
+        process_rss_kb: process_rss_kb(),
         chunks: (stats.chunks_created - stats.chunks_destroyed) as usize,
         populated_pages,
         empty_pop_pages,
         seconds: start.elapsed().as_secs_f64(),
     }
+}
+
+/// The process's resident set from /proc/self/statm (second field, in pages).
+fn process_rss_kb() -> u64 {
+    let Ok(text) = std::fs::read_to_string("/proc/self/statm") else {
+        return 0;
+    };
+    let pages: u64 = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|field| field.parse().ok())
+        .unwrap_or(0);
+    pages * mmkit_runtime::arena::page_size() as u64 / 1024
 }
 
 /// `mkdir`: every object of the list (per-node ones once per node).
@@ -348,8 +365,13 @@ fn print_report(report: &Report, json: bool) -> Result<(), CliError> {
         ("after removing all", report.after_removing_all),
     ] {
         println!(
-            "Percpu:     {:>10} kB   resident {:>10} kB   chunks {:>5}   ({label}, {:.1} s)",
-            reading.percpu_kb, reading.rss_kb, reading.chunks, reading.seconds
+            "Percpu:     {:>10} kB   resident {:>10} kB   process {:>10} kB   chunks {:>5}   \
+             ({label}, {:.1} s)",
+            reading.percpu_kb,
+            reading.rss_kb,
+            reading.process_rss_kb,
+            reading.chunks,
+            reading.seconds
         );
     }
     println!(
