@@ -232,9 +232,17 @@ impl PercpuPool {
         self.alloc()
     }
 
-    /// Run the balance work now.
+    /// Run the balance work now, and again while it schedules itself (a work item that
+    /// requeues itself runs again soon; at most 64 rounds).
     pub fn balance(&self) {
-        self.lock().balance();
+        let mut allocator = self.lock();
+        allocator.balance();
+        for _ in 0..64 {
+            if !allocator.balance_pending() {
+                break;
+            }
+            allocator.balance();
+        }
     }
 
     /// The `Percpu:` line of `/proc/meminfo` for this pool, in kB.

@@ -448,10 +448,15 @@ impl<B: ChunkBacking> PercpuAllocator<B> {
         if self.chunk(index).free_bytes == self.config.unit_size
             || self.nr_isolated_empty_pop_pages >= threshold
         {
-            while let Some(sidelined) = self.slots[self.layout.sidelined].head {
-                self.chunk_move(sidelined, self.layout.to_depopulate, false);
-            }
+            self.splice_sidelined_to_depopulate();
             self.schedule_balance();
+        }
+    }
+
+    /// `list_splice_tail_init(sidelined, to_depopulate)`.
+    pub(crate) fn splice_sidelined_to_depopulate(&mut self) {
+        while let Some(sidelined) = self.slots[self.layout.sidelined].head {
+            self.chunk_move(sidelined, self.layout.to_depopulate, false);
         }
     }
 

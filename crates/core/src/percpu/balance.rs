@@ -63,7 +63,9 @@ impl<B: ChunkBacking> PercpuAllocator<B> {
     /// empty populated pages from the last page down, so populated pages stay near the
     /// start. Stop early and reintegrate the chunk if the other chunks fall below the high
     /// mark of empty pages (atomic requests need them). Fully free chunks go back to the
-    /// free slot, the rest to sidelined.
+    /// free slot, the rest to sidelined. (v4 patch 4 reclaims from a private copy of the
+    /// to_depopulate list; nothing joins the list while this runs here, so walking the
+    /// list itself is the same.)
     fn reclaim_populated(&mut self) {
         let high = self
             .config
@@ -102,6 +104,15 @@ impl<B: ChunkBacking> PercpuAllocator<B> {
             } else {
                 self.chunk_move(index, self.layout.sidelined, false);
             }
+        }
+        // v4 patch 4: if enough empty pages still wait on sidelined chunks, queue them and
+        // run again.
+        let threshold = self.config.policy.reclaim_threshold_pages(self.config.page_size);
+        if self.config.policy.reclaim_threshold
+            && self.nr_isolated_empty_pop_pages >= threshold as isize
+        {
+            self.splice_sidelined_to_depopulate();
+            self.schedule_balance();
         }
     }
 
