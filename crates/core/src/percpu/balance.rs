@@ -107,7 +107,10 @@ impl<B: ChunkBacking> PercpuAllocator<B> {
         }
         // v4 patch 4: if enough empty pages still wait on sidelined chunks, queue them and
         // run again.
-        let threshold = self.config.policy.reclaim_threshold_pages(self.config.page_size);
+        let threshold = self
+            .config
+            .policy
+            .reclaim_threshold_pages(self.config.page_size);
         if self.config.policy.reclaim_threshold
             && self.nr_isolated_empty_pop_pages >= threshold as isize
         {
