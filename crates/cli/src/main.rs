@@ -9,6 +9,7 @@ mod live;
 mod machine;
 mod pcp_script;
 mod reclaim_cmd;
+mod percpu_cmd;
 mod sim_cmd;
 mod size;
 mod stress;
@@ -50,6 +51,9 @@ enum Command {
     /// Reclaim experiments: seed 002's MADV_PAGEOUT loop (per-page against batched rmap
     /// removal), seed 003's LRU sizing under many cgroups, and the congestion bits.
     Reclaim(reclaim_cmd::ReclaimArgs),
+    /// Linux's percpu allocator on real memory: `mmkit percpu test` runs the partial
+    /// chunk depopulation thread's percpu_test.sh (memory cgroups created and deleted).
+    Percpu(percpu_cmd::PercpuArgs),
 }
 
 /// A failure the user can act on: a one-line message and an exit status.
@@ -87,6 +91,7 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim_cmd::run_sim(&args),
         Command::Demo(args) => demo::run_demo(&args),
         Command::Reclaim(args) => reclaim_cmd::run(&args),
+        Command::Percpu(args) => percpu_cmd::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -11,6 +11,8 @@
 //! - [`page`]: pfns, orders and the 16-byte page descriptor (`include/linux/mm_types.h`).
 //! - [`page_alloc`]: zones, the buddy allocator, watermarks, GFP and alloc flags, PCP sizing
 //!   (`mm/page_alloc.c`, `mm/mm_init.c`).
+//! - [`percpu`]: the percpu allocator: chunks, area map hints, populate/depopulate,
+//!   balance work (`mm/percpu.c`, v5.14).
 //! - [`topology`]: the machine description: nodes, zones, CPUs and the last-level cache.
 //! - [`settings`]: the sysctls (`vm.min_free_kbytes` and friends) with Linux's validity rules.
 //! - [`views`]: Linux's text formats (`/proc/zoneinfo`) and the same data as plain structs.
@@ -27,6 +29,7 @@ extern crate alloc;
 pub mod mm;
 pub mod page;
 pub mod page_alloc;
+pub mod percpu;
 pub mod policy;
 pub mod settings;
 pub mod sync;
@@ -37,6 +40,7 @@ pub use page::{Order, Pfn};
 pub use page_alloc::{
     AllocError, FreeError, Gfp, MigrateType, PageAllocator, Zone, ZoneType, MAX_ORDER,
 };
+pub use percpu::{PercpuAllocator, PercpuPolicy};
 pub use policy::{
     CongestionBits, DrainMode, LruSizePolicy, MmPolicy, PageoutSplit, PcpPolicy, Policy,
     RmapRemoval,

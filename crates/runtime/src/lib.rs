@@ -24,9 +24,16 @@
 //! cache, one owner thread allocating from a small array without atomics and other
 //! threads giving pages back through a [`Recycler`]'s lock-free ring.
 //!
-//! `unsafe` blocks live in two modules only: [`arena`] (the mapping and the block
-//! handles into it) and [`cpu`] (`sched_getcpu`). The pool cache's raw frees are
-//! `unsafe fn`s for their contract (as [`PagePool::free_raw`]) but contain no `unsafe`.
+//! The same crate runs Linux's percpu allocator on real memory: [`PercpuPool`] hands out
+//! per-CPU areas, and [`PerCpu`] is a typed handle to one, e.g. per-CPU counters
+//! (see [`per_cpu`] and `docs/PERCPU.md`). [`MappedMemory`] runs the core's mapping layer
+//! (folios, page tables, memcg, reclaim) on the pool with real files and a swap file.
+//!
+//! `unsafe` lives in five modules only: [`arena`] (the mapping and the block handles
+//! into it), [`cpu`] (`sched_getcpu`), [`percpu_area`] (percpu chunk reservations),
+//! [`per_cpu`] (the typed per-CPU handle) and [`mapped`] (the frames of mapped memory).
+//! The pool cache's raw frees are `unsafe fn`s for their contract (as
+//! [`PagePool::free_raw`]) but contain no `unsafe`.
 
 #![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -38,6 +45,8 @@ pub mod cpu;
 mod error;
 mod fault;
 pub mod mapped;
+pub mod per_cpu;
+pub mod percpu_area;
 mod pool;
 mod pool_cache;
 mod reclaim;
@@ -47,6 +56,7 @@ pub use builder::PagePoolBuilder;
 pub use error::PoolError;
 pub use fault::FaultConfig;
 pub use mapped::{MappedError, MappedMemory};
+pub use per_cpu::{PerCpu, PercpuError, PercpuPool, Zeroable};
 pub use pool::{PagePool, PoolStats};
 pub use pool_cache::{
     PoolCache, PoolCacheConfig, PoolCacheStats, Recycler, CACHE_REFILL, CACHE_SIZE,

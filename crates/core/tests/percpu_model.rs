@@ -1,0 +1,298 @@
+//! The percpu allocator against a naive model: one `Vec<bool>` of 4-byte bits per chunk.
+//!
+//! proptest drives random allocations (sizes, alignments, atomic or not), frees, bad frees
+//! (double, misaligned, unknown chunk), balance runs and backing failures under every
+//! policy and both page sizes. After each step: the allocator's `verify()` walker (every
+//! bit, every block and chunk hint, slot membership, empty-page counts per chunk and
+//! global, populated bitmap against allocations), the model's bits against the
+//! allocator's allocations chunk by chunk, and the fake backing's pages against the
+//! allocator's populated counts. A refused free must leave everything as it was.
+
+use std::collections::BTreeMap;
+
+use mmkit_core::percpu::{
+    AllocError, AllocKind, ChunkId, FreeError, MemoryBacking, PercpuAllocator, PercpuConfig,
+    PercpuPolicy, PercpuPtr,
+};
+use proptest::prelude::*;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Alloc {
+        size: usize,
+        align: usize,
+        atomic: bool,
+    },
+    Free(usize),
+    DoubleFree,
+    FreeInside(usize),
+    FreeUnknownChunk,
+    Balance,
+    SetBackingFail(bool),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let size = prop_oneof![
+        6 => 1usize..=64,
+        3 => 65usize..=1200,
+        1 => 1201usize..=32768,
+    ];
+    let align = (0u32..=7).prop_map(|s| 1usize << s);
+    prop_oneof![
+        10 => (size, align, prop::bool::weighted(0.2))
+            .prop_map(|(size, align, atomic)| Op::Alloc { size, align, atomic }),
+        7 => any::<usize>().prop_map(Op::Free),
+        1 => Just(Op::DoubleFree),
+        1 => any::<usize>().prop_map(Op::FreeInside),
+        1 => Just(Op::FreeUnknownChunk),
+        2 => Just(Op::Balance),
+        1 => prop::bool::weighted(0.3).prop_map(Op::SetBackingFail),
+    ]
+}
+
+fn config() -> impl Strategy<Value = PercpuConfig> {
+    let policy = prop_oneof![
+        Just(PercpuPolicy::V5_13),
+        Just(PercpuPolicy::V5_14),
+        Just(PercpuPolicy::RECLAIM_THRESHOLD),
+        Just(PercpuPolicy::BYTES_THRESHOLDS),
+    ];
+    let geometry = prop_oneof![
+        3 => Just((4usize << 10, 32usize << 10)),
+        2 => Just((4 << 10, 64 << 10)),
+        1 => Just((4 << 10, 256 << 10)),
+        2 => Just((64 << 10, 128 << 10)),
+    ];
+    (policy, geometry).prop_map(|(policy, (page_size, unit_size))| PercpuConfig {
+        page_size,
+        unit_size,
+        nr_units: 2,
+        policy,
+    })
+}
+
+struct Model {
+    bits: BTreeMap<ChunkId, Vec<bool>>,
+    live: Vec<(PercpuPtr, usize)>,
+    freed: Vec<PercpuPtr>,
+}
+
+/// Everything a refused free must leave unchanged.
+fn snapshot(pcpu: &PercpuAllocator<MemoryBacking>) -> impl PartialEq + std::fmt::Debug {
+    let chunks: Vec<_> = pcpu
+        .chunk_ids()
+        .map(|id| (pcpu.chunk_info(id), pcpu.allocations(id)))
+        .collect();
+    (
+        chunks,
+        pcpu.nr_empty_pop_pages(),
+        pcpu.nr_populated_pages(),
+        pcpu.balance_pending(),
+        pcpu.verify().unwrap(),
+    )
+}
+
+fn check(pcpu: &PercpuAllocator<MemoryBacking>, model: &mut Model) -> Result<(), TestCaseError> {
+    pcpu.verify()
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let ids: Vec<_> = pcpu.chunk_ids().collect();
+    model.bits.retain(|id, bits| {
+        let alive = ids.contains(id);
+        assert!(
+            alive || bits.iter().all(|b| !b),
+            "chunk {id:?} destroyed with allocations"
+        );
+        alive
+    });
+    for id in &ids {
+        let info = pcpu.chunk_info(*id).unwrap();
+        let nr_bits = info.nr_pages * pcpu.config().page_size / 4;
+        let bits = model
+            .bits
+            .entry(*id)
+            .or_insert_with(|| vec![false; nr_bits]);
+        let mut actual = vec![false; nr_bits];
+        for range in pcpu.allocations(*id) {
+            actual[range.start / 4..range.end / 4].fill(true);
+        }
+        prop_assert_eq!(&actual, bits, "chunk {:?} bits differ from the model", id);
+        let backed = pcpu.backing().populated(*id).unwrap();
+        prop_assert_eq!(backed.iter().filter(|&&p| p).count(), info.nr_populated);
+    }
+    prop_assert_eq!(pcpu.backing().nr_populated(), pcpu.nr_populated_pages());
+    Ok(())
+}
+
+fn step(
+    pcpu: &mut PercpuAllocator<MemoryBacking>,
+    model: &mut Model,
+    op: Op,
+) -> Result<(), TestCaseError> {
+    match op {
+        Op::Alloc {
+            size,
+            align,
+            atomic,
+        } => {
+            let kind = if atomic {
+                AllocKind::Atomic
+            } else {
+                AllocKind::Kernel
+            };
+            match pcpu.alloc(size, align, kind) {
+                Ok(ptr) => {
+                    prop_assert_eq!(ptr.offset % align.max(4), 0, "misaligned");
+                    let bits = size.div_ceil(4);
+                    let nr_bits = pcpu.config().unit_size / 4;
+                    let map = model
+                        .bits
+                        .entry(ptr.chunk)
+                        .or_insert_with(|| vec![false; nr_bits]);
+                    let area = &mut map[ptr.offset / 4..ptr.offset / 4 + bits];
+                    prop_assert!(area.iter().all(|b| !b), "allocation overlaps a live one");
+                    area.fill(true);
+                    model.live.push((ptr, bits));
+                }
+                Err(AllocError::NoPopulatedSpace) => prop_assert!(atomic),
+                Err(AllocError::Backing(_)) => prop_assert!(pcpu.backing().fail),
+                Err(err) => prop_assert!(false, "unexpected {err:?}"),
+            }
+        }
+        Op::Free(i) if !model.live.is_empty() => {
+            let (ptr, bits) = model.live.swap_remove(i % model.live.len());
+            prop_assert_eq!(pcpu.free(ptr), Ok(bits * 4));
+            model.bits.get_mut(&ptr.chunk).unwrap()[ptr.offset / 4..ptr.offset / 4 + bits]
+                .fill(false);
+            model.freed.push(ptr);
+        }
+        Op::DoubleFree => {
+            if let Some(&ptr) = model.freed.last() {
+                // Unless the same spot was handed out again since.
+                if !model.live.iter().any(|(p, _)| *p == ptr) {
+                    let before = snapshot(pcpu);
+                    prop_assert!(pcpu.free(ptr).is_err());
+                    prop_assert_eq!(before, snapshot(pcpu));
+                }
+            }
+        }
+        Op::FreeInside(i) if !model.live.is_empty() => {
+            let (ptr, bits) = model.live[i % model.live.len()];
+            for inside in [ptr.offset + 4 * (bits / 2).max(1), ptr.offset + 2] {
+                let bad = PercpuPtr {
+                    offset: inside,
+                    ..ptr
+                };
+                if bits > 1 || inside % 4 != 0 {
+                    let before = snapshot(pcpu);
+                    prop_assert_eq!(pcpu.free(bad), Err(FreeError::NotAllocated(bad)));
+                    prop_assert_eq!(before, snapshot(pcpu));
+                }
+            }
+        }
+        Op::FreeUnknownChunk => {
+            let bad = PercpuPtr {
+                chunk: ChunkId {
+                    index: 1000,
+                    generation: 0,
+                },
+                offset: 0,
+            };
+            let before = snapshot(pcpu);
+            prop_assert_eq!(pcpu.free(bad), Err(FreeError::UnknownChunk(bad.chunk)));
+            prop_assert_eq!(before, snapshot(pcpu));
+        }
+        Op::Balance => pcpu.balance(),
+        Op::SetBackingFail(fail) => pcpu.backing_mut().fail = fail,
+        Op::Free(_) | Op::FreeInside(_) => {}
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    #[test]
+    fn percpu_matches_a_bitmap_model(
+        config in config(),
+        auto_balance in any::<bool>(),
+        ops in prop::collection::vec(op(), 1..250),
+    ) {
+        let mut pcpu = PercpuAllocator::new(config, MemoryBacking::new()).unwrap();
+        let mut model = Model { bits: BTreeMap::new(), live: Vec::new(), freed: Vec::new() };
+        for op in ops {
+            step(&mut pcpu, &mut model, op)?;
+            if auto_balance && pcpu.balance_pending() {
+                pcpu.balance();
+            }
+            check(&pcpu, &mut model)?;
+        }
+        // Free everything: with partial depopulation the balance work gives back all but
+        // the spare free chunk's pages; in every policy at most one chunk stays.
+        pcpu.backing_mut().fail = false;
+        for (ptr, bits) in std::mem::take(&mut model.live) {
+            prop_assert_eq!(pcpu.free(ptr), Ok(bits * 4));
+            model.bits.get_mut(&ptr.chunk).unwrap()[ptr.offset / 4..ptr.offset / 4 + bits].fill(false);
+            pcpu.balance();
+            check(&pcpu, &mut model)?;
+        }
+        pcpu.balance();
+        check(&pcpu, &mut model)?;
+        prop_assert!(pcpu.chunk_ids().count() <= 2, "{} chunks left", pcpu.chunk_ids().count());
+        prop_assert_eq!(pcpu.verify().unwrap().allocations, 0);
+    }
+}
+
+/// A deterministic random walk per policy that is big enough to reach every path the
+/// property test may miss: isolation, reclaim, sidelined chunks, the threshold splice,
+/// chunk destruction. Checks `verify()` after every step and that the paths ran.
+#[test]
+fn random_walks_reach_reclaim_under_every_policy() {
+    for policy in [
+        PercpuPolicy::V5_13,
+        PercpuPolicy::V5_14,
+        PercpuPolicy::RECLAIM_THRESHOLD,
+        PercpuPolicy::BYTES_THRESHOLDS,
+    ] {
+        let config = PercpuConfig {
+            page_size: 4096,
+            unit_size: 32 << 10,
+            nr_units: 2,
+            policy,
+        };
+        let mut pcpu = PercpuAllocator::new(config, MemoryBacking::new()).unwrap();
+        let mut live = Vec::new();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut random = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        for step in 0..4000 {
+            // Grow for a while, then shrink, in waves.
+            let growing = (step / 500) % 2 == 0;
+            if live.is_empty() || random(100) < if growing { 70 } else { 25 } {
+                let size = [8, 64, 640, 2232, 4096][random(5) as usize];
+                live.push(pcpu.alloc(size, 8, AllocKind::Kernel).unwrap());
+            } else {
+                let ptr = live.swap_remove(random(live.len() as u64) as usize);
+                pcpu.free(ptr).unwrap();
+            }
+            if pcpu.balance_pending() {
+                pcpu.balance();
+            }
+            pcpu.verify()
+                .unwrap_or_else(|e| panic!("{policy} step {step}: {e}"));
+        }
+        let stats = pcpu.stats();
+        assert!(stats.chunks_destroyed > 0, "{policy}: {stats:?}");
+        if policy.partial_depopulation {
+            assert!(
+                stats.isolations > 0 && stats.pages_depopulated > 0,
+                "{policy}: {stats:?}"
+            );
+        } else {
+            assert_eq!(stats.isolations, 0, "{policy}");
+        }
+    }
+}
