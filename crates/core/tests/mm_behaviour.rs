@@ -458,3 +458,37 @@ fn root_memory_reclaim_unthrottles_the_node_only_with_a_shared_bit() {
         m.verify().unwrap();
     }
 }
+
+/// Issue 9 with seed 004: cgroups take their per-CPU statistics from the percpu
+/// allocator, and removing them gives chunk pages back (v5.14 partial depopulation).
+#[test]
+fn cgroup_statistics_come_from_the_percpu_allocator() {
+    let mut m = memory_cpus(4096, 8, MmPolicy::V6_7, 0);
+    let before = m.percpu().meminfo_percpu_kb();
+    let parent = m.create_memcg(MemcgId::ROOT).unwrap();
+    // Enough cgroups to fill several chunks: Linux never depopulates the first chunk.
+    let groups: Vec<_> = (0..12000)
+        .map(|_| m.create_memcg(parent).unwrap())
+        .collect();
+    let created = m.percpu().meminfo_percpu_kb();
+    assert!(created > before, "{before} kB → {created} kB");
+    // A cgroup in use cannot go.
+    let mm = m.create_mm();
+    m.set_mm_memcg(mm, groups[0]).unwrap();
+    assert_eq!(m.remove_memcg(groups[0]), Err(MmError::Busy(groups[0])));
+    assert_eq!(m.remove_memcg(parent), Err(MmError::Busy(parent)));
+    m.set_mm_memcg(mm, MemcgId::ROOT).unwrap();
+    for &g in &groups {
+        m.remove_memcg(g).unwrap();
+    }
+    assert_eq!(
+        m.remove_memcg(groups[0]),
+        Err(MmError::NoSuchMemcg(groups[0]))
+    );
+    let removed = m.percpu().meminfo_percpu_kb();
+    assert!(
+        removed < created,
+        "{created} kB → {removed} kB after removal"
+    );
+    m.verify().unwrap();
+}

@@ -88,6 +88,9 @@ pub struct MemCgroup {
     pub events: MemcgEvents,
     /// Whether it was removed (`rmdir`); its id is not reused.
     pub offline: bool,
+    /// Its per-CPU statistics' areas in the percpu allocator, one per node (none for the
+    /// root, whose statistics Linux allocates at boot).
+    pub percpu_areas: Vec<crate::percpu::PercpuPtr>,
 }
 
 /// A CPU's charge stock (`memcg_stock_pcp`): pages charged ahead to one cgroup.
@@ -139,6 +142,7 @@ impl MemcgTree {
             file: 0,
             events: MemcgEvents::default(),
             offline: false,
+            percpu_areas: Vec::new(),
         });
         id
     }

@@ -21,6 +21,7 @@ use super::pte::{Pte, PteState, SwapEntry};
 use super::swap::SwapSpace;
 use crate::page::{Order, PageFlags, Pfn};
 use crate::page_alloc::{AllocError, Caller, FreeError, Gfp, MemMap, PageAllocator};
+use crate::percpu::{AllocKind, MemoryBacking, PercpuAllocator, PercpuConfig};
 use crate::policy::MmPolicy;
 
 /// An address space (`mm_struct`), by index in [`Memory`].
@@ -250,6 +251,8 @@ pub enum MmError {
     NoSuchMemcg(MemcgId),
     /// Proactive reclaim gave up after repeated rounds without progress (`-EAGAIN`).
     ReclaimStalled,
+    /// The cgroup still has children, address spaces or charges (`-EBUSY`).
+    Busy(MemcgId),
     /// The allocator refused a free (accounting broken: a bug, reported not hidden).
     Free(FreeError),
 }
@@ -281,6 +284,7 @@ impl core::fmt::Display for MmError {
             MmError::CountOverflow => f.write_str("a page's 16-bit count would overflow"),
             MmError::NoSuchMemcg(id) => write!(f, "no cgroup {}", id.0),
             MmError::ReclaimStalled => f.write_str("reclaim made no progress (EAGAIN)"),
+            MmError::Busy(id) => write!(f, "cgroup {} is in use (EBUSY)", id.0),
             MmError::Free(e) => write!(f, "the allocator refused a free: {e}"),
         }
     }
@@ -328,6 +332,8 @@ pub struct Memory {
     /// Folios under write-back, and whether reclaim wants them (`PG_reclaim`: no bit is
     /// left in the descriptor for it, and few folios are ever under write-back).
     pub(super) writeback: BTreeMap<Pfn, bool>,
+    /// The percpu allocator the cgroups' per-CPU statistics come from (one unit per CPU).
+    pub(super) percpu: PercpuAllocator<MemoryBacking>,
 }
 
 impl Memory {
@@ -343,6 +349,11 @@ impl Memory {
             stats: MmStats::default(),
             async_writeback: false,
             writeback: BTreeMap::new(),
+            percpu: PercpuAllocator::new(
+                PercpuConfig::x86_64(allocator.page_allocator().topology().nr_cpus() as usize),
+                MemoryBacking::new(),
+            )
+            .expect("a valid percpu layout for the machine's CPUs"),
             memcgs: MemcgTree::new(
                 allocator_nodes(allocator.page_allocator()),
                 allocator.page_allocator().topology().nr_cpus(),
@@ -410,11 +421,77 @@ impl Memory {
         &self.memcgs
     }
 
-    /// A new cgroup below `parent`.
+    /// A new cgroup below `parent`. Its per-CPU statistics (per node: the LRU and
+    /// mapped-page counters) are allocated from the percpu allocator, as
+    /// `mem_cgroup_alloc` allocates `vmstats_percpu` and each node's
+    /// `lruvec_stats_percpu`.
     pub fn create_memcg(&mut self, parent: MemcgId) -> Result<MemcgId, MmError> {
         self.memcgs
-            .create(parent)
-            .ok_or(MmError::NoSuchMemcg(parent))
+            .get(parent)
+            .ok_or(MmError::NoSuchMemcg(parent))?;
+        let nodes = self.allocator.page_allocator().topology().nr_nodes();
+        let size = core::mem::size_of::<[i64; super::lru::NR_LRU_LISTS + 2]>();
+        let mut areas = Vec::with_capacity(nodes);
+        for _ in 0..nodes {
+            match self.percpu.alloc(size, 8, AllocKind::Kernel) {
+                Ok(ptr) => areas.push(ptr),
+                Err(_) => {
+                    for ptr in areas {
+                        let _ = self.percpu.free(ptr);
+                    }
+                    return Err(MmError::OutOfMemory);
+                }
+            }
+        }
+        match self.memcgs.create(parent) {
+            Some(id) => {
+                self.memcgs.group_mut(id).percpu_areas = areas;
+                Ok(id)
+            }
+            None => {
+                for ptr in areas {
+                    let _ = self.percpu.free(ptr);
+                }
+                Err(MmError::NoSuchMemcg(parent))
+            }
+        }
+    }
+
+    /// `rmdir` of a cgroup with no children, no address spaces and nothing charged: it
+    /// goes offline and its per-CPU statistics go back to the percpu allocator, whose
+    /// balance work may then depopulate chunk pages (seed 004).
+    pub fn remove_memcg(&mut self, memcg: MemcgId) -> Result<(), MmError> {
+        let group = self.memcgs.get(memcg).ok_or(MmError::NoSuchMemcg(memcg))?;
+        let in_use = memcg == MemcgId::ROOT
+            || group.children.iter().any(|&c| self.memcgs.get(c).is_some())
+            || self.mms.iter().flatten().any(|mm| mm.memcg == memcg);
+        if in_use {
+            return Err(MmError::Busy(memcg));
+        }
+        for cpu in 0..self.allocator.page_allocator().topology().nr_cpus() {
+            self.memcgs.drain_stock(cpu);
+        }
+        if self.memcgs.group(memcg).usage != 0 {
+            return Err(MmError::Busy(memcg));
+        }
+        let areas = core::mem::take(&mut self.memcgs.group_mut(memcg).percpu_areas);
+        for ptr in areas {
+            self.percpu
+                .free(ptr)
+                .expect("a cgroup's percpu area is freed once");
+        }
+        self.memcgs.group_mut(memcg).offline = true;
+        // The work item `free_percpu` schedules (`pcpu_balance_workfn`), run now.
+        if self.percpu.balance_pending() {
+            self.percpu.balance();
+        }
+        Ok(())
+    }
+
+    /// The percpu allocator the cgroups' statistics come from (`Percpu:` in
+    /// `/proc/meminfo` is its `meminfo_percpu_kb`).
+    pub fn percpu(&self) -> &PercpuAllocator<MemoryBacking> {
+        &self.percpu
     }
 
     /// The address space `id`.

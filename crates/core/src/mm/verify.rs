@@ -204,6 +204,23 @@ impl Memory {
             );
         }
         self.verify_lru_and_memcg()?;
+        let nodes = self.allocator.page_allocator().topology().nr_nodes();
+        for group in self.memcgs.all() {
+            let expected = if group.offline || group.id == super::memcg::MemcgId::ROOT {
+                0
+            } else {
+                nodes
+            };
+            ensure!(
+                group.percpu_areas.len() == expected,
+                "memcg {}: {} percpu areas, expected {expected}",
+                group.id.0,
+                group.percpu_areas.len()
+            );
+        }
+        self.percpu
+            .verify()
+            .map_err(|e| format!("percpu allocator: {e}"))?;
         self.allocator
             .page_allocator()
             .verify()
