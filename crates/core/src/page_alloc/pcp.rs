@@ -199,7 +199,13 @@ impl PerCpuPages {
     pub(crate) fn free_high(&mut self, policy: &PcpPolicy, order: Order, scale_max: u8) -> bool {
         let cheap_high = (1..=PAGE_ALLOC_COSTLY_ORDER).contains(&order.get());
         let detected = if policy.free_count {
-            self.free_count >= self.batch
+            // Linux 6.18 waits for half of `high_min` more consecutive pages.
+            let raise = if policy.free_high_needs_high_min {
+                self.high_min / 2
+            } else {
+                0
+            };
+            self.free_count >= self.batch + raise
         } else {
             self.free_factor > 0
         };
