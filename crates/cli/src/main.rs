@@ -11,6 +11,7 @@ mod pcp_script;
 mod sim_cmd;
 mod size;
 mod stress;
+mod trace_cmd;
 mod zoneinfo;
 
 use std::process::ExitCode;
@@ -46,6 +47,10 @@ enum Command {
     /// The main job: reproduce seed 000's three PCP tables (kbuild, netperf, lmbench) in
     /// the simulator, print them beside the published numbers, and write plots.
     Demo(demo::DemoArgs),
+    /// Record the kernel's page-allocator events while a command runs (root), or replay a
+    /// trace under mmkit's policies and compare predicted PCP refills and drains with the
+    /// kernel's.
+    Trace(trace_cmd::TraceArgs),
 }
 
 /// A failure the user can act on: a one-line message and an exit status.
@@ -82,6 +87,7 @@ fn main() -> ExitCode {
         Command::PcpScript(args) => pcp_script::run(&args),
         Command::Sim(args) => sim_cmd::run_sim(&args),
         Command::Demo(args) => demo::run_demo(&args),
+        Command::Trace(args) => trace_cmd::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

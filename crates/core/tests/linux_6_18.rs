@@ -6,7 +6,7 @@
 use mmkit_core::page_alloc::{Caller, DrainReason, Zone};
 use mmkit_core::settings::MinFreeKbytes;
 use mmkit_core::topology::{CacheInfo, ZoneSize};
-use mmkit_core::{Gfp, Order, PageAllocator, Policy, Settings, Topology, ZoneType};
+use mmkit_core::{Gfp, MigrateType, Order, PageAllocator, Policy, Settings, Topology, ZoneType};
 
 const MOVABLE: Gfp = Gfp::KERNEL.union(Gfp::MOVABLE);
 
@@ -83,7 +83,16 @@ fn drain_pages_zone_drains_in_chunks_of_2016() {
     for (policy, drains) in [(Policy::LINUX_6_18, 3), (Policy::V6_7, 1)] {
         let allocator = spec_machine(policy);
         let zone = normal(&allocator);
-        assert_eq!(allocator.seed_pageset(0, zone.id(), 5000, 6000), Some(5000));
+        assert_eq!(
+            allocator.seed_pageset(
+                0,
+                zone.id(),
+                (Order::ZERO, MigrateType::Movable),
+                5000,
+                6000
+            ),
+            Some(5000)
+        );
         let explicit = DrainReason::Explicit as usize;
         let before = load(&zone.events().pcp_drains[explicit]);
         assert_eq!(allocator.drain_pages_zone(0, zone), 5000);

@@ -15,8 +15,8 @@
 
 use super::allocator::PageAllocator;
 use super::gfp::AllocFlags;
-use super::pcp::order_to_pindex;
-use super::types::{CpuId, MigrateType};
+use super::pcp::{order_to_pindex, pcp_allowed_order};
+use super::types::{CpuId, MigrateType, MIGRATE_PCPTYPES};
 use super::zone::ZoneId;
 use crate::page::{Order, PageState, Pfn};
 
@@ -104,25 +104,32 @@ impl PageAllocator {
         Some(pfn)
     }
 
-    /// Preset `cpu`'s pageset of zone `id`: move `pages` order-0 pages from the buddy lists
-    /// onto its MOVABLE order-0 list (a refill without the sizing rule) and set its `high`
-    /// (kept only by policies that auto-tune it; others recompute it from `high_min`).
-    /// Returns the pages placed, fewer if the zone runs short; `None` for an unknown zone
-    /// or CPU.
-    pub fn seed_pageset(&self, cpu: CpuId, id: ZoneId, pages: u64, high: u64) -> Option<u64> {
+    /// Preset `cpu`'s pageset of zone `id`: move `blocks` blocks of `order` from the buddy
+    /// lists onto its list for (`mt`, `order`) (a refill without the sizing rule) and set
+    /// its `high` (kept only by policies that auto-tune it; the others recompute it from
+    /// `high_min`). Returns the pages placed, fewer if the zone runs short; `None` for an
+    /// unknown zone or CPU, an order the pagesets do not cache, or a migratetype without a
+    /// pageset list.
+    pub fn seed_pageset(
+        &self,
+        cpu: CpuId,
+        id: ZoneId,
+        (order, mt): (Order, MigrateType),
+        blocks: u64,
+        high: u64,
+    ) -> Option<u64> {
+        if !pcp_allowed_order(order) || mt.index() >= MIGRATE_PCPTYPES {
+            return None;
+        }
         let zone = self.zone(id.node, id.zone_type)?;
         let mut pcp = zone.pagesets.get(cpu as usize)?.lock();
-        let pindex = order_to_pindex(MigrateType::Movable, Order::ZERO);
-        let placed = if pages > 0 {
+        let pindex = order_to_pindex(mt, order);
+        let placed = if blocks > 0 {
             // LOCK ORDER: pcp lock → zone lock.
-            zone.lock().rmqueue_bulk(
-                Order::ZERO,
-                pages,
-                MigrateType::Movable,
-                AllocFlags::empty(),
-                &mut pcp,
-                pindex,
-            )
+            let got =
+                zone.lock()
+                    .rmqueue_bulk(order, blocks, mt, AllocFlags::empty(), &mut pcp, pindex);
+            got << order.get()
         } else {
             0
         };
@@ -221,11 +228,17 @@ mod tests {
         let order = Order::new(10).unwrap();
         let pfn = a.take_free_block(zone.id(), order).unwrap();
         assert!(pfn.is_aligned(order));
-        assert_eq!(a.seed_pageset(1, zone.id(), 100, 500), Some(100));
-        assert_eq!(zone.pcp_pages(), 100);
-        assert_eq!(zone.free_pages(), before - 1024 - 100);
-        assert_eq!(zone.pageset(1).unwrap().high, 500);
-        assert_eq!(a.seed_pageset(9, zone.id(), 1, 1), None);
+        let movable0 = (Order::ZERO, MigrateType::Movable);
+        let unmovable3 = (Order::new(3).unwrap(), MigrateType::Unmovable);
+        assert_eq!(a.seed_pageset(1, zone.id(), movable0, 100, 500), Some(100));
+        assert_eq!(a.seed_pageset(1, zone.id(), unmovable3, 2, 500), Some(16));
+        assert_eq!(zone.pcp_pages(), 116);
+        assert_eq!(zone.free_pages(), before - 1024 - 116);
+        let pcp = zone.pageset(1).unwrap();
+        assert_eq!((pcp.high, pcp.list_len(9)), (500, 2));
+        assert_eq!(a.seed_pageset(9, zone.id(), movable0, 1, 1), None);
+        let order4 = (Order::new(4).unwrap(), MigrateType::Movable);
+        assert_eq!(a.seed_pageset(1, zone.id(), order4, 1, 1), None);
         a.verify().unwrap();
     }
 }
