@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use mmkit_core::policy::Policy;
 use mmkit_trace::parse;
 use mmkit_trace::record::{self, RecordError, RecordOptions};
-use mmkit_trace::replay::{self, Machine};
+use mmkit_trace::replay::{self, Machine, SeedRule};
 use mmkit_trace::report;
 
 use crate::machine::policy_preset;
@@ -66,9 +66,32 @@ struct ReplayArgs {
     /// Policies to replay, comma-separated presets.
     #[arg(long, value_delimiter = ',', default_value = "base,v6.7,linux-6.18")]
     policies: Vec<String>,
+    /// How each pageset's starting count is spread over its lists (the snapshot gives only
+    /// the total): frees, drains, movable0 or stale (docs/FIDELITY.md).
+    #[arg(long, value_enum, default_value_t = SeedArg::Frees)]
+    seed_lists: SeedArg,
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum SeedArg {
+    Frees,
+    Drains,
+    Movable0,
+    Stale,
+}
+
+impl From<SeedArg> for SeedRule {
+    fn from(arg: SeedArg) -> SeedRule {
+        match arg {
+            SeedArg::Frees => SeedRule::Frees,
+            SeedArg::Drains => SeedRule::Drains,
+            SeedArg::Movable0 => SeedRule::Movable0,
+            SeedArg::Stale => SeedRule::Stale,
+        }
+    }
 }
 
 /// Run `mmkit trace`.
@@ -133,7 +156,7 @@ fn run_replay(args: &ReplayArgs) -> Result<(), CliError> {
         .iter()
         .map(|name| policy_preset(name))
         .collect::<Result<_, _>>()?;
-    let result = replay::replay(&trace, &machine, &policies).map_err(CliError::usage)?;
+    let result = replay::replay(&trace, &machine, &policies, args.seed_lists.into()).map_err(CliError::usage)?;
     if args.json {
         println!("{}", report::json(&result));
     } else {

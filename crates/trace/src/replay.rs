@@ -18,11 +18,12 @@
 //!    zone or overlaps another such block, a free block of the same order from the same
 //!    zone stands in for it ([`PageAllocator::take_free_block`]); both are counted.
 //!    Because this happens before step 3, no such block can be on a simulated pageset.
-//! 3. Each CPU's pageset gets the snapshot's `count` (as order-0 MOVABLE pages; the
-//!    snapshot does not say which lists held them) and `high`.
-//! 4. Ballast: whole free blocks are taken until each zone's free pages equal the
-//!    snapshot's `pages free`, so watermark-driven rules (`BELOW_HIGH`) see the same
-//!    headroom as the kernel did.
+//! 3. Each CPU's pageset gets the snapshot's `count` and `high`. The snapshot does not
+//!    say which lists held the pages; [`SeedRule`] chooses (default: as this CPU frees).
+//! 4. Ballast: free `MAX_ORDER` blocks are taken until each zone's free pages are within
+//!    a block of the snapshot's `pages free`, so watermark-driven rules (`BELOW_HIGH`)
+//!    see the same headroom as the kernel did. Only whole `MAX_ORDER` blocks: smaller
+//!    ones would shatter the free memory that unmovable requests steal pageblocks from.
 //!
 //! Events then run in timestamp order on their CPUs; the vmstat tick (decay) runs on
 //! every CPU at each whole `stat_interval` (1 s) after the first event. Allocation
@@ -256,11 +257,15 @@ pub struct Predicted {
     pub skipped: Skipped,
     /// vmstat ticks run per CPU.
     pub ticks: u64,
+    /// Per zone at the end: (zone, refills, refill pages, free pages, pages on pagesets).
+    pub zones_end: Vec<(String, u64, u64, i64, u64)>,
 }
 
 /// The whole result.
 #[derive(Clone, Debug, Serialize)]
 pub struct Replay {
+    /// How the pagesets' starting pages were spread over their lists.
+    pub seed: SeedRule,
     /// Where the machine description came from.
     pub sources: Vec<String>,
     /// The trace's own counts.
@@ -436,7 +441,12 @@ impl Liveness {
 }
 
 /// Run the replay under each policy.
-pub fn replay(trace: &Trace, machine: &Machine, policies: &[Policy]) -> Result<Replay, String> {
+pub fn replay(
+    trace: &Trace,
+    machine: &Machine,
+    policies: &[Policy],
+    seed: SeedRule,
+) -> Result<Replay, String> {
     let mut problems = trace.problems.clone();
     let mut events: Vec<&Event> = Vec::with_capacity(trace.events.len());
     for event in &trace.events {
@@ -461,9 +471,10 @@ pub fn replay(trace: &Trace, machine: &Machine, policies: &[Policy]) -> Result<R
     let observed = observe(trace, machine);
     let predicted = policies
         .iter()
-        .map(|policy| run_policy(*policy, &events, &pretrace, &mix, machine))
+        .map(|policy| run_policy(*policy, &events, &pretrace, (&mix, seed), machine))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Replay {
+        seed,
         sources: machine.sources.clone(),
         observed,
         predicted,
@@ -506,13 +517,44 @@ fn find_pretrace_blocks(events: &[&Event], machine: &Machine) -> Vec<PretraceBlo
 /// The lists a pageset's starting pages are spread over: orders 0–3 and the THP order.
 const SEED_ORDERS: [u8; 5] = [0, 1, 2, 3, mmkit_core::page_alloc::PAGEBLOCK_ORDER];
 
-/// What the trace says about the make-up of each pageset: per (zone index, CPU), the pages
-/// freed on that CPU by list order; per (zone index, order), the pages allocated by
-/// migratetype (UNMOVABLE, MOVABLE, RECLAIMABLE).
+/// How a pageset's starting `count` pages are spread over its lists (the snapshot gives
+/// only the total).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SeedRule {
+    /// In proportion to the pages this CPU freed of each order in the trace, each order
+    /// split by migratetype as the trace's allocations of that order were (the default:
+    /// a steady state refills the lists the way the CPU frees).
+    #[default]
+    Frees,
+    /// In proportion to the (order, migratetype) of the pages the kernel drained from
+    /// this CPU's pageset during the trace.
+    Drains,
+    /// All on the MOVABLE order-0 list.
+    Movable0,
+    /// Spread evenly over the lists of orders 0–3 this CPU neither allocated from nor
+    /// freed that order to in the trace: the pages are left-overs of earlier work that
+    /// only drains will touch.
+    Stale,
+}
+
+/// What the trace says about the make-up of each pageset, per (zone index, CPU): pages
+/// freed by list order, pages drained by (order, migratetype), pages allocated by (order,
+/// migratetype); and per (zone index, order) pages allocated by migratetype on any CPU.
 #[derive(Default)]
 struct SeedMix {
     freed: HashMap<(usize, u32), [u64; SEED_ORDERS.len()]>,
+    drained: HashMap<(usize, u32), [[u64; 3]; SEED_ORDERS.len()]>,
+    allocated_cpu: HashMap<(usize, u32), [[u64; 3]; SEED_ORDERS.len()]>,
     allocated: HashMap<(usize, usize), [u64; 3]>,
+}
+
+fn mt_index(migratetype: i32) -> usize {
+    match migratetype {
+        0 => 0,
+        2 => 2,
+        _ => 1,
+    }
 }
 
 fn seed_mix(events: &[&Event], machine: &Machine) -> SeedMix {
@@ -527,15 +569,14 @@ fn seed_mix(events: &[&Event], machine: &Machine) -> SeedMix {
             continue;
         };
         let pages = 1u64 << event.order;
+        let key = (zone, event.cpu);
+        let mt = mt_index(event.migratetype);
         match event.kind {
-            EventKind::Free => mix.freed.entry((zone, event.cpu)).or_default()[slot] += pages,
+            EventKind::Free => mix.freed.entry(key).or_default()[slot] += pages,
+            EventKind::PcpuDrain => mix.drained.entry(key).or_default()[slot][mt] += pages,
             EventKind::Alloc => {
-                let mt = match event.migratetype {
-                    0 => 0,
-                    2 => 2,
-                    _ => 1,
-                };
                 mix.allocated.entry((zone, slot)).or_default()[mt] += pages;
+                mix.allocated_cpu.entry(key).or_default()[slot][mt] += pages;
             }
             _ => {}
         }
@@ -543,27 +584,58 @@ fn seed_mix(events: &[&Event], machine: &Machine) -> SeedMix {
     mix
 }
 
-/// How a pageset's `count` pages are laid out at the start (no snapshot says): in
-/// proportion to the pages this CPU freed of each order in the trace, each order split by
-/// migratetype as the trace's allocations of that order were; what rounding leaves goes
-/// to MOVABLE order 0, as does everything when the CPU freed nothing.
-fn seed_plan(mix: &SeedMix, zone: usize, cpu: u32, count: u64) -> Vec<((Order, MigrateType), u64)> {
+/// Weights per (order slot, migratetype) for `rule`, or `None` to put everything on
+/// MOVABLE order 0.
+fn seed_weights(mix: &SeedMix, rule: SeedRule, key: (usize, u32)) -> Option<[[u64; 3]; 5]> {
+    let mut weights = [[0u64; 3]; SEED_ORDERS.len()];
+    match rule {
+        SeedRule::Movable0 => return None,
+        SeedRule::Drains => weights = *mix.drained.get(&key)?,
+        SeedRule::Frees => {
+            let freed = mix.freed.get(&key)?;
+            for (slot, &pages) in freed.iter().enumerate() {
+                let by_mt = mix.allocated.get(&(key.0, slot)).copied().unwrap_or([0, 1, 0]);
+                let mt_total: u64 = by_mt.iter().sum::<u64>().max(1);
+                for mt in 0..3 {
+                    // Scaled by 2^20 so that small shares survive the integer division.
+                    weights[slot][mt] = ((pages as u128 * by_mt[mt] as u128) << 20)
+                        .checked_div(mt_total as u128)
+                        .unwrap_or(0) as u64;
+                }
+            }
+        }
+        SeedRule::Stale => {
+            let freed = mix.freed.get(&key).copied().unwrap_or_default();
+            let allocated = mix.allocated_cpu.get(&key).copied().unwrap_or_default();
+            for slot in 0..4 {
+                for mt in 0..3 {
+                    let untouched = freed[slot] == 0 && allocated[slot][mt] == 0;
+                    weights[slot][mt] = u64::from(untouched);
+                }
+            }
+        }
+    }
+    (weights.iter().flatten().sum::<u64>() > 0).then_some(weights)
+}
+
+/// How a pageset's `count` pages are laid out at the start under `rule`; what rounding
+/// leaves goes to MOVABLE order 0, as does everything when the rule has no data.
+fn seed_plan(
+    mix: &SeedMix,
+    rule: SeedRule,
+    zone: usize,
+    cpu: u32,
+    count: u64,
+) -> Vec<((Order, MigrateType), u64)> {
     let mut plan = Vec::new();
     let mut placed = 0;
-    if let Some(freed) = mix.freed.get(&(zone, cpu)) {
-        let total: u64 = freed.iter().sum();
-        for (slot, &pages) in freed.iter().enumerate() {
-            let share = (count as u128 * pages as u128 / total.max(1) as u128) as u64;
-            let by_mt = mix
-                .allocated
-                .get(&(zone, slot))
-                .copied()
-                .unwrap_or([0, 1, 0]);
-            let mt_total: u64 = by_mt.iter().sum::<u64>().max(1);
+    if let Some(weights) = seed_weights(mix, rule, (zone, cpu)) {
+        let total: u128 = weights.iter().flatten().map(|&w| w as u128).sum();
+        for (slot, by_mt) in weights.iter().enumerate() {
             let order = Order::new(SEED_ORDERS[slot]).expect("valid order");
-            for (mt_index, &mt_pages) in by_mt.iter().enumerate() {
-                let blocks =
-                    (share as u128 * mt_pages as u128 / mt_total as u128) as u64 >> order.get();
+            for (mt_index, &weight) in by_mt.iter().enumerate() {
+                let pages = (count as u128 * weight as u128 / total) as u64;
+                let blocks = pages >> order.get();
                 if blocks > 0 {
                     let mt = MigrateType::from_index(mt_index).expect("PCP type");
                     plan.push(((order, mt), blocks));
@@ -651,7 +723,7 @@ fn build(policy: Policy, machine: &Machine) -> Result<PageAllocator, String> {
 fn set_up(
     allocator: &PageAllocator,
     pretrace: &[PretraceBlock],
-    mix: &SeedMix,
+    (mix, rule): (&SeedMix, SeedRule),
     machine: &Machine,
 ) -> (Setup, HashMap<u64, Vec<(Pfn, Order)>>) {
     let mut setup = Setup {
@@ -688,7 +760,7 @@ fn set_up(
     }
     for (z, info) in machine.zones.iter().enumerate() {
         for pageset in &info.pagesets {
-            let plan = seed_plan(mix, z, pageset.cpu, pageset.count);
+            let plan = seed_plan(mix, rule, z, pageset.cpu, pageset.count);
             for ((order, mt), blocks) in plan {
                 setup.seeded_pcp_pages += allocator
                     .seed_pageset(
@@ -714,13 +786,14 @@ fn set_up(
         let Some(zone) = allocator.zone(info.node, info.zone) else {
             continue;
         };
-        for order in Order::all().rev() {
-            while zone.free_pages() - info.pages_free >= order.pages() as i64 {
-                if allocator.take_free_block(zone.id(), order).is_none() {
-                    break;
-                }
-                setup.ballast_pages += order.pages();
+        // Whole MAX_ORDER blocks only: taking smaller ones would break up the large free
+        // blocks that unmovable requests steal whole pageblocks from (ALLOC_NOFRAGMENT).
+        let order = Order::new(mmkit_core::MAX_ORDER).expect("MAX_ORDER is an order");
+        while zone.free_pages() - info.pages_free >= order.pages() as i64 {
+            if allocator.take_free_block(zone.id(), order).is_none() {
+                break;
             }
+            setup.ballast_pages += order.pages();
         }
     }
     // Blocks seen twice at one pfn are freed in trace order.
@@ -734,11 +807,11 @@ fn run_policy(
     policy: Policy,
     events: &[&Event],
     pretrace: &[PretraceBlock],
-    mix: &SeedMix,
+    (mix, rule): (&SeedMix, SeedRule),
     machine: &Machine,
 ) -> Result<Predicted, String> {
     let allocator = build(policy, machine)?;
-    let (setup, mut pretrace_blocks) = set_up(&allocator, pretrace, mix, machine);
+    let (setup, mut pretrace_blocks) = set_up(&allocator, pretrace, (mix, rule), machine);
     let nr_cpus = machine.nr_cpus();
     let mut ledger = Ledger {
         per_cpu: vec![Counts::default(); nr_cpus as usize],
@@ -845,7 +918,23 @@ fn run_policy(
             )
         })
         .collect();
+    let zones_end = allocator
+        .zones()
+        .iter()
+        .filter(|z| z.managed() > 0)
+        .map(|z| {
+            let e = z.events();
+            (
+                format!("{:?}", z.zone_type()),
+                e.pcp_refills.load(Relaxed),
+                e.pcp_refill_pages.load(Relaxed),
+                z.free_pages(),
+                z.pcp_pages(),
+            )
+        })
+        .collect();
     Ok(Predicted {
+        zones_end,
         policy: policy.name.to_string(),
         per_cpu: ledger.per_cpu,
         total,
