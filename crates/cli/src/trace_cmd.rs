@@ -156,7 +156,8 @@ fn run_replay(args: &ReplayArgs) -> Result<(), CliError> {
         .iter()
         .map(|name| policy_preset(name))
         .collect::<Result<_, _>>()?;
-    let result = replay::replay(&trace, &machine, &policies, args.seed_lists.into()).map_err(CliError::usage)?;
+    let result = replay::replay(&trace, &machine, &policies, args.seed_lists.into())
+        .map_err(CliError::usage)?;
     if args.json {
         println!("{}", report::json(&result));
     } else {

@@ -99,6 +99,8 @@ pub enum ProblemKind {
     OutOfOrderAcrossCpus,
     /// A pfn outside every zone of the snapshot (found by the replay).
     PfnOutsideZones,
+    /// The file ends early (gzip stream cut, or no end marker); the line is the last read.
+    Truncated,
 }
 
 /// One line that was skipped or repaired.
@@ -180,6 +182,8 @@ pub struct Trace {
     pub recording: Option<Recording>,
     /// Lines read (trace text only).
     pub lines: usize,
+    /// The gzip stream ended early or was corrupt; what came before was kept.
+    pub decompress_error: Option<String>,
 }
 
 /// A file that cannot be read as a trace at all.
@@ -204,6 +208,7 @@ pub const END_MARKER: &str = "@@end";
 /// Read a trace file's bytes: gzip or not, recorder container or plain tracefs text.
 /// Invalid UTF-8 is replaced (and the lines it spoils are reported as malformed).
 pub fn load(bytes: &[u8]) -> Result<Trace, LoadError> {
+    let mut decompress_error = None;
     let text = if bytes.starts_with(&[0x1f, 0x8b]) {
         let mut out = Vec::new();
         let mut decoder = flate2::read::MultiGzDecoder::new(bytes);
@@ -212,12 +217,15 @@ pub fn load(bytes: &[u8]) -> Result<Trace, LoadError> {
             if out.is_empty() {
                 return Err(LoadError(format!("cannot decompress: {e}")));
             }
+            decompress_error = Some(e.to_string());
         }
         String::from_utf8_lossy(&out).into_owned()
     } else {
         String::from_utf8_lossy(bytes).into_owned()
     };
-    Ok(parse_text(&text))
+    let mut trace = parse_text(&text);
+    trace.decompress_error = decompress_error;
+    Ok(trace)
 }
 
 /// Parse text: the recorder's container if it starts with [`CONTAINER_MAGIC`], else plain

@@ -448,6 +448,16 @@ pub fn replay(
     seed: SeedRule,
 ) -> Result<Replay, String> {
     let mut problems = trace.problems.clone();
+    if let Some(error) = &trace.decompress_error {
+        problems.add(trace.lines, ProblemKind::Truncated, error);
+    }
+    if trace.recording.as_ref().is_some_and(|r| !r.complete) {
+        problems.add(
+            trace.lines,
+            ProblemKind::Truncated,
+            "the recording has no end marker",
+        );
+    }
     let mut events: Vec<&Event> = Vec::with_capacity(trace.events.len());
     for event in &trace.events {
         if machine.zone_of(event.pfn).is_none() {
@@ -594,7 +604,11 @@ fn seed_weights(mix: &SeedMix, rule: SeedRule, key: (usize, u32)) -> Option<[[u6
         SeedRule::Frees => {
             let freed = mix.freed.get(&key)?;
             for (slot, &pages) in freed.iter().enumerate() {
-                let by_mt = mix.allocated.get(&(key.0, slot)).copied().unwrap_or([0, 1, 0]);
+                let by_mt = mix
+                    .allocated
+                    .get(&(key.0, slot))
+                    .copied()
+                    .unwrap_or([0, 1, 0]);
                 let mt_total: u64 = by_mt.iter().sum::<u64>().max(1);
                 for mt in 0..3 {
                     // Scaled by 2^20 so that small shares survive the integer division.
