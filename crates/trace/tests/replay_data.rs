@@ -157,3 +157,47 @@ fn every_seed_rule_places_the_snapshot_count() {
         );
     }
 }
+
+/// A hand-written plain trace over the compile snapshot's zones: one pre-trace block at
+/// its exact pfn, a cross-CPU free, an order mismatch, a free inside a live block, a pfn
+/// outside every zone, and a line that is not a trace line.
+#[test]
+fn replay_rules_for_odd_frees_are_counted() {
+    let zoneinfo = String::from_utf8(data("compile.zoneinfo.txt")).unwrap();
+    let line = |cpu: u32, ts: &str, event: &str, fields: &str| {
+        format!("  cc-7 [{cpu:03}] ..... {ts}: {event}: page=0 {fields}\n")
+    };
+    let mut text = String::new();
+    text += &line(0, "10.000001", "mm_page_free", "pfn=0x100000 order=0");
+    text += &line(
+        1,
+        "10.000002",
+        "mm_page_alloc",
+        "pfn=0x200000 order=1 migratetype=1 gfp_flags=GFP_KERNEL",
+    );
+    text += &line(0, "10.000003", "mm_page_free", "pfn=0x200000 order=1");
+    text += &line(
+        1,
+        "10.000004",
+        "mm_page_alloc",
+        "pfn=0x300000 order=2 migratetype=0 gfp_flags=GFP_KERNEL",
+    );
+    text += &line(1, "10.000005", "mm_page_free", "pfn=0x300000 order=0");
+    text += &line(1, "10.000006", "mm_page_free", "pfn=0x300001 order=0");
+    text += &line(1, "10.000007", "mm_page_free", "pfn=0x7fffffffff order=0");
+    text += "  cc-7 [000] ..... 10.000008: mm_page_fr";
+    let trace = parse::parse_text(&text);
+    assert_eq!(trace.problems.total(), 1, "the cut last line");
+    let machine = Machine::from_trace(&trace, Some(&zoneinfo)).unwrap();
+    let result = replay::replay(&trace, &machine, &[Policy::LINUX_6_18], SeedRule::Frees).unwrap();
+    let outside = result.problems.counts[&parse::ProblemKind::PfnOutsideZones];
+    assert_eq!(outside, 1);
+    assert!(result.problems.samples.iter().any(|p| p.line == 7));
+    let predicted = &result.predicted[0];
+    assert_eq!(predicted.setup.pretrace_blocks, 1);
+    assert_eq!(predicted.setup.pretrace_exact, 1);
+    assert_eq!(predicted.skipped.order_mismatch, 1);
+    assert_eq!(predicted.skipped.inside_live_block, 1);
+    assert_eq!(predicted.skipped.free_failed, 0);
+    assert_eq!(result.observed.free_pages, 1 + 2 + 1 + 1 + 1);
+}
