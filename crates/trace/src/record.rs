@@ -372,10 +372,11 @@ pub fn record(options: &RecordOptions) -> Result<RecordSummary, RecordError> {
     }
     guard.set("tracing_on", "0")?;
     let seconds = started.elapsed().as_secs_f64();
+    // Before the kill: the exit of a stopped command frees memory that was not traced.
+    let after = Snapshot::take();
     if stopped {
         kill_group(&mut child);
     }
-    let after = Snapshot::take();
     let lost = lost_events(&guard)?;
     if !lost.is_empty() {
         let detail: Vec<String> = lost.iter().map(|(c, n)| format!("CPU {c}: {n}")).collect();

@@ -201,6 +201,11 @@ pub struct Observed {
     pub thp_non_movable_events: u64,
     /// Trace duration in seconds (first to last event).
     pub seconds: f64,
+    /// `/proc/vmstat` deltas over the recording (after − before), when the recording has
+    /// both snapshots: `pgalloc_*` summed over zones, `pgfree`. A cross-check of the
+    /// traced `alloc_pages`/`free_pages` (the snapshots bracket the warm-up-free run a
+    /// little more widely than tracing does).
+    pub vmstat_delta: Option<(i64, i64)>,
 }
 
 /// How the replay started.
@@ -305,6 +310,7 @@ pub fn observe(trace: &Trace, machine: &Machine) -> Observed {
             .map(|z| pcp_pages(&z)),
         events_by_kind_order: BTreeMap::new(),
         thp_non_movable_events: 0,
+        vmstat_delta: trace.recording.as_ref().and_then(vmstat_delta),
         seconds: match (trace.events.first(), trace.events.last()) {
             (Some(a), Some(b)) => (b.ts_ns - a.ts_ns) as f64 / 1e9,
             _ => 0.0,
@@ -374,6 +380,30 @@ pub fn observe(trace: &Trace, machine: &Machine) -> Observed {
     observed.seed = seed;
     observed.per_cpu = per_cpu;
     observed
+}
+
+/// (Δ Σ `pgalloc_*`, Δ `pgfree`) between the recording's vmstat snapshots.
+fn vmstat_delta(recording: &crate::parse::Recording) -> Option<(i64, i64)> {
+    let counters = |text: &str| -> (i64, i64) {
+        let mut alloc = 0;
+        let mut free = 0;
+        for line in text.lines() {
+            let mut parts = line.split_whitespace();
+            let (Some(name), Some(value)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let value: i64 = value.parse().unwrap_or(0);
+            if name.starts_with("pgalloc_") {
+                alloc += value;
+            } else if name == "pgfree" {
+                free = value;
+            }
+        }
+        (alloc, free)
+    };
+    let before = counters(recording.section("vmstat-before")?);
+    let after = counters(recording.section("vmstat-after")?);
+    Some((after.0 - before.0, after.1 - before.1))
 }
 
 fn pcp_pages(zones: &[ZoneInfo]) -> u64 {

@@ -91,6 +91,13 @@ pub fn table(replay: &Replay) -> String {
         "trace: {} events over {:.2} s; {} pages allocated, {} freed; {} pages taken directly from buddy (percpu_refill=0)",
         replay.events, o.seconds, o.alloc_pages, o.free_pages, o.direct_zone_pages
     );
+    if let Some((alloc, free)) = o.vmstat_delta {
+        let _ = writeln!(
+            out,
+            "  /proc/vmstat over the recording: pgalloc +{alloc}, pgfree +{free} (traced: {} allocated, {} freed)",
+            o.alloc_pages, o.free_pages
+        );
+    }
     let _ = writeln!(out, "  pageset lists seeded by rule {:?}", replay.seed);
     for source in &replay.sources {
         let _ = writeln!(out, "  {source}");
