@@ -74,15 +74,19 @@ fn records_restores_tracefs_and_refuses_dropped_events() {
     );
     assert_eq!(tracefs_state(), before, "every setting restored");
 
-    // A ring buffer of 8 KiB per CPU cannot hold a socket stream: refused, no file.
+    // A ring buffer of 8 KiB per CPU (a few hundred events) cannot hold a directory walk
+    // repeated for half a second: refused, no file.
     let out = out_file("dropped.gz");
-    let workload = format!("{}/workloads/af_unix.py", env!("CARGO_MANIFEST_DIR"));
     let options = RecordOptions {
-        seconds: Some(0.3),
+        seconds: Some(0.5),
         warmup: 0.0,
         out: out.clone(),
         buffer_kb: 8,
-        command: vec!["python3".into(), workload, "0.2".into()],
+        command: vec![
+            "sh".into(),
+            "-c".into(),
+            "while true; do ls -R /usr/lib > /dev/null; done".into(),
+        ],
     };
     match record::record(&options) {
         Err(RecordError::Dropped(message)) => assert!(message.contains("--buffer-kb")),
