@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Regression guard for mmkit's order-0 fast paths. valgrind --tool=callgrind counts the
-# instructions executed inside each of alloc_phase, free_phase, bulk_alloc_phase and
-# bulk_free_phase of crates/bench/examples/callgrind_fastpath.rs (a fixed workload:
-# rounds of 32 order-0 alloc_raw then 32 free_raw, then rounds of one alloc_bulk(32) and
-# one free_batch, on a one-CPU v6.7 pool, after a warm-up) and compares them per page
-# with crates/bench/callgrind-baseline.json.
+# instructions executed inside each of alloc_phase, free_phase, bulk_alloc_phase,
+# bulk_free_phase, cache_alloc_phase and cache_free_phase of
+# crates/bench/examples/callgrind_fastpath.rs (a fixed workload: rounds of 32 order-0
+# alloc_raw then 32 free_raw, then rounds of one alloc_bulk(32) and one free_batch, then
+# rounds of 32 allocations from a PoolCache freed back into it, on a one-CPU v6.7 pool,
+# after a warm-up) and compares them per page with crates/bench/callgrind-baseline.json.
 #
 #   crates/bench/callgrind-check.sh            check; exit 1 if any phase got more than
 #                                              tolerance_percent more expensive
@@ -62,7 +63,7 @@ measure() {
     awk -v t="$total" -v p="$pairs" 'BEGIN { printf "%.1f", t / p }'
 }
 
-phases="alloc free bulk_alloc bulk_free"
+phases="alloc free bulk_alloc bulk_free cache_alloc cache_free"
 declare -A count
 for phase in $phases; do
     count[$phase]=$(measure "$phase")
@@ -72,7 +73,7 @@ workload=$(cat "$tmp/alloc.stdout")
 if $update; then
     cat >"$baseline" <<JSON
 {
-  "workload": "crates/bench/examples/callgrind_fastpath.rs: 64 MiB pool, 1 CPU, v6.7, no background threads; 64 warm-up rounds; then rounds of 32 order-0 alloc_raw and 32 free_raw (last first); then rounds of alloc_bulk(32) and free_batch",
+  "workload": "crates/bench/examples/callgrind_fastpath.rs: 64 MiB pool, 1 CPU, v6.7, no background threads; 64 warm-up rounds; then rounds of 32 order-0 alloc_raw and 32 free_raw (last first); then rounds of alloc_bulk(32) and free_batch; then rounds of 32 PoolCache allocations freed back into it (last first)",
   "counted": "instructions executed inside each *_phase function (callgrind --toggle-collect), divided by the pages",
   "last_run": "$workload",
   "toolchain": "$(rustc --version), $(valgrind --version)",
@@ -81,6 +82,8 @@ if $update; then
   "free_instructions_per_page": ${count[free]},
   "bulk_alloc_instructions_per_page": ${count[bulk_alloc]},
   "bulk_free_instructions_per_page": ${count[bulk_free]},
+  "cache_alloc_instructions_per_page": ${count[cache_alloc]},
+  "cache_free_instructions_per_page": ${count[cache_free]},
   "tolerance_percent": $tolerance
 }
 JSON
@@ -103,7 +106,7 @@ for phase in $phases; do
         echo "callgrind-check: the baseline has no ${phase}_instructions_per_page; run --update" >&2
         exit 2
     fi
-    printf 'callgrind-check: %-10s %8s instructions per page (baseline %s, tolerance %s %%): %s\n' \
+    printf 'callgrind-check: %-12s %8s instructions per page (baseline %s, tolerance %s %%): %s\n' \
         "$phase" "$measured" "$expected" "$tolerance" "$verdict"
     if [[ "$verdict" == *REGRESSION* ]]; then
         status=1

@@ -4,6 +4,7 @@
 use mmkit_bench::contestant::{Contestant, Touch};
 use mmkit_bench::pagealloc::{self, CellSpec, PageallocConfig};
 use mmkit_bench::peers::mmkit::Mmkit;
+use mmkit_bench::peers::mmkit_cache::MmkitCache;
 use mmkit_bench::peers::{self, BuildParams};
 use mmkit_bench::threads::{self, Pattern, ThreadsConfig};
 use mmkit_bench::tsc::TscClock;
@@ -70,11 +71,11 @@ fn the_report_has_a_sane_result_per_allocator_and_cell() {
         .collect();
     let mut steps = 0;
     let report = pagealloc::run(&config, &runners, &clock(), &mut |_| steps += 1).unwrap();
-    // mmkit-bulk runs at order 0 only: 4 cells (N = 1, 2, 4, 8) per order.
-    assert_eq!(steps, 2 * (4 * names.len() + 4 * (names.len() - 1)));
+    // mmkit-bulk and mmkit-cache run at order 0 only: 4 cells (N = 1, 2, 4, 8) per order.
+    assert_eq!(steps, 2 * (4 * names.len() + 4 * (names.len() - 2)));
     assert_eq!(
         report.results.len(),
-        4 * names.len() + 4 * (names.len() - 1)
+        4 * names.len() + 4 * (names.len() - 2)
     );
     for r in &report.results {
         assert_eq!(r.samples, 2);
@@ -132,4 +133,78 @@ fn remote_pattern_frees_every_page_it_allocates() {
         assert!(!outcome.alloc_cycles.is_empty() && !outcome.free_cycles.is_empty());
         mmkit.audit().unwrap();
     }
+}
+
+#[test]
+fn mmkit_cache_recycles_across_threads_and_returns_every_page() {
+    let entry = peers::build(
+        "mmkit-cache",
+        &BuildParams {
+            arena_bytes: 64 << 20,
+            cpus: 2,
+        },
+    )
+    .unwrap();
+    assert!(!entry.supports(Order::new(1).unwrap()));
+    for pattern in [Pattern::Local, Pattern::Remote, Pattern::BulkRemote] {
+        let config = ThreadsConfig {
+            threads: 2,
+            pattern,
+            seconds: 0.05,
+            batch: 16,
+            sample_every: 4,
+            touch: Touch::Page,
+            overhead_cycles: 0,
+        };
+        let outcome = entry.threads(&config).unwrap();
+        assert!(outcome.pages > 0, "{pattern:?}");
+        entry.audit().unwrap();
+    }
+    let spec = CellSpec {
+        order: Order::ZERO,
+        n: 200,
+        rounds: 3,
+        touch: Touch::Page,
+        overhead_cycles: 0,
+    };
+    let sample = entry.pagealloc_sample(&spec).unwrap();
+    assert_eq!(sample.blocks, 600);
+    entry.audit().unwrap();
+}
+
+#[test]
+fn mmkit_cache_refuses_a_thread_that_did_not_enter() {
+    let pool = mmkit_runtime::PagePool::builder()
+        .memory_bytes(16 << 20)
+        .cpus(2)
+        .background(false)
+        .build()
+        .unwrap();
+    let adapter = MmkitCache::new(&pool, 2).unwrap();
+    adapter.enter_thread(0);
+    let page = adapter.alloc(Order::ZERO).unwrap();
+    std::thread::scope(|s| {
+        let adapter = &adapter;
+        let stolen = s
+            .spawn(move || {
+                // Entered nothing: allocating panics; freeing recycles to slot 0's ring.
+                adapter.free(page);
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    adapter.alloc(Order::ZERO).map(|p| adapter.free(p))
+                }))
+                .is_err()
+            })
+            .join()
+            .unwrap();
+        assert!(stolen, "a thread that did not enter must not allocate");
+    });
+    drop(adapter);
+    assert_eq!(
+        pool.verify()
+            .unwrap()
+            .iter()
+            .map(|z| z.allocated)
+            .sum::<u64>(),
+        0
+    );
 }

@@ -74,8 +74,8 @@ struct PageallocArgs {
     /// What the benchmark writes into each block and reads back.
     #[arg(long, value_enum, default_value = "page")]
     touch: TouchArg,
-    /// Only these allocators, comma-separated (mmkit, mmkit-bulk, mmkit-handle, buddy,
-    /// talc, mimalloc, jemalloc, snmalloc, system).
+    /// Only these allocators, comma-separated (mmkit, mmkit-bulk, mmkit-handle,
+    /// mmkit-cache, buddy, talc, mimalloc, jemalloc, snmalloc, system).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Print JSON instead of tables.

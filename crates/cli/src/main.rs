@@ -8,6 +8,7 @@ mod demo;
 mod live;
 mod machine;
 mod pcp_script;
+mod reclaim_cmd;
 mod sim_cmd;
 mod size;
 mod stress;
@@ -47,6 +48,9 @@ enum Command {
     /// The main job: reproduce seed 000's three PCP tables (kbuild, netperf, lmbench) in
     /// the simulator, print them beside the published numbers, and write plots.
     Demo(demo::DemoArgs),
+    /// Reclaim experiments: seed 002's MADV_PAGEOUT loop (per-page against batched rmap
+    /// removal), seed 003's LRU sizing under many cgroups, and the congestion bits.
+    Reclaim(reclaim_cmd::ReclaimArgs),
     /// Record the kernel's page-allocator events while a command runs (root), or replay a
     /// trace under mmkit's policies and compare predicted PCP refills and drains with the
     /// kernel's.
@@ -87,6 +91,7 @@ fn main() -> ExitCode {
         Command::PcpScript(args) => pcp_script::run(&args),
         Command::Sim(args) => sim_cmd::run_sim(&args),
         Command::Demo(args) => demo::run_demo(&args),
+        Command::Reclaim(args) => reclaim_cmd::run(&args),
         Command::Trace(args) => trace_cmd::run(&args),
     };
     match result {

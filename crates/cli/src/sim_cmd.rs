@@ -50,6 +50,10 @@ pub struct SimArgs {
     /// Parallel runs; default: the available cores.
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Cost-model sensitivity: h_merge, the zone-lock hold per buddy merge level in ns
+    /// (workloads.md §3.1 gives 20–80); default: the model's 50.
+    #[arg(long, value_name = "NS")]
+    pub merge_ns: Option<u64>,
 }
 
 /// Parse a workload name.
@@ -225,12 +229,20 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
     if policies.is_empty() {
         return Err(CliError::usage("--policies names no preset"));
     }
-    let spec = RunSpec {
+    let mut spec = RunSpec {
         cpus: args.cpus,
         seed: args.seed,
         scale: args.scale,
         ..RunSpec::new(workload)
     };
+    if let Some(ns) = args.merge_ns {
+        if ns > 10_000 {
+            return Err(CliError::usage(format!(
+                "--merge-ns {ns} is not a plausible hold time: use at most 10000"
+            )));
+        }
+        spec.cost.merge_ns = ns;
+    }
     let jobs: Vec<(RunSpec, Policy)> = policies.iter().map(|p| (spec.clone(), *p)).collect();
     let results = run_all(&jobs, args.threads, args.json)?;
     if args.json {

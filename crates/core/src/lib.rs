@@ -24,6 +24,7 @@
 
 extern crate alloc;
 
+pub mod mm;
 pub mod page;
 pub mod page_alloc;
 pub mod policy;
@@ -36,6 +37,9 @@ pub use page::{Order, Pfn};
 pub use page_alloc::{
     AllocError, FreeError, Gfp, MigrateType, PageAllocator, Zone, ZoneType, MAX_ORDER,
 };
-pub use policy::{DrainMode, PcpPolicy, Policy};
+pub use policy::{
+    CongestionBits, DrainMode, LruSizePolicy, MmPolicy, PageoutSplit, PcpPolicy, Policy,
+    RmapRemoval,
+};
 pub use settings::{Settings, SettingsError};
 pub use topology::{Topology, TopologyError, ZoneSpec};

@@ -84,6 +84,84 @@ pub struct Policy {
     pub drain: DrainMode,
 }
 
+/// How `try_to_unmap` takes a large folio's pages out of the reverse map (seed 002, Yin
+/// Fengwei 2023, "batched remove rmap in try_to_unmap_one()").
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum RmapRemoval {
+    /// Linux 6.7: after clearing each PTE, remove that page's rmap (map count, the
+    /// folio's mapped-page count, the `NR_*_MAPPED` statistic) and drop its reference.
+    #[default]
+    PerPage,
+    /// Seed 002: clear the PTEs of a run of consecutive pages of one folio, then remove
+    /// the run's rmap once (`folio_remove_rmap_range`): one statistic update and one
+    /// reference drop per run.
+    Batched,
+}
+
+/// What `MADV_PAGEOUT` does with a PTE-mapped large folio (spec §6).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum PageoutSplit {
+    /// Linux 6.7: split every exclusively mapped large folio found, then reclaim its pages.
+    #[default]
+    SplitLarge,
+    /// Linux ≥ 6.10 (Ryan Roberts): keep a folio whole when the range's PTEs map all of
+    /// it (it is reclaimed as a unit), split it otherwise.
+    KeepCovered,
+}
+
+/// How reclaim sizes an LRU list (`lruvec_lru_size`, spec §5.2, seed 003).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum LruSizePolicy {
+    /// Linux ≤ 5.1 and ≥ 5.3 with Honglei Wang's fix (b11edebbc967): the sum of the
+    /// memcg's per-zone sizes, `MAX_NR_ZONES` reads.
+    #[default]
+    ZoneSizes,
+    /// The 5.2 regression (1a61ab8038e7): the node total summed from a per-CPU counter over
+    /// every possible CPU, minus the zones above: a read per CPU, per list, per call.
+    PercpuCounters,
+}
+
+/// Which congestion bits reclaim sets and clears (spec §5.4, seed 000's vmscan fix).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum CongestionBits {
+    /// Before Linux 6.5: one `LRUVEC_CONGESTED` bit, set by kswapd and cgroup reclaim, and
+    /// cleared by cgroup reclaim too, so a root `memory.reclaim` unthrottles a node
+    /// kswapd marked.
+    Shared,
+    /// Linux ≥ 6.5 (Yosry Ahmed, 1bc545bff45c): `LRUVEC_CGROUP_CONGESTED` and
+    /// `LRUVEC_NODE_CONGESTED`; cgroup reclaim clears only its own.
+    #[default]
+    Separate,
+}
+
+/// The switches of the mapping layer ([`crate::mm`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct MmPolicy {
+    /// Per-page or batched rmap removal in `try_to_unmap`.
+    pub rmap_removal: RmapRemoval,
+    /// Large folios under `MADV_PAGEOUT`.
+    pub pageout: PageoutSplit,
+    /// How reclaim sizes an LRU list.
+    pub lru_size: LruSizePolicy,
+    /// One congestion bit or two.
+    pub congestion: CongestionBits,
+}
+
+impl MmPolicy {
+    /// Linux v6.7.
+    pub const V6_7: MmPolicy = MmPolicy {
+        rmap_removal: RmapRemoval::PerPage,
+        pageout: PageoutSplit::SplitLarge,
+        lru_size: LruSizePolicy::ZoneSizes,
+        congestion: CongestionBits::Separate,
+    };
+}
+
 /// Presets past the series (not in [`PRESETS`], whose every entry the oracle suites check
 /// against the series' rules).
 pub const LATER_PRESETS: [&str; 1] = ["linux-6.18"];

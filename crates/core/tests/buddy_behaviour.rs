@@ -128,12 +128,20 @@ fn free_merges_with_free_buddy() {
     let p = alloc(&allocator, Gfp::KERNEL, order(0));
     let q = alloc(&allocator, Gfp::KERNEL, order(0));
     assert_eq!((p, q), (START, START.add(1)));
+    let merges = || zone.events().buddy_merges.load(Relaxed);
+    let boot_merges = merges();
     // p's buddy q is in use: p stays an order-0 block.
     free(&allocator, p, order(0));
     assert!(is_free_block(zone, p, order(0)));
+    assert_eq!(
+        merges(),
+        boot_merges,
+        "no merge level while the buddy is in use"
+    );
     // Freeing q merges with p, then with every split-off upper half, back to order 10.
     free(&allocator, q, order(0));
     assert_eq!(blocks(zone), [(0, 10)]);
+    assert_eq!(merges() - boot_merges, 10, "one level per order 0 → 10");
     assert_eq!(zone.mem_map().page(q).state(), PageState::Tail);
 }
 
@@ -723,4 +731,36 @@ fn lowmem_reserve_keeps_dma32_pages_from_normal_requests() {
     while try_alloc(&allocator, Gfp::KERNEL | Gfp::DMA32, order(0)).is_ok() {}
     assert_eq!(dma32.free_pages(), min_dma32);
     allocator.verify().unwrap();
+}
+
+#[test]
+fn split_page_makes_each_page_its_own_block_and_refuses_a_wrong_order() {
+    let allocator = normal_zone(1024, Settings::default());
+    let zone = normal(&allocator);
+    let p = alloc(&allocator, Gfp::KERNEL, order(2));
+    assert!(matches!(
+        allocator.split_page(p, order(1)),
+        Err(mmkit_core::FreeError::WrongOrder { .. })
+    ));
+    assert!(matches!(
+        allocator.split_page(p.add(1), Order::ZERO),
+        Err(mmkit_core::FreeError::NotBlockStart { .. })
+    ));
+    assert_eq!(
+        zone.mem_map().page(p).state_order(),
+        (PageState::Allocated, order(2))
+    );
+    allocator.split_page(p, order(2)).unwrap();
+    for i in 0..4 {
+        assert_eq!(
+            zone.mem_map().page(p.add(i)).state_order(),
+            (PageState::Allocated, Order::ZERO)
+        );
+    }
+    allocator.verify().unwrap();
+    // Freed one by one, in any order, they merge back.
+    for i in [2, 0, 3, 1] {
+        free(&allocator, p.add(i), Order::ZERO);
+    }
+    assert_eq!(blocks(zone), [(0, 10)]);
 }

@@ -208,6 +208,11 @@ impl<'pool> PageBlock<'pool> {
         }
     }
 
+    /// The pool the block belongs to.
+    pub(crate) fn pool(&self) -> &'pool crate::PagePool {
+        self.pool
+    }
+
     /// The block's first pfn.
     pub fn pfn(&self) -> mmkit_core::Pfn {
         self.pfn

@@ -20,8 +20,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! `unsafe` lives in two modules only: [`arena`] (the mapping and the block handles
-//! into it) and [`cpu`] (`sched_getcpu`).
+//! For the hottest page users there is a [`PoolCache`]: Linux's `page_pool` recycling
+//! cache, one owner thread allocating from a small array without atomics and other
+//! threads giving pages back through a [`Recycler`]'s lock-free ring.
+//!
+//! `unsafe` blocks live in two modules only: [`arena`] (the mapping and the block
+//! handles into it) and [`cpu`] (`sched_getcpu`). The pool cache's raw frees are
+//! `unsafe fn`s for their contract (as [`PagePool::free_raw`]) but contain no `unsafe`.
 
 #![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -32,12 +37,18 @@ mod builder;
 pub mod cpu;
 mod error;
 mod fault;
+pub mod mapped;
 mod pool;
+mod pool_cache;
 mod reclaim;
 
 pub use arena::PageBlock;
 pub use builder::PagePoolBuilder;
 pub use error::PoolError;
 pub use fault::FaultConfig;
+pub use mapped::{MappedError, MappedMemory};
 pub use pool::{PagePool, PoolStats};
+pub use pool_cache::{
+    PoolCache, PoolCacheConfig, PoolCacheStats, Recycler, CACHE_REFILL, CACHE_SIZE,
+};
 pub use reclaim::{NoReclaim, Reclaim, ReclaimContext};

@@ -234,6 +234,29 @@ impl PagePool {
         Ok(filled)
     }
 
+    /// [`PagePool::alloc_bulk`] with the caller's GFP flags (zone, mobility, reserve
+    /// rights); [`crate::PoolCache`] refills through it.
+    ///
+    /// ```
+    /// # use mmkit_runtime::PagePool;
+    /// # use mmkit_core::Gfp;
+    /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(1).build()?;
+    /// let mut slots = [None; 8];
+    /// assert_eq!(pool.alloc_bulk_gfp(Gfp::KERNEL, &mut slots)?, 8);
+    /// let pfns: Vec<_> = slots.iter().flatten().copied().collect();
+    /// // SAFETY: the pages were allocated raw above and are freed once, unreferenced.
+    /// unsafe { pool.free_batch(&pfns)? };
+    /// # Ok::<(), mmkit_runtime::PoolError>(())
+    /// ```
+    pub fn alloc_bulk_gfp(&self, gfp: Gfp, out: &mut [Option<Pfn>]) -> Result<usize, PoolError> {
+        let filled = self
+            .inner
+            .allocator
+            .alloc_pages_bulk_array(self.caller(), gfp, None, out)?;
+        self.kick_kswapd();
+        Ok(filled)
+    }
+
     /// Up to `n` order-0 pages as handles, from one bulk allocation (see
     /// [`PagePool::alloc_bulk`]). Fewer (at least one) when memory is short.
     ///
@@ -325,7 +348,7 @@ impl PagePool {
     }
 
     /// Wake the kswapd of any node the allocator asked for.
-    fn kick_kswapd(&self) {
+    pub(crate) fn kick_kswapd(&self) {
         if let Some(background) = &self.background {
             background.kick(&self.inner);
         }

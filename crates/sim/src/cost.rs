@@ -20,6 +20,13 @@ pub struct CostModel {
     /// Hold time per block moved under the zone lock, by `rmqueue_bulk` or
     /// `free_pcppages_bulk` (Huang Ying 2023: 2.0–3.5 µs per 63 pages).
     pub hold_per_block_ns: u64,
+    /// h_merge: extra hold per buddy merge level in `__free_one_page`, whose buddy's page
+    /// descriptor is cold (Aaron Lu 2018: cache misses on `struct page` are "the most time
+    /// consuming part of operations under zone->lock"). §3.1 gives 20–80 ns and no
+    /// default; 50 is the middle of that range, charged on every level: in a zone of
+    /// millions of pages a buddy's descriptor is rarely in the cache. EXPERIMENTS.md shows
+    /// the tables at both ends of the range.
+    pub merge_ns: u64,
     /// Lock cache-line hand-off to another CPU of the same socket (core-to-core latency).
     pub handoff_socket_ns: u64,
     /// Lock cache-line hand-off to a CPU of the other socket.
@@ -48,6 +55,7 @@ impl CostModel {
         free_hit_ns: 15,
         lock_ns: 20,
         hold_per_block_ns: 40,
+        merge_ns: 50,
         handoff_socket_ns: 70,
         handoff_cross_socket_ns: 180,
         touch_l2_ns: 80,
@@ -58,9 +66,10 @@ impl CostModel {
         background_lines_per_line: 0.0,
     };
 
-    /// Zone-lock hold for moving `blocks` blocks: `c_lock + n · h_page` (§3.1).
-    pub fn hold_ns(&self, blocks: u64) -> u64 {
-        self.lock_ns + blocks * self.hold_per_block_ns
+    /// Zone-lock hold for moving `blocks` blocks with `merges` buddy merge levels:
+    /// `c_lock + n · h_page + merges · h_merge` (§3.1).
+    pub fn hold_ns(&self, blocks: u64, merges: u64) -> u64 {
+        self.lock_ns + blocks * self.hold_per_block_ns + merges * self.merge_ns
     }
 }
 

@@ -156,6 +156,7 @@ struct Counters {
     refills: u64,
     refill_pages: u64,
     zone_blocks: u64,
+    merges: u64,
     drains: [u64; DrainReason::COUNT],
 }
 
@@ -165,6 +166,7 @@ fn read_counters(zone: &Zone) -> Counters {
         refills: e.pcp_refills.load(Relaxed),
         refill_pages: e.pcp_refill_pages.load(Relaxed),
         zone_blocks: e.alloc_zone_locked_events.load(Relaxed),
+        merges: e.buddy_merges.load(Relaxed),
         drains: core::array::from_fn(|r| e.pcp_drains[r].load(Relaxed)),
     }
 }
@@ -211,6 +213,7 @@ pub struct Sim {
     free_high: u64,
     options: SimOptions,
     tick_ns: u64,
+    snapshot_buffer: Vec<Counters>,
 }
 
 impl Sim {
@@ -261,7 +264,22 @@ impl Sim {
             free_high: 0,
             options,
             tick_ns,
+            snapshot_buffer: Vec::new(),
         }
+    }
+
+    /// Replace the cost model (before the run: the cache model's sizes follow it).
+    pub fn set_cost(&mut self, cost: CostModel) {
+        let nr_cpus = self.machine.nr_cpus();
+        let cpu_socket = (0..nr_cpus).map(|c| self.machine.socket_of(c)).collect();
+        self.cache = CacheModel::new(
+            cpu_socket,
+            self.zones.len(),
+            self.machine.l2_bytes,
+            self.machine.llc_bytes,
+            &cost,
+        );
+        self.cost = cost;
     }
 
     /// The allocator.
@@ -354,11 +372,15 @@ impl Sim {
         self.clock[cpu as usize] = end;
     }
 
-    fn snapshot(&self) -> Vec<Counters> {
-        self.zones
-            .iter()
-            .map(|&(i, _, _)| read_counters(&self.allocator.zones()[i]))
-            .collect()
+    /// Every simulated zone's counters, in `self.snapshot_buffer` (reused: this runs around
+    /// every allocation, and a heap allocation per call would be a large share of its
+    /// cost). Take the buffer with [`Self::take_snapshot`] and give it back after use.
+    fn take_snapshot(&mut self) -> Vec<Counters> {
+        let mut snapshot = core::mem::take(&mut self.snapshot_buffer);
+        snapshot.clear();
+        let zones = self.allocator.zones();
+        snapshot.extend(self.zones.iter().map(|&(i, _, _)| read_counters(&zones[i])));
+        snapshot
     }
 
     fn pageset_blocks(&self, slot: usize, cpu: u32) -> u64 {
@@ -386,20 +408,24 @@ impl Sim {
         self.pcp_blocks[slot][cpu as usize] = now;
         // Several drains in one call are charged as one hold of all their blocks plus a lock
         // round trip each.
-        let hold = self.cost.hold_ns(drained) + (drains - 1) * self.cost.lock_ns;
+        let merges = after.merges - before.merges;
+        let hold = self.cost.hold_ns(drained, merges) + (drains - 1) * self.cost.lock_ns;
         self.acquire(slot, cpu, hold, drained);
     }
 
     /// Allocate a block of `order` on `cpu` (`Caller::task(cpu)`), charging its cost.
     pub fn alloc(&mut self, cpu: u32, gfp: Gfp, order: Order) -> Result<Pfn, SimError> {
-        let before = self.snapshot();
-        let pfn = self
-            .allocator
-            .alloc_pages(Caller::task(cpu), gfp, order)
-            .map_err(|_| SimError::OutOfMemory {
-                cpu,
-                order: order.get(),
-            })?;
+        let before = self.take_snapshot();
+        let pfn = match self.allocator.alloc_pages(Caller::task(cpu), gfp, order) {
+            Ok(pfn) => pfn,
+            Err(_) => {
+                self.snapshot_buffer = before;
+                return Err(SimError::OutOfMemory {
+                    cpu,
+                    order: order.get(),
+                });
+            }
+        };
         self.stats.alloc_calls += 1;
         self.stats.pages_allocated += order.pages();
         let pcp_order = pcp_allowed_order(order);
@@ -413,14 +439,20 @@ impl Sim {
             }
             let refill_blocks = (after.refill_pages - before.refill_pages) >> order.get();
             if after.refills > before.refills {
-                self.acquire(slot, cpu, self.cost.hold_ns(refill_blocks), refill_blocks);
+                self.acquire(
+                    slot,
+                    cpu,
+                    self.cost.hold_ns(refill_blocks, 0),
+                    refill_blocks,
+                );
                 self.pcp_blocks[slot][cpu as usize] += refill_blocks;
             }
             let direct = after.zone_blocks - before.zone_blocks - refill_blocks;
             for _ in 0..direct {
-                self.acquire(slot, cpu, self.cost.hold_ns(1), 1);
+                self.acquire(slot, cpu, self.cost.hold_ns(1, 0), 1);
             }
         }
+        self.snapshot_buffer = before;
         if pcp_order {
             let slot = self.zone_slot(pfn);
             let held = &mut self.pcp_blocks[slot][cpu as usize];
@@ -443,7 +475,9 @@ impl Sim {
             self.work(cpu, self.cost.free_hit_ns);
             self.charge_drains(slot, cpu, &before, 1);
         } else {
-            self.acquire(slot, cpu, self.cost.hold_ns(1), 1);
+            let after = read_counters(&self.allocator.zones()[self.zones[slot].0]);
+            let hold = self.cost.hold_ns(1, after.merges - before.merges);
+            self.acquire(slot, cpu, hold, 1);
         }
         Ok(())
     }
@@ -451,11 +485,12 @@ impl Sim {
     fn vmstat_tick(&mut self, cpu: u32) {
         let c = cpu as usize;
         let t = self.clock[c];
-        let before = self.snapshot();
+        let before = self.take_snapshot();
         self.allocator.vmstat_tick(cpu);
-        for (slot, before) in before.iter().enumerate() {
-            self.charge_drains(slot, cpu, before, 0);
+        for (slot, counters) in before.iter().enumerate() {
+            self.charge_drains(slot, cpu, counters, 0);
         }
+        self.snapshot_buffer = before;
         // The tick's work is charged to the CPU only if it was busy past the tick time.
         self.clock[c] = self.clock[c].max(t);
     }

@@ -8,6 +8,7 @@ use mmkit_core::Policy;
 use serde::Serialize;
 
 use crate::cache::CacheCounts;
+use crate::cost::CostModel;
 use crate::engine::{Series, Sim, SimError, SimOptions, SimStats, Workload};
 use crate::machine::MachineSpec;
 use crate::workload::kbuild::{Kbuild, KbuildParams};
@@ -30,6 +31,8 @@ pub struct RunSpec {
     pub node_bytes: Option<u64>,
     /// Walk the allocator and check page conservation every this many steps.
     pub verify_every: Option<u64>,
+    /// The cost model: [`CostModel::SERVER`] unless a sensitivity run changes a parameter.
+    pub cost: CostModel,
 }
 
 impl RunSpec {
@@ -42,6 +45,7 @@ impl RunSpec {
             scale: 1.0,
             node_bytes: None,
             verify_every: None,
+            cost: CostModel::SERVER,
         }
     }
 
@@ -187,6 +191,7 @@ pub fn run(
         high_cpus: high_cpus(&machine),
     };
     let mut sim = Sim::new(&machine, policy, options);
+    sim.set_cost(spec.cost);
     let wall_ns = sim.run(built.workload(), progress)?;
     let wall_s = wall_ns as f64 / 1e9;
     let score = match &built {

@@ -20,7 +20,7 @@ use mmkit_runtime::{cpu, PageBlock, PagePool, PoolError};
 use crate::contestant::{block_bytes, Block, Contestant};
 
 /// Build a pool of `arena_bytes` with `cpus` pagesets, for benchmarks.
-fn bench_pool(arena_bytes: usize, cpus: u32) -> Result<PagePool, PoolError> {
+pub(crate) fn bench_pool(arena_bytes: usize, cpus: u32) -> Result<PagePool, PoolError> {
     PagePool::builder()
         .memory_bytes(arena_bytes)
         .cpus(cpus)
@@ -29,7 +29,7 @@ fn bench_pool(arena_bytes: usize, cpus: u32) -> Result<PagePool, PoolError> {
 }
 
 /// One line on the pool: its size and its first pageset's sizing.
-fn describe_pool(pool: &PagePool, what: &str) -> String {
+pub(crate) fn describe_pool(pool: &PagePool, what: &str) -> String {
     let zones = pool.allocator().zones();
     let Some(zone) = zones.iter().find(|z| z.managed() > 0) else {
         return format!("{what}; no zone has memory");
@@ -48,7 +48,7 @@ fn describe_pool(pool: &PagePool, what: &str) -> String {
 }
 
 /// Check the pool after a benchmark: everything freed, every structure intact.
-fn audit_pool(pool: &PagePool) -> Result<(), String> {
+pub(crate) fn audit_pool(pool: &PagePool) -> Result<(), String> {
     let census = pool.verify().map_err(|e| e.to_string())?;
     let allocated: u64 = census.iter().map(|c| c.allocated).sum();
     if allocated == 0 {

@@ -11,6 +11,7 @@
 //! | `mmkit` | `PagePool::alloc_raw` + `free_raw` (v6.7 policy) |
 //! | `mmkit-bulk` | `PagePool::alloc_bulk` + `free_batch`, order 0 only |
 //! | `mmkit-handle` | `PagePool::alloc_gfp` → `PageBlock`, freed on drop |
+//! | `mmkit-cache` | `PoolCache` per thread (page_pool-style recycling over the bulk API, not the PCP path), order 0 only |
 //! | `buddy` | `buddy_system_allocator::LockedFrameAllocator` over an arena |
 //! | `talc` | `talc::TalcLock` over an arena |
 //! | `mimalloc`, `jemalloc`, `snmalloc`, `system` | `GlobalAlloc::alloc(4096 << order, align 4096)` |
@@ -18,6 +19,7 @@
 pub mod buddy;
 pub mod global_alloc;
 pub mod mmkit;
+pub mod mmkit_cache;
 pub mod talc;
 
 use std::alloc::System;
@@ -31,6 +33,7 @@ pub const NAMES: &[&str] = &[
     "mmkit",
     "mmkit-bulk",
     "mmkit-handle",
+    "mmkit-cache",
     "buddy",
     "talc",
     "mimalloc",
@@ -100,6 +103,10 @@ pub fn build(name: &str, params: &BuildParams) -> Result<Box<dyn Runner>, BenchE
                 .map_err(|e| failed(e.to_string()))?;
             entry("mmkit-handle", contestant)
         }
+        "mmkit-cache" => Box::new(
+            mmkit_cache::CacheEntry::new(params.arena_bytes, params.cpus)
+                .map_err(|e| failed(e.to_string()))?,
+        ),
         "buddy" => entry(
             "buddy",
             buddy::Buddy::new(params.arena_bytes).map_err(failed)?,

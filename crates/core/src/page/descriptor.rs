@@ -163,6 +163,23 @@ impl Page {
             .map_err(|_| self.state_order())
     }
 
+    /// Change the order of a block in `state` from `from` to `to` atomically; fails,
+    /// returning what the page holds instead, when it is not in `state` at `from`.
+    pub fn transition_order(
+        &self,
+        state: PageState,
+        from: Order,
+        to: Order,
+    ) -> Result<(), (PageState, Order)> {
+        let current = self.flags.load(Relaxed);
+        let expected = Self::with_state(current, state, from);
+        let new = Self::with_state(current, state, to);
+        self.flags
+            .compare_exchange(expected, new, Relaxed, Relaxed)
+            .map(|_| ())
+            .map_err(|_| self.state_order())
+    }
+
     fn with_state(bits: u32, state: PageState, order: Order) -> u32 {
         (bits & !(STATE_MASK | ORDER_MASK)) | state as u32 | ((order.get() as u32) << ORDER_SHIFT)
     }
@@ -238,6 +255,83 @@ impl Page {
     /// Number of page-table entries mapping this page (Linux `page_mapcount`).
     pub fn mapcount(&self) -> u16 {
         (self.private.load(Relaxed) >> 16) as u16
+    }
+
+    /// Set the reference count of a block head, keeping its map count (after a split,
+    /// each new head gets the references its mappings hold).
+    pub fn set_refcount(&self, count: u16) {
+        let bits = self.private.load(Relaxed);
+        self.private
+            .store((bits & 0xffff_0000) | count as u32, Relaxed)
+    }
+
+    /// Add `n` references; `None` (and no change) if the 16-bit count would overflow.
+    pub fn ref_add(&self, n: u16) -> Option<u16> {
+        self.private
+            .fetch_update(Relaxed, Relaxed, |bits| {
+                let count = (bits as u16).checked_add(n)?;
+                Some((bits & 0xffff_0000) | count as u32)
+            })
+            .ok()
+            .map(|old| old as u16 + n)
+    }
+
+    /// Drop `n` references and return how many are left; `None` (and no change) if fewer
+    /// than `n` are held.
+    pub fn ref_sub(&self, n: u16) -> Option<u16> {
+        self.private
+            .fetch_update(Relaxed, Relaxed, |bits| {
+                let count = (bits as u16).checked_sub(n)?;
+                Some((bits & 0xffff_0000) | count as u32)
+            })
+            .ok()
+            .map(|old| old as u16 - n)
+    }
+
+    /// One more page-table entry maps this page; returns the new map count, or `None`
+    /// (and no change) at the 16-bit limit. Mappings of different address spaces can race,
+    /// so this is a read-modify-write (Linux `atomic_inc_and_test(&page->_mapcount)`).
+    pub fn mapcount_inc(&self) -> Option<u16> {
+        self.private
+            .fetch_update(Relaxed, Relaxed, |bits| {
+                let count = ((bits >> 16) as u16).checked_add(1)?;
+                Some((bits & 0xffff) | (count as u32) << 16)
+            })
+            .ok()
+            .map(|old| (old >> 16) as u16 + 1)
+    }
+
+    /// One page-table entry less maps this page; returns the new map count, or `None`
+    /// (and no change) if the page was not mapped.
+    pub fn mapcount_dec(&self) -> Option<u16> {
+        self.private
+            .fetch_update(Relaxed, Relaxed, |bits| {
+                let count = ((bits >> 16) as u16).checked_sub(1)?;
+                Some((bits & 0xffff) | (count as u32) << 16)
+            })
+            .ok()
+            .map(|old| (old >> 16) as u16 - 1)
+    }
+
+    /// The low half of `private` on a tail page, which holds no reference count: a large
+    /// folio keeps `_nr_pages_mapped` there on its second page.
+    pub fn tail_counter(&self) -> u16 {
+        self.private.load(Relaxed) as u16
+    }
+
+    /// Set the low half of `private` on a tail page (see [`Page::tail_counter`]).
+    pub fn set_tail_counter(&self, value: u16) {
+        let bits = self.private.load(Relaxed);
+        self.private
+            .store((bits & 0xffff_0000) | value as u32, Relaxed)
+    }
+
+    /// Clear `private` and the links: what a tail page of a freed folio must look like
+    /// (Linux `free_tail_page_prepare`).
+    pub fn clear_tail(&self) {
+        self.private.store(0, Relaxed);
+        self.next.store(NO_PFN, Relaxed);
+        self.prev.store(NO_PFN, Relaxed);
     }
 }
 

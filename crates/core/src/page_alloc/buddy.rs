@@ -72,6 +72,7 @@ impl<'a> ZoneLocked<'a> {
             .set_state(PageState::Tail, Order::ZERO);
         let (mut pfn, mut order) = (pfn, order);
         let mut buddy = pfn.buddy(order);
+        let mut merges = 0;
         while order.get() < MAX_ORDER {
             buddy = pfn.buddy(order);
             if !self.is_free_buddy(buddy, order) {
@@ -86,6 +87,15 @@ impl<'a> ZoneLocked<'a> {
             self.area.remove(&self.zone.mem_map, buddy, order);
             pfn = Pfn(pfn.0 & buddy.0);
             order = order.up().expect("order < MAX_ORDER");
+            merges += 1;
+        }
+        if merges != 0 {
+            // The zone lock makes this the only writer: a load and a store, not a locked
+            // read-modify-write.
+            let events = &self.zone.events;
+            events
+                .buddy_merges
+                .store(events.buddy_merges.load(Relaxed) + merges, Relaxed);
         }
         let end = match end {
             ListEnd::Tail => ListEnd::Tail,

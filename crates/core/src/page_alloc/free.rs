@@ -318,3 +318,31 @@ fn diagnose_bad_free(
         }
     }
 }
+
+impl PageAllocator {
+    /// `split_page`: turn the allocated block of `order` at `pfn` into 2^order allocated
+    /// order-0 blocks, each freed on its own from now on. Page flags, memcg ids and map
+    /// counts stay; each new head's reference count is left for the caller to set (the
+    /// folio layer gives each page the references its mappings hold). A block that is not
+    /// an allocated block of exactly `order` is refused unchanged, with the error a free
+    /// of it would give.
+    pub fn split_page(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        let zone = self.find_zone(pfn).ok_or(FreeError::OutsideZones { pfn })?;
+        if !pfn.is_aligned(order) {
+            return Err(FreeError::Misaligned { pfn, order });
+        }
+        let head = zone.mem_map.page(pfn);
+        // Allocated/order → Allocated/0 in one step, so a racing free or split of the same
+        // block sees either the whole block or the split, never half of each.
+        let split = head.transition_order(PageState::Allocated, order, Order::ZERO);
+        if let Err((state, found)) = split {
+            return Err(diagnose_bad_free(zone, pfn, order, state, found));
+        }
+        for tail in 1..order.pages() {
+            zone.mem_map
+                .page(pfn.add(tail))
+                .set_state(PageState::Allocated, Order::ZERO);
+        }
+        Ok(())
+    }
+}

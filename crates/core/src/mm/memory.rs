@@ -1,0 +1,1016 @@
+//! Address spaces over the page allocator: mappings, page tables, faults and unmapping.
+//!
+//! Linux counterpart (v6.7): `struct mm_struct` and `struct vm_area_struct`
+//! (`include/linux/mm_types.h`), `do_anonymous_page` / `do_read_fault` / `do_swap_page`
+//! (`mm/memory.c`), `filemap_add_folio` (`mm/filemap.c`), `zap_pte_range`, `anon_vma`
+//! and `address_space.i_mmap` (`mm/rmap.c`).
+//!
+//! [`Memory`] is the whole mapping layer of one machine: every address space, file and
+//! anon_vma, the folio side table, swap and the statistics. Its methods take `&mut self`:
+//! it is one lock around all of it (Linux uses the mmap lock, page-table locks and the
+//! folio lock). The data of pages is not the core's business: a fault that needs data
+//! read, and a reclaim that needs data written, call the caller's [`PageIo`].
+
+use alloc::collections::BTreeMap;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+
+use super::folio::{CountOverflow, Folio};
+use super::memcg::{MappedStat, MemcgId, MemcgTree};
+use super::pte::{Pte, PteState, SwapEntry};
+use super::swap::SwapSpace;
+use crate::page::{Order, PageFlags, Pfn};
+use crate::page_alloc::{AllocError, Caller, FreeError, Gfp, MemMap, PageAllocator};
+use crate::policy::MmPolicy;
+
+/// An address space (`mm_struct`), by index in [`Memory`].
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug, Hash)]
+pub struct MmId(pub u32);
+
+/// A file, by index in [`Memory`].
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug, Hash)]
+pub struct FileId(pub u32);
+
+/// An `anon_vma`, by index in [`Memory`].
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug, Hash)]
+pub struct AnonVmaId(pub u32);
+
+/// A virtual page number (address >> 12).
+pub type Vpn = u64;
+
+/// What a mapping maps.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum VmaKind {
+    /// Private anonymous memory; faults allocate folios of `folio_order` where they fit
+    /// (multi-size THP), else single pages.
+    Anon {
+        /// The anon_vma its folios point at.
+        anon_vma: AnonVmaId,
+        /// Order of the folios a fault allocates.
+        folio_order: Order,
+    },
+    /// A shared file mapping from page `pgoff` of `file`.
+    File {
+        /// The file.
+        file: FileId,
+        /// The file page at the mapping's first virtual page.
+        pgoff: u64,
+    },
+}
+
+/// A mapping (`vm_area_struct`) and its page-table entries.
+#[derive(Clone, Debug)]
+pub struct Vma {
+    /// First virtual page.
+    pub start: Vpn,
+    /// What it maps.
+    pub kind: VmaKind,
+    /// One entry per page of the mapping.
+    pub ptes: Vec<Pte>,
+}
+
+impl Vma {
+    /// Pages in the mapping.
+    pub fn pages(&self) -> u64 {
+        self.ptes.len() as u64
+    }
+
+    /// One past the last virtual page.
+    pub fn end(&self) -> Vpn {
+        self.start + self.pages()
+    }
+
+    /// `linear_page_index`: the folio index that `vpn` maps (anonymous: the page number
+    /// itself, as Linux's `vm_pgoff = vm_start >> PAGE_SHIFT`).
+    pub fn index_of(&self, vpn: Vpn) -> u64 {
+        match self.kind {
+            VmaKind::Anon { .. } => vpn,
+            VmaKind::File { pgoff, .. } => pgoff + (vpn - self.start),
+        }
+    }
+
+    /// The virtual page that maps folio index `index` here, if any (`vma_address`).
+    pub fn vpn_of(&self, index: u64) -> Option<Vpn> {
+        let vpn = match self.kind {
+            VmaKind::Anon { .. } => index,
+            VmaKind::File { pgoff, .. } => self.start + index.checked_sub(pgoff)?,
+        };
+        (self.start..self.end()).contains(&vpn).then_some(vpn)
+    }
+}
+
+/// Per-address-space counters (`mm_struct.rss_stat`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct MmCounters {
+    /// `MM_ANONPAGES`.
+    pub anon_pages: u64,
+    /// `MM_FILEPAGES`.
+    pub file_pages: u64,
+    /// `MM_SWAPENTS`.
+    pub swap_entries: u64,
+}
+
+/// An address space.
+#[derive(Clone, Debug)]
+pub struct Mm {
+    /// Mappings by first virtual page.
+    pub vmas: BTreeMap<Vpn, Vma>,
+    /// Resident and swapped page counts.
+    pub counters: MmCounters,
+    /// The cgroup its faults charge (the owner task's).
+    pub memcg: MemcgId,
+}
+
+impl Mm {
+    /// The mapping holding `vpn`.
+    pub fn find_vma(&self, vpn: Vpn) -> Option<&Vma> {
+        let (_, vma) = self.vmas.range(..=vpn).next_back()?;
+        (vpn < vma.end()).then_some(vma)
+    }
+
+    fn find_vma_mut(&mut self, vpn: Vpn) -> Option<&mut Vma> {
+        let (_, vma) = self.vmas.range_mut(..=vpn).next_back()?;
+        (vpn < vma.end()).then_some(vma)
+    }
+
+    /// The page-table entry of `vpn` (none outside every mapping).
+    pub fn pte(&self, vpn: Vpn) -> Pte {
+        self.find_vma(vpn)
+            .map_or(Pte::NONE, |vma| vma.ptes[(vpn - vma.start) as usize])
+    }
+}
+
+/// A file: its size, the order of its page-cache folios, its page cache and the mappings
+/// of it (`address_space`).
+#[derive(Clone, Debug)]
+pub struct File {
+    /// Size in pages.
+    pub pages: u64,
+    /// Order of the folios its page cache uses (large folios for the page cache).
+    pub folio_order: Order,
+    /// Page cache: folio head index → folio.
+    pub cache: BTreeMap<u64, Folio>,
+    /// `i_mmap`: the mappings of this file.
+    pub i_mmap: Vec<(MmId, Vpn)>,
+}
+
+/// The reverse-map anchor of anonymous folios (`anon_vma`): the mappings they may be in.
+#[derive(Clone, Debug, Default)]
+pub struct AnonVma {
+    /// The mappings (one per private mapping here: fork is not modelled).
+    pub vmas: Vec<(MmId, Vpn)>,
+}
+
+/// What a folio belongs to (`folio->mapping`, `folio->index`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mapping {
+    /// Anonymous memory of this anon_vma, at `index` (its virtual page).
+    Anon(AnonVmaId),
+    /// The page cache of a file.
+    File(FileId),
+}
+
+/// The side table entry of a mapped folio: what `struct page` holds beyond our 16 bytes
+/// (`mapping`, `index`, `swap`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct FolioInfo {
+    /// The folio.
+    pub folio: Folio,
+    /// Whom it belongs to.
+    pub mapping: Mapping,
+    /// Index of its first page in the mapping.
+    pub index: u64,
+}
+
+/// Machine-wide statistics (`/proc/vmstat` names).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct MmStats {
+    /// `nr_anon_pages` (`NR_ANON_MAPPED`): anonymous pages with a PTE map.
+    pub anon_mapped: u64,
+    /// `nr_mapped` (`NR_FILE_MAPPED`): file pages with a PTE map.
+    pub file_mapped: u64,
+    /// `pgfault`.
+    pub faults: u64,
+    /// `pswpin`: pages read from swap.
+    pub swap_in: u64,
+    /// `pswpout`: pages written to swap.
+    pub swap_out: u64,
+    /// Pages read from files by faults.
+    pub file_reads: u64,
+    /// File pages written back.
+    pub file_writes: u64,
+    /// Pages reclaimed (`pgsteal`).
+    pub reclaimed: u64,
+    /// Large folios split (`thp_split_page` and mTHP splits).
+    pub folio_splits: u64,
+    /// Updates of a statistic or a reference count made by rmap removal: what seed 002's
+    /// batching saves (per page: map count, statistic, reference; batched: map counts,
+    /// then one statistic and one reference update per run).
+    pub rmap_counter_updates: u64,
+    /// Counters read by `lruvec_lru_size`: what seed 003's fix saves (zone sizes: one per
+    /// zone; per-CPU counters: one per CPU).
+    pub lru_size_reads: u64,
+}
+
+/// The data side of faults and reclaim: the runtime copies bytes, the simulator and tests
+/// record what would be copied.
+pub trait PageIo {
+    /// Fill the `pages` frames from `pfn` with file `file`'s pages from `index`.
+    fn read_file(&mut self, file: FileId, index: u64, pfn: Pfn, pages: u64);
+    /// Write the `pages` frames from `pfn` to file `file` at page `index`.
+    fn write_file(&mut self, file: FileId, index: u64, pfn: Pfn, pages: u64);
+    /// Write the frame `pfn` to swap slot `entry`.
+    fn write_swap(&mut self, entry: SwapEntry, pfn: Pfn);
+    /// Fill the frame `pfn` from swap slot `entry`.
+    fn read_swap(&mut self, entry: SwapEntry, pfn: Pfn);
+    /// A newly allocated anonymous page must read as zeros.
+    fn zero(&mut self, pfn: Pfn, pages: u64);
+}
+
+/// Why a mapping-layer call failed. Nothing changed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum MmError {
+    /// No such address space, file or mapping.
+    NoSuchMm(MmId),
+    /// No such file.
+    NoSuchFile(FileId),
+    /// The virtual page is in no mapping (`SIGSEGV`).
+    BadAddress(Vpn),
+    /// The new mapping overlaps one that exists, or is empty.
+    Overlap(Vpn),
+    /// The file mapping reaches past the end of the file (`SIGBUS`).
+    BeyondFile(u64),
+    /// Out of memory, even after reclaim (an error value, never a panic).
+    OutOfMemory,
+    /// Out of swap slots.
+    OutOfSwap,
+    /// A 16-bit count in a page descriptor would overflow.
+    CountOverflow,
+    /// No such (online) cgroup.
+    NoSuchMemcg(MemcgId),
+    /// Proactive reclaim gave up after repeated rounds without progress (`-EAGAIN`).
+    ReclaimStalled,
+    /// The allocator refused a free (accounting broken: a bug, reported not hidden).
+    Free(FreeError),
+}
+
+impl From<CountOverflow> for MmError {
+    fn from(_: CountOverflow) -> MmError {
+        MmError::CountOverflow
+    }
+}
+
+impl From<AllocError> for MmError {
+    fn from(_: AllocError) -> MmError {
+        MmError::OutOfMemory
+    }
+}
+
+impl core::fmt::Display for MmError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            MmError::NoSuchMm(id) => write!(f, "no address space {}", id.0),
+            MmError::NoSuchFile(id) => write!(f, "no file {}", id.0),
+            MmError::BadAddress(vpn) => write!(f, "virtual page {vpn:#x} is not mapped"),
+            MmError::Overlap(vpn) => {
+                write!(f, "the mapping at {vpn:#x} is empty or overlaps another")
+            }
+            MmError::BeyondFile(index) => write!(f, "file page {index} is past the end"),
+            MmError::OutOfMemory => f.write_str("out of memory"),
+            MmError::OutOfSwap => f.write_str("out of swap space"),
+            MmError::CountOverflow => f.write_str("a page's 16-bit count would overflow"),
+            MmError::NoSuchMemcg(id) => write!(f, "no cgroup {}", id.0),
+            MmError::ReclaimStalled => f.write_str("reclaim made no progress (EAGAIN)"),
+            MmError::Free(e) => write!(f, "the allocator refused a free: {e}"),
+        }
+    }
+}
+
+/// What a fault did.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Fault {
+    /// The frame now mapped at the virtual page.
+    pub pfn: Pfn,
+    /// The folio it belongs to.
+    pub folio: Folio,
+    /// Whether the entry was already present (a minor access, nothing allocated).
+    pub was_present: bool,
+}
+
+/// Where the mapping layer's page allocator lives: the allocator itself, or a runtime
+/// that owns one (a page pool on real memory).
+pub trait AllocatorSource: Send + Sync {
+    /// The allocator.
+    fn page_allocator(&self) -> &PageAllocator;
+}
+
+impl AllocatorSource for PageAllocator {
+    fn page_allocator(&self) -> &PageAllocator {
+        self
+    }
+}
+
+/// The mapping layer of a machine. See the module documentation.
+pub struct Memory {
+    pub(super) allocator: Arc<dyn AllocatorSource>,
+    pub(super) policy: MmPolicy,
+    pub(super) mms: Vec<Option<Mm>>,
+    pub(super) files: Vec<Option<File>>,
+    pub(super) anon_vmas: Vec<AnonVma>,
+    /// Mapped or cached folios by head pfn.
+    pub(super) folios: BTreeMap<Pfn, FolioInfo>,
+    pub(super) swap: SwapSpace,
+    pub(super) stats: MmStats,
+    pub(super) memcgs: MemcgTree,
+    /// Whether file write-back completes later ([`Memory::end_writeback`]) instead of
+    /// within the write call.
+    pub(super) async_writeback: bool,
+    /// Folios under write-back, and whether reclaim wants them (`PG_reclaim`: no bit is
+    /// left in the descriptor for it, and few folios are ever under write-back).
+    pub(super) writeback: BTreeMap<Pfn, bool>,
+}
+
+impl Memory {
+    /// A mapping layer over `allocator` with `swap_slots` pages of swap.
+    pub fn new(allocator: Arc<dyn AllocatorSource>, policy: MmPolicy, swap_slots: u64) -> Memory {
+        Memory {
+            policy,
+            mms: Vec::new(),
+            files: Vec::new(),
+            anon_vmas: Vec::new(),
+            folios: BTreeMap::new(),
+            swap: SwapSpace::new(swap_slots),
+            stats: MmStats::default(),
+            async_writeback: false,
+            writeback: BTreeMap::new(),
+            memcgs: MemcgTree::new(
+                allocator_nodes(allocator.page_allocator()),
+                allocator.page_allocator().topology().nr_cpus(),
+            ),
+            allocator,
+        }
+    }
+
+    /// The page allocator underneath.
+    pub fn allocator(&self) -> &PageAllocator {
+        self.allocator.page_allocator()
+    }
+
+    /// The switches in force.
+    pub fn policy(&self) -> MmPolicy {
+        self.policy
+    }
+
+    /// Change the switches (between experiments).
+    pub fn set_policy(&mut self, policy: MmPolicy) {
+        self.policy = policy;
+    }
+
+    /// Statistics so far.
+    pub fn stats(&self) -> MmStats {
+        self.stats
+    }
+
+    /// Make file write-back asynchronous: a dirty file folio that reclaim writes stays
+    /// under write-back until [`Memory::end_writeback`] (the congestion experiments need
+    /// write-back in flight). Synchronous by default.
+    pub fn set_async_writeback(&mut self, on: bool) {
+        self.async_writeback = on;
+    }
+
+    /// Folios under write-back.
+    pub fn writeback_folios(&self) -> usize {
+        self.writeback.len()
+    }
+
+    /// The swap device.
+    pub fn swap(&self) -> &SwapSpace {
+        &self.swap
+    }
+
+    /// An empty address space charged to the root cgroup.
+    pub fn create_mm(&mut self) -> MmId {
+        self.mms.push(Some(Mm {
+            vmas: BTreeMap::new(),
+            counters: MmCounters::default(),
+            memcg: MemcgId::ROOT,
+        }));
+        MmId(self.mms.len() as u32 - 1)
+    }
+
+    /// Move an address space's future charges to `memcg` (cgroup v2 moves no old charges).
+    pub fn set_mm_memcg(&mut self, mm: MmId, memcg: MemcgId) -> Result<(), MmError> {
+        self.memcgs.get(memcg).ok_or(MmError::NoSuchMemcg(memcg))?;
+        self.mm_mut(mm)?.memcg = memcg;
+        Ok(())
+    }
+
+    /// The cgroup tree.
+    pub fn memcgs(&self) -> &MemcgTree {
+        &self.memcgs
+    }
+
+    /// A new cgroup below `parent`.
+    pub fn create_memcg(&mut self, parent: MemcgId) -> Result<MemcgId, MmError> {
+        self.memcgs
+            .create(parent)
+            .ok_or(MmError::NoSuchMemcg(parent))
+    }
+
+    /// The address space `id`.
+    pub fn mm(&self, id: MmId) -> Result<&Mm, MmError> {
+        self.mms
+            .get(id.0 as usize)
+            .and_then(Option::as_ref)
+            .ok_or(MmError::NoSuchMm(id))
+    }
+
+    pub(super) fn mm_mut(&mut self, id: MmId) -> Result<&mut Mm, MmError> {
+        self.mms
+            .get_mut(id.0 as usize)
+            .and_then(Option::as_mut)
+            .ok_or(MmError::NoSuchMm(id))
+    }
+
+    /// A file of `pages` pages whose page cache uses folios of `folio_order`.
+    pub fn create_file(&mut self, pages: u64, folio_order: Order) -> FileId {
+        self.files.push(Some(File {
+            pages,
+            folio_order,
+            cache: BTreeMap::new(),
+            i_mmap: Vec::new(),
+        }));
+        FileId(self.files.len() as u32 - 1)
+    }
+
+    /// The file `id`.
+    pub fn file(&self, id: FileId) -> Result<&File, MmError> {
+        self.files
+            .get(id.0 as usize)
+            .and_then(Option::as_ref)
+            .ok_or(MmError::NoSuchFile(id))
+    }
+
+    pub(super) fn file_mut(&mut self, id: FileId) -> Result<&mut File, MmError> {
+        self.files
+            .get_mut(id.0 as usize)
+            .and_then(Option::as_mut)
+            .ok_or(MmError::NoSuchFile(id))
+    }
+
+    /// The side-table entry of a mapped or cached folio.
+    pub fn folio_info(&self, head: Pfn) -> Option<&FolioInfo> {
+        self.folios.get(&head)
+    }
+
+    /// Every mapped or cached folio.
+    pub fn folios(&self) -> impl Iterator<Item = &FolioInfo> {
+        self.folios.values()
+    }
+
+    pub(super) fn mem_map(&self, pfn: Pfn) -> &MemMap {
+        self.allocator
+            .page_allocator()
+            .find_zone(pfn)
+            .expect("a folio of the mapping layer lies in a zone")
+            .mem_map()
+    }
+
+    fn check_range(&self, mm: MmId, start: Vpn, pages: u64) -> Result<(), MmError> {
+        let space = self.mm(mm)?;
+        let end = start.checked_add(pages).ok_or(MmError::Overlap(start))?;
+        if pages == 0 || space.vmas.range(start..end).next().is_some() {
+            return Err(MmError::Overlap(start));
+        }
+        if space.find_vma(start).is_some() {
+            return Err(MmError::Overlap(start));
+        }
+        Ok(())
+    }
+
+    /// `mmap(MAP_PRIVATE | MAP_ANONYMOUS)` of `pages` pages at `start`, faulting in folios
+    /// of `folio_order` where an aligned folio fits in the mapping.
+    pub fn mmap_anon(
+        &mut self,
+        mm: MmId,
+        start: Vpn,
+        pages: u64,
+        folio_order: Order,
+    ) -> Result<(), MmError> {
+        self.check_range(mm, start, pages)?;
+        self.anon_vmas.push(AnonVma {
+            vmas: alloc::vec![(mm, start)],
+        });
+        let anon_vma = AnonVmaId(self.anon_vmas.len() as u32 - 1);
+        let vma = Vma {
+            start,
+            kind: VmaKind::Anon {
+                anon_vma,
+                folio_order,
+            },
+            ptes: alloc::vec![Pte::NONE; pages as usize],
+        };
+        self.mm_mut(mm)?.vmas.insert(start, vma);
+        Ok(())
+    }
+
+    /// `mmap(MAP_SHARED)` of `pages` pages of `file` from page `pgoff`, at `start`.
+    pub fn mmap_file(
+        &mut self,
+        mm: MmId,
+        start: Vpn,
+        pages: u64,
+        file: FileId,
+        pgoff: u64,
+    ) -> Result<(), MmError> {
+        self.check_range(mm, start, pages)?;
+        let size = self.file(file)?.pages;
+        if !pgoff.checked_add(pages).is_some_and(|end| end <= size) {
+            return Err(MmError::BeyondFile(pgoff.saturating_add(pages)));
+        }
+        self.file_mut(file)?.i_mmap.push((mm, start));
+        let vma = Vma {
+            start,
+            kind: VmaKind::File { file, pgoff },
+            ptes: alloc::vec![Pte::NONE; pages as usize],
+        };
+        self.mm_mut(mm)?.vmas.insert(start, vma);
+        Ok(())
+    }
+
+    /// An access to `vpn`: a fault if nothing is mapped there (anonymous: allocate and
+    /// zero; file: find or read the page-cache folio; swap: read the page back), then the
+    /// hardware's accessed bit, and the dirty bit on a `write`.
+    pub fn access(
+        &mut self,
+        caller: Caller,
+        mm: MmId,
+        vpn: Vpn,
+        write: bool,
+        io: &mut dyn PageIo,
+    ) -> Result<Fault, MmError> {
+        let vma = self.mm(mm)?.find_vma(vpn).ok_or(MmError::BadAddress(vpn))?;
+        let kind = vma.kind;
+        let pte = vma.ptes[(vpn - vma.start) as usize];
+        let fault = match pte.state() {
+            PteState::Present { pfn, .. } => {
+                let folio = Folio::of_page(self.mem_map(pfn), pfn)
+                    .expect("a present PTE maps an allocated folio");
+                Fault {
+                    pfn,
+                    folio,
+                    was_present: true,
+                }
+            }
+            PteState::None => {
+                self.stats.faults += 1;
+                match kind {
+                    VmaKind::Anon {
+                        anon_vma,
+                        folio_order,
+                    } => self.do_anonymous_page(caller, mm, vpn, anon_vma, folio_order, io)?,
+                    VmaKind::File { file, .. } => self.do_read_fault(caller, mm, vpn, file, io)?,
+                }
+            }
+            PteState::Swap(entry) => {
+                self.stats.faults += 1;
+                self.do_swap_page(caller, mm, vpn, entry, io)?
+            }
+        };
+        let vma = self.mm_mut(mm)?.find_vma_mut(vpn).expect("checked above");
+        vma.ptes[(vpn - vma.start) as usize].touch(write);
+        Ok(fault)
+    }
+
+    /// Allocate a folio of `order` for user data with `refs` references and charge it
+    /// to `memcg`: direct reclaim and retries for single pages when the allocator is out
+    /// of memory (a large folio fails at once, and the caller falls back to one page);
+    /// the folio is freed again if the charge fails.
+    fn alloc_folio(
+        &mut self,
+        caller: Caller,
+        order: Order,
+        refs: u16,
+        memcg: MemcgId,
+        anon: bool,
+        io: &mut dyn PageIo,
+    ) -> Result<Folio, MmError> {
+        let node = self
+            .allocator
+            .page_allocator()
+            .topology()
+            .cpu_node(caller.cpu)
+            .ok_or(MmError::OutOfMemory)?;
+        let mut retries = super::vmscan::MAX_RECLAIM_RETRIES;
+        let pfn = loop {
+            match self
+                .allocator
+                .page_allocator()
+                .alloc_pages(caller, Gfp::HIGHUSER_MOVABLE, order)
+            {
+                Ok(pfn) => break pfn,
+                Err(_) if order != Order::ZERO || retries == 0 => return Err(MmError::OutOfMemory),
+                Err(_) => {
+                    retries -= 1;
+                    self.direct_reclaim(caller, node, io)?;
+                }
+            }
+        };
+        let folio = Folio { pfn, order };
+        folio.init(self.mem_map(pfn), refs);
+        if let Err(e) = self.try_charge(caller, memcg, folio.nr_pages(), io) {
+            folio.clear(self.mem_map(pfn));
+            self.allocator
+                .page_allocator()
+                .free_pages(caller, pfn, order)
+                .map_err(MmError::Free)?;
+            return Err(e);
+        }
+        let head = folio.head(self.mem_map(pfn));
+        head.set_memcg_id(memcg.0);
+        let mut flags = head.flags();
+        flags.set(PageFlags::SWAPBACKED, anon);
+        head.set_flags(flags);
+        let group = self.memcgs.group_mut(memcg);
+        if anon {
+            group.anon += folio.nr_pages();
+        } else {
+            group.file += folio.nr_pages();
+        }
+        Ok(folio)
+    }
+
+    /// A large folio if one can be had, else one page.
+    #[expect(clippy::too_many_arguments, reason = "alloc_folio's plus the fallback")]
+    fn alloc_folio_or_page(
+        &mut self,
+        caller: Caller,
+        order: Order,
+        refs: u16,
+        refs_page: u16,
+        memcg: MemcgId,
+        anon: bool,
+        io: &mut dyn PageIo,
+    ) -> Result<Folio, MmError> {
+        if order != Order::ZERO {
+            if let Ok(folio) = self.alloc_folio(caller, order, refs, memcg, anon, io) {
+                return Ok(folio);
+            }
+        }
+        self.alloc_folio(caller, Order::ZERO, refs_page, memcg, anon, io)
+    }
+
+    /// Map `nr` pages of `folio` from `first` at `vpn..`: PTEs, map counts, statistics,
+    /// one reference per PTE.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "Linux's set_pte_range plus the CPU"
+    )]
+    fn map_pages(
+        &mut self,
+        caller: Caller,
+        mm: MmId,
+        vpn: Vpn,
+        folio: Folio,
+        first: Pfn,
+        nr: u64,
+        anon: bool,
+    ) -> Result<(), MmError> {
+        let mem_map = self.mem_map(folio.pfn);
+        let mut newly = 0;
+        for i in 0..nr {
+            newly += u64::from(folio.add_rmap_pte(mem_map, first.add(i))?);
+        }
+        folio.ref_add(mem_map, nr as u16)?;
+        if newly != 0 {
+            self.mod_mapped_state(caller, folio, anon, newly as i64);
+        }
+        let space = self.mm_mut(mm)?;
+        if anon {
+            space.counters.anon_pages += nr;
+        } else {
+            space.counters.file_pages += nr;
+        }
+        let vma = space
+            .find_vma_mut(vpn)
+            .expect("mapping checked by the caller");
+        for i in 0..nr {
+            vma.ptes[(vpn + i - vma.start) as usize] = Pte::present(first.add(i), false, false);
+        }
+        Ok(())
+    }
+
+    fn do_anonymous_page(
+        &mut self,
+        caller: Caller,
+        mm: MmId,
+        vpn: Vpn,
+        anon_vma: AnonVmaId,
+        folio_order: Order,
+        io: &mut dyn PageIo,
+    ) -> Result<Fault, MmError> {
+        // A large folio only where the aligned range lies inside the mapping and maps
+        // nothing yet (`alloc_anon_folio`'s suitable orders); else one page.
+        let vma = self.mm(mm)?.find_vma(vpn).expect("checked by access");
+        let nr = folio_order.pages();
+        let base = vpn & !(nr - 1);
+        let fits = base >= vma.start
+            && base + nr <= vma.end()
+            && (base..base + nr).all(|v| vma.ptes[(v - vma.start) as usize] == Pte::NONE);
+        let (order, base) = if fits {
+            (folio_order, base)
+        } else {
+            (Order::ZERO, vpn)
+        };
+        let memcg = self.mm(mm)?.memcg;
+        let folio = self.alloc_folio_or_page(caller, order, 0, 0, memcg, true, io)?;
+        let base = if folio.order == order { base } else { vpn };
+        io.zero(folio.pfn, folio.nr_pages());
+        self.folios.insert(
+            folio.pfn,
+            FolioInfo {
+                folio,
+                mapping: Mapping::Anon(anon_vma),
+                index: base,
+            },
+        );
+        self.memcgs.group_mut(memcg).events.pgfault += 1;
+        self.map_pages(caller, mm, base, folio, folio.pfn, folio.nr_pages(), true)?;
+        self.lru_add(caller, folio);
+        Ok(Fault {
+            pfn: folio.pfn.add(vpn - base),
+            folio,
+            was_present: false,
+        })
+    }
+
+    fn do_read_fault(
+        &mut self,
+        caller: Caller,
+        mm: MmId,
+        vpn: Vpn,
+        file: FileId,
+        io: &mut dyn PageIo,
+    ) -> Result<Fault, MmError> {
+        let index = self
+            .mm(mm)?
+            .find_vma(vpn)
+            .expect("checked by access")
+            .index_of(vpn);
+        let folio = match self.find_cached(file, index)? {
+            Some(folio) => folio,
+            None => {
+                let memcg = self.mm(mm)?.memcg;
+                self.memcgs.group_mut(memcg).events.pgfault += 1;
+                self.read_into_cache(caller, memcg, file, index, io)?
+            }
+        };
+        let head_index = self.folios[&folio.pfn].index;
+        let pfn = folio.pfn.add(index - head_index);
+        // No fault-around: one PTE per fault.
+        self.map_pages(caller, mm, vpn, folio, pfn, 1, false)?;
+        Ok(Fault {
+            pfn,
+            folio,
+            was_present: false,
+        })
+    }
+
+    /// The page-cache folio holding `index` of `file`.
+    pub fn find_cached(&self, file: FileId, index: u64) -> Result<Option<Folio>, MmError> {
+        let f = self.file(file)?;
+        Ok(f.cache
+            .range(..=index)
+            .next_back()
+            .filter(|(head, folio)| index < *head + folio.nr_pages())
+            .map(|(_, folio)| *folio))
+    }
+
+    /// Allocate a page-cache folio for `index` (aligned to the file's folio order, or one
+    /// page where a large folio would run past the end or no large block is free), read
+    /// it, and add it to the cache holding one reference per page (`filemap_add_folio`).
+    fn read_into_cache(
+        &mut self,
+        caller: Caller,
+        memcg: MemcgId,
+        file: FileId,
+        index: u64,
+        io: &mut dyn PageIo,
+    ) -> Result<Folio, MmError> {
+        let f = self.file(file)?;
+        if index >= f.pages {
+            return Err(MmError::BeyondFile(index));
+        }
+        let nr = f.folio_order.pages();
+        let base = index & !(nr - 1);
+        let fits = base + nr <= f.pages
+            && f.cache.range(base..base + nr).next().is_none()
+            && f.cache
+                .range(..base)
+                .next_back()
+                .map_or(true, |(h, folio)| h + folio.nr_pages() <= base);
+        let order = if fits { f.folio_order } else { Order::ZERO };
+        let refs = order.pages() as u16;
+        let folio = self.alloc_folio_or_page(caller, order, refs, 1, memcg, false, io)?;
+        let base = if folio.order == Order::ZERO {
+            index
+        } else {
+            base
+        };
+        io.read_file(file, base, folio.pfn, folio.nr_pages());
+        self.stats.file_reads += folio.nr_pages();
+        self.file_mut(file)?.cache.insert(base, folio);
+        self.folios.insert(
+            folio.pfn,
+            FolioInfo {
+                folio,
+                mapping: Mapping::File(file),
+                index: base,
+            },
+        );
+        self.lru_add(caller, folio);
+        Ok(folio)
+    }
+
+    fn do_swap_page(
+        &mut self,
+        caller: Caller,
+        mm: MmId,
+        vpn: Vpn,
+        entry: SwapEntry,
+        io: &mut dyn PageIo,
+    ) -> Result<Fault, MmError> {
+        let VmaKind::Anon { anon_vma, .. } = self.mm(mm)?.find_vma(vpn).expect("checked").kind
+        else {
+            unreachable!("only anonymous mappings hold swap entries");
+        };
+        // Linux 6.7 swaps in single pages.
+        let memcg = self.mm(mm)?.memcg;
+        let folio = self.alloc_folio(caller, Order::ZERO, 0, memcg, true, io)?;
+        self.memcgs.group_mut(memcg).events.pgfault += 1;
+        io.read_swap(entry, folio.pfn);
+        self.stats.swap_in += 1;
+        self.swap.free(entry);
+        self.folios.insert(
+            folio.pfn,
+            FolioInfo {
+                folio,
+                mapping: Mapping::Anon(anon_vma),
+                index: vpn,
+            },
+        );
+        let head = self.mem_map(folio.pfn).page(folio.pfn);
+        // Read back from swap and freed from it: dirty with respect to any backing.
+        head.set_flags(head.flags() | PageFlags::DIRTY);
+        self.mm_mut(mm)?.counters.swap_entries -= 1;
+        self.map_pages(caller, mm, vpn, folio, folio.pfn, 1, true)?;
+        self.lru_add(caller, folio);
+        Ok(Fault {
+            pfn: folio.pfn,
+            folio,
+            was_present: false,
+        })
+    }
+
+    /// `munmap` of the whole mapping at `start`: every PTE is zapped (map counts,
+    /// statistics and references dropped, folios freed when unreferenced, swap slots
+    /// released) and the mapping removed from its file's or anon_vma's list.
+    pub fn munmap(&mut self, caller: Caller, mm: MmId, start: Vpn) -> Result<(), MmError> {
+        let vma = self
+            .mm_mut(mm)?
+            .vmas
+            .remove(&start)
+            .ok_or(MmError::BadAddress(start))?;
+        let anon = matches!(vma.kind, VmaKind::Anon { .. });
+        for pte in &vma.ptes {
+            match pte.state() {
+                PteState::None => {}
+                PteState::Swap(entry) => {
+                    self.swap.free(entry);
+                    self.mm_mut(mm)?.counters.swap_entries -= 1;
+                }
+                PteState::Present { pfn, dirty, .. } => {
+                    let folio = Folio::of_page(self.mem_map(pfn), pfn)
+                        .expect("a present PTE maps an allocated folio");
+                    if dirty {
+                        let head = folio.head(self.mem_map(pfn));
+                        head.set_flags(head.flags() | PageFlags::DIRTY);
+                    }
+                    let counters = &mut self.mm_mut(mm)?.counters;
+                    if anon {
+                        counters.anon_pages -= 1;
+                    } else {
+                        counters.file_pages -= 1;
+                    }
+                    self.remove_rmap(caller, folio, pfn, 1, anon);
+                    self.folio_put(caller, folio, 1)?;
+                }
+            }
+        }
+        match vma.kind {
+            VmaKind::Anon { anon_vma, .. } => {
+                self.anon_vmas[anon_vma.0 as usize]
+                    .vmas
+                    .retain(|&v| v != (mm, start));
+            }
+            VmaKind::File { file, .. } => {
+                self.file_mut(file)?.i_mmap.retain(|&v| v != (mm, start));
+            }
+        }
+        Ok(())
+    }
+
+    /// Remove `nr` PTE maps from `folio`'s pages from `first` and update the mapped
+    /// statistic: the rmap half of unmapping, shared by zap and `try_to_unmap`.
+    pub(super) fn remove_rmap(
+        &mut self,
+        caller: Caller,
+        folio: Folio,
+        first: Pfn,
+        nr: u64,
+        anon: bool,
+    ) {
+        let unmapped = folio.remove_rmap_ptes(self.mem_map(folio.pfn), first, nr);
+        if unmapped != 0 {
+            self.mod_mapped_state(caller, folio, anon, -(unmapped as i64));
+        }
+    }
+
+    /// `__lruvec_stat_mod_folio(folio, NR_ANON_MAPPED or NR_FILE_MAPPED, delta)`: the
+    /// folio's cgroup's per-CPU counter and the node's per-CPU counter for this CPU, and
+    /// the machine-wide total. This is the per-page cost seed 002's batching removes
+    /// (`__mod_lruvec_page_state` was 9.8 % of cycles in its profile).
+    pub(super) fn mod_mapped_state(
+        &mut self,
+        caller: Caller,
+        folio: Folio,
+        anon: bool,
+        delta: i64,
+    ) {
+        let allocator = self.allocator.clone();
+        let allocator = allocator.page_allocator();
+        let zone = allocator.find_zone(folio.pfn).expect("in a zone");
+        let memcg = MemcgId(folio.head(zone.mem_map()).memcg_id());
+        let item = if anon {
+            MappedStat::Anon
+        } else {
+            MappedStat::File
+        };
+        self.memcgs
+            .mod_mapped(memcg, zone.node() as usize, caller.cpu, item, delta);
+        let total = if anon {
+            &mut self.stats.anon_mapped
+        } else {
+            &mut self.stats.file_mapped
+        };
+        *total = total
+            .checked_add_signed(delta)
+            .expect("mapped pages go negative");
+    }
+
+    /// Drop `refs` references; free the folio when none are left (`folio_put_refs`).
+    pub(super) fn folio_put(
+        &mut self,
+        caller: Caller,
+        folio: Folio,
+        refs: u64,
+    ) -> Result<(), MmError> {
+        let left = folio.ref_sub(self.mem_map(folio.pfn), refs as u16);
+        if left == 0 {
+            self.free_folio(caller, folio)?;
+        }
+        Ok(())
+    }
+
+    /// Give an unreferenced folio back to the allocator.
+    pub(super) fn free_folio(&mut self, caller: Caller, folio: Folio) -> Result<(), MmError> {
+        self.folios.remove(&folio.pfn);
+        let head = folio.head(self.mem_map(folio.pfn));
+        if head.flags().contains(PageFlags::LRU) {
+            self.lru_del(caller, folio);
+        }
+        let allocator = self.allocator.clone();
+        let allocator = allocator.page_allocator();
+        let head = folio.head(allocator.find_zone(folio.pfn).expect("zone").mem_map());
+        let memcg = MemcgId(head.memcg_id());
+        if memcg.0 != 0 {
+            self.memcgs.counter_uncharge(memcg, folio.nr_pages());
+            let group = self.memcgs.group_mut(memcg);
+            if head.flags().contains(PageFlags::SWAPBACKED) {
+                group.anon -= folio.nr_pages();
+            } else {
+                group.file -= folio.nr_pages();
+            }
+            head.set_memcg_id(0);
+        }
+        folio.clear(self.mem_map(folio.pfn));
+        self.allocator
+            .page_allocator()
+            .free_pages(caller, folio.pfn, folio.order)
+            .map_err(MmError::Free)
+    }
+}
+
+fn allocator_nodes(allocator: &PageAllocator) -> usize {
+    allocator.topology().nr_nodes()
+}

@@ -1,0 +1,338 @@
+//! The mapping layer's walker: every count recomputed from the page tables.
+//!
+//! Checks, for every folio the layer holds: it is an allocated block of its order in the
+//! allocator; each page's map count equals the PTEs that map it; `_nr_pages_mapped`
+//! equals the pages with a map; the reference count equals the PTE maps plus the page
+//! cache's references; the `NR_*_MAPPED` statistics and every address space's counters
+//! equal what the page tables hold; swap slots in use equal the swap entries; the page
+//! cache and the side table agree. Then the allocator's own walker.
+
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::String;
+
+use super::folio::Folio;
+use super::lru::{LruList, NR_LRU_LISTS};
+use super::memcg::MappedStat;
+use super::memory::{Mapping, Memory, MmCounters, VmaKind};
+use super::pte::PteState;
+use crate::page::PageFlags;
+use crate::page::{PageState, Pfn};
+use crate::page_alloc::MAX_NR_ZONES;
+
+macro_rules! ensure {
+    ($cond:expr, $($arg:tt)*) => {
+        if !$cond {
+            return Err(format!($($arg)*));
+        }
+    };
+}
+
+impl Memory {
+    /// Check every invariant of the module documentation; the first violation found.
+    pub fn verify(&self) -> Result<(), String> {
+        let mut maps: BTreeMap<Pfn, u64> = BTreeMap::new();
+        let mut swap_entries = 0;
+        for (id, mm) in self.mms.iter().enumerate() {
+            let Some(mm) = mm else { continue };
+            let mut counters = MmCounters::default();
+            for vma in mm.vmas.values() {
+                let anon = matches!(vma.kind, VmaKind::Anon { .. });
+                for (i, pte) in vma.ptes.iter().enumerate() {
+                    match pte.state() {
+                        PteState::None => {}
+                        PteState::Swap(entry) => {
+                            ensure!(anon, "mm {id}: a swap entry in a file mapping");
+                            ensure!(
+                                self.swap.is_used(entry),
+                                "mm {id}: swap entry {} is not in use",
+                                entry.0
+                            );
+                            counters.swap_entries += 1;
+                            swap_entries += 1;
+                        }
+                        PteState::Present { pfn, .. } => {
+                            let zone = self.allocator.page_allocator().find_zone(pfn);
+                            ensure!(zone.is_some(), "mm {id}: PTE maps {pfn:?}, in no zone");
+                            let mem_map = zone.expect("checked").mem_map();
+                            let folio = Folio::of_page(mem_map, pfn);
+                            ensure!(folio.is_some(), "mm {id}: PTE maps {pfn:?}, not allocated");
+                            let folio = folio.expect("checked");
+                            let info = self.folios.get(&folio.pfn);
+                            ensure!(
+                                info.is_some(),
+                                "mm {id}: PTE maps {pfn:?} of a folio the layer does not hold"
+                            );
+                            let info = info.expect("checked");
+                            let vpn = vma.start + i as u64;
+                            ensure!(
+                                vma.index_of(vpn) == info.index + (pfn.0 - folio.pfn.0),
+                                "mm {id}: {vpn:#x} maps {pfn:?} at the wrong index"
+                            );
+                            let kind_ok = match (vma.kind, info.mapping) {
+                                (VmaKind::Anon { anon_vma, .. }, Mapping::Anon(a)) => a == anon_vma,
+                                (VmaKind::File { file, .. }, Mapping::File(f)) => f == file,
+                                _ => false,
+                            };
+                            ensure!(kind_ok, "mm {id}: {vpn:#x} maps a folio of another mapping");
+                            *maps.entry(pfn).or_default() += 1;
+                            if anon {
+                                counters.anon_pages += 1;
+                            } else {
+                                counters.file_pages += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            ensure!(
+                counters == mm.counters,
+                "mm {id}: counters {:?}, page tables say {counters:?}",
+                mm.counters
+            );
+        }
+        ensure!(
+            swap_entries == self.swap.used(),
+            "{} swap slots in use, {swap_entries} swap entries",
+            self.swap.used()
+        );
+
+        let (mut anon_mapped, mut file_mapped) = (0, 0);
+        for (&head, info) in &self.folios {
+            let folio = info.folio;
+            ensure!(
+                head == folio.pfn,
+                "side table key {head:?} != {:?}",
+                folio.pfn
+            );
+            let mem_map = self.mem_map(head);
+            let page = mem_map.page(head);
+            ensure!(
+                page.state_order() == (PageState::Allocated, folio.order),
+                "folio {head:?}: the allocator has it as {:?}",
+                page.state_order()
+            );
+            let mut mapped_pages = 0;
+            let mut pte_maps = 0;
+            for i in 0..folio.nr_pages() {
+                let pfn = head.add(i);
+                let expected = maps.get(&pfn).copied().unwrap_or(0);
+                let count = u64::from(mem_map.page(pfn).mapcount());
+                ensure!(
+                    count == expected,
+                    "{pfn:?}: map count {count}, {expected} PTEs map it"
+                );
+                if i > 0 {
+                    ensure!(
+                        u64::from(mem_map.page(pfn).next()) == head.0,
+                        "{pfn:?}: tail does not point at its head {head:?}"
+                    );
+                }
+                mapped_pages += u64::from(expected > 0);
+                pte_maps += expected;
+            }
+            ensure!(
+                folio.nr_pages_mapped(mem_map) == mapped_pages,
+                "folio {head:?}: nr_pages_mapped {}, {mapped_pages} pages mapped",
+                folio.nr_pages_mapped(mem_map)
+            );
+            let cache_refs = match info.mapping {
+                Mapping::Anon(_) => {
+                    anon_mapped += mapped_pages;
+                    0
+                }
+                Mapping::File(file) => {
+                    file_mapped += mapped_pages;
+                    let cached = self
+                        .file(file)
+                        .ok()
+                        .and_then(|f| f.cache.get(&info.index).copied());
+                    ensure!(
+                        cached == Some(folio),
+                        "folio {head:?}: not in its file's page cache at {}",
+                        info.index
+                    );
+                    folio.nr_pages()
+                }
+            };
+            ensure!(
+                pte_maps > 0 || cache_refs > 0,
+                "folio {head:?}: held by the layer but mapped and cached nowhere"
+            );
+            let refs = u64::from(folio.refcount(mem_map));
+            ensure!(
+                refs == pte_maps + cache_refs,
+                "folio {head:?}: {refs} references, {pte_maps} PTE maps + {cache_refs} cache"
+            );
+        }
+        for (id, file) in self.files.iter().enumerate() {
+            let Some(file) = file else { continue };
+            for (&index, folio) in &file.cache {
+                let info = self.folios.get(&folio.pfn);
+                ensure!(
+                    info.is_some_and(|i| i.index == index),
+                    "file {id}: cached folio at {index} missing from the side table"
+                );
+            }
+        }
+        ensure!(
+            anon_mapped == self.stats.anon_mapped,
+            "nr_anon_pages {} != {anon_mapped} mapped anonymous pages",
+            self.stats.anon_mapped
+        );
+        ensure!(
+            file_mapped == self.stats.file_mapped,
+            "nr_mapped {} != {file_mapped} mapped file pages",
+            self.stats.file_mapped
+        );
+        for &pfn in self.writeback.keys() {
+            let info = self.folios.get(&pfn);
+            ensure!(info.is_some(), "{pfn:?} under write-back but not held");
+            let flags = self.mem_map(pfn).page(pfn).flags();
+            ensure!(
+                flags.contains(PageFlags::WRITEBACK),
+                "{pfn:?} under write-back without PG_writeback"
+            );
+        }
+        for info in self.folios.values() {
+            let flags = info.folio.head(self.mem_map(info.folio.pfn)).flags();
+            ensure!(
+                !flags.contains(PageFlags::WRITEBACK)
+                    || self.writeback.contains_key(&info.folio.pfn),
+                "{:?} has PG_writeback but no write-back is in flight",
+                info.folio.pfn
+            );
+        }
+        self.verify_lru_and_memcg()?;
+        self.allocator
+            .page_allocator()
+            .verify()
+            .map(|_| ())
+            .map_err(|e| format!("allocator: {e}"))
+    }
+
+    /// Every folio is on the LRU list its flags name, of the cgroup it is charged to, on
+    /// its node; list sizes, per-zone sizes and per-CPU counters equal the lists; each
+    /// cgroup's usage equals the pages charged to its subtree plus their charge stocks.
+    fn verify_lru_and_memcg(&self) -> Result<(), String> {
+        let allocator = self.allocator.page_allocator();
+        let mut listed = 0;
+        let mut charged: BTreeMap<u16, (u64, u64)> = BTreeMap::new();
+        for group in self.memcgs.all() {
+            for (node, lruvec) in group.lruvecs.iter().enumerate() {
+                let mut zone_size = [[0u64; NR_LRU_LISTS]; MAX_NR_ZONES];
+                for lru in LruList::ALL {
+                    let (mut folios, mut pages) = (0, 0);
+                    for pfn in lruvec.iter(allocator, lru) {
+                        let info = self.folios.get(&pfn);
+                        ensure!(
+                            info.is_some(),
+                            "memcg {}: {pfn:?} on an LRU, unknown",
+                            group.id.0
+                        );
+                        let folio = info.expect("checked").folio;
+                        let head = folio.head(self.mem_map(pfn));
+                        ensure!(
+                            head.flags().contains(PageFlags::LRU)
+                                && LruList::of_flags(head.flags()) == lru,
+                            "{pfn:?} on {lru:?} with flags {:?}",
+                            head.flags()
+                        );
+                        ensure!(
+                            head.memcg_id() == group.id.0,
+                            "{pfn:?} on memcg {}'s LRU, charged to {}",
+                            group.id.0,
+                            head.memcg_id()
+                        );
+                        ensure!(
+                            self.node_of(pfn) as usize == node,
+                            "{pfn:?} on node {node}'s LRU"
+                        );
+                        let zone = allocator.find_zone(pfn).expect("zone").zone_type();
+                        zone_size[zone.index()][lru as usize] += folio.nr_pages();
+                        folios += 1;
+                        pages += folio.nr_pages();
+                    }
+                    let list = lruvec.lists[lru as usize];
+                    ensure!(
+                        (list.folios, list.pages) == (folios, pages),
+                        "memcg {} node {node} {lru:?}: size {} folios {} pages, list {folios}/{pages}",
+                        group.id.0,
+                        list.folios,
+                        list.pages
+                    );
+                    let percpu: i64 = group.lru_percpu[node].iter().map(|c| c[lru as usize]).sum();
+                    ensure!(
+                        percpu == pages as i64,
+                        "memcg {} node {node} {lru:?}: per-CPU counters {percpu}, list {pages}",
+                        group.id.0
+                    );
+                    listed += folios;
+                }
+                ensure!(
+                    zone_size == lruvec.lru_zone_size,
+                    "memcg {} node {node}: lru_zone_size disagrees with the lists",
+                    group.id.0
+                );
+            }
+        }
+        ensure!(
+            listed == self.folios.len() as u64,
+            "{listed} folios on LRU lists, {} held",
+            self.folios.len()
+        );
+        let mut mapped: BTreeMap<u16, [i64; 2]> = BTreeMap::new();
+        for info in self.folios.values() {
+            let head = info.folio.head(self.mem_map(info.folio.pfn));
+            let mem_map = self.mem_map(info.folio.pfn);
+            let item = if head.flags().contains(PageFlags::SWAPBACKED) {
+                MappedStat::Anon
+            } else {
+                MappedStat::File
+            };
+            mapped.entry(head.memcg_id()).or_default()[item as usize] +=
+                info.folio.nr_pages_mapped(mem_map) as i64;
+            let entry = charged.entry(head.memcg_id()).or_default();
+            if head.flags().contains(PageFlags::SWAPBACKED) {
+                entry.0 += info.folio.nr_pages();
+            } else {
+                entry.1 += info.folio.nr_pages();
+            }
+        }
+        for group in self.memcgs.all() {
+            let (anon, file) = charged.get(&group.id.0).copied().unwrap_or_default();
+            ensure!(
+                (group.anon, group.file) == (anon, file),
+                "memcg {}: anon {} file {}, folios charged {anon}/{file}",
+                group.id.0,
+                group.anon,
+                group.file
+            );
+            let expected = mapped.get(&group.id.0).copied().unwrap_or_default();
+            for item in [MappedStat::Anon, MappedStat::File] {
+                let counted = self.memcgs.mapped(group.id, item);
+                ensure!(
+                    counted == expected[item as usize],
+                    "memcg {}: per-CPU {item:?} mapped {counted}, folios say {}",
+                    group.id.0,
+                    expected[item as usize]
+                );
+            }
+            let subtree = self.memcgs.subtree(group.id);
+            let pages: u64 = subtree
+                .iter()
+                .map(|g| {
+                    let (a, f) = charged.get(&g.0).copied().unwrap_or_default();
+                    a + f + self.memcgs.stock_pages(*g)
+                })
+                .sum();
+            ensure!(
+                group.usage == pages,
+                "memcg {}: usage {} != {pages} pages charged below it (incl. stocks)",
+                group.id.0,
+                group.usage
+            );
+        }
+        Ok(())
+    }
+}

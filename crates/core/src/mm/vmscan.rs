@@ -1,0 +1,667 @@
+//! Reclaim from the LRU lists: cgroup reclaim (limits and `memory.reclaim`), direct
+//! reclaim in the allocation path, and kswapd.
+//!
+//! Linux counterpart (v6.7, `mm/vmscan.c`): `shrink_lruvec` with a reduced
+//! `get_scan_count` (each evictable list scanned `size >> priority`, anonymous lists only
+//! while swap has room), `shrink_active_list` (deactivate), `shrink_inactive_list` with
+//! `folio_check_references`, `try_to_free_mem_cgroup_pages`, `try_to_free_pages`,
+//! `balance_pgdat`; and `lruvec_lru_size` as two policies (spec §5.2, seed 003):
+//! [`crate::policy::LruSizePolicy`].
+
+use alloc::vec::Vec;
+
+use super::folio::Folio;
+use super::lru::{LruList, LruvecFlags};
+use super::memcg::MemcgId;
+use super::memory::{Memory, MmError, PageIo};
+use super::pageout::ReclaimResult;
+use crate::page::{PageFlags, Pfn};
+use crate::page_alloc::{Caller, NodeId, WatermarkKind, ZoneFlags, MAX_NR_ZONES};
+use crate::policy::{CongestionBits, LruSizePolicy};
+
+/// `DEF_PRIORITY`: the first pass scans 1/4096 of each list.
+pub const DEF_PRIORITY: u32 = 12;
+/// `SWAP_CLUSTER_MAX`: the unit of reclaim.
+pub const SWAP_CLUSTER_MAX: u64 = 32;
+/// `MAX_RECLAIM_RETRIES`.
+pub const MAX_RECLAIM_RETRIES: u32 = 16;
+
+/// What one reclaim call did.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct ReclaimOutcome {
+    /// Pages isolated from inactive lists.
+    pub scanned: u64,
+    /// Pages freed.
+    pub reclaimed: u64,
+    /// Pages moved to the active lists.
+    pub activated: u64,
+    /// Pages moved to the inactive lists.
+    pub deactivated: u64,
+    /// Pages seen dirty or under write-back (`nr.dirty`).
+    pub dirty: u64,
+    /// Pages seen under write-back that reclaim had already asked for (`nr.congested`).
+    pub congested: u64,
+    /// Times a reclaimer found its target congested and would have slept
+    /// (`reclaim_throttle(VMSCAN_THROTTLE_CONGESTED)`).
+    pub throttled: u64,
+}
+
+impl core::ops::AddAssign for ReclaimOutcome {
+    fn add_assign(&mut self, other: ReclaimOutcome) {
+        self.scanned += other.scanned;
+        self.reclaimed += other.reclaimed;
+        self.activated += other.activated;
+        self.deactivated += other.deactivated;
+        self.dirty += other.dirty;
+        self.congested += other.congested;
+        self.throttled += other.throttled;
+    }
+}
+
+/// Who reclaims: what the congestion rules look at.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Reclaimer {
+    /// Reclaim on behalf of a cgroup (limits, `memory.reclaim`, also at the root).
+    Cgroup(MemcgId),
+    /// Direct reclaim from the allocator's slow path.
+    Direct,
+    /// kswapd.
+    Kswapd,
+}
+
+impl Reclaimer {
+    /// The cgroup whose lruvecs carry the congestion flags (the root for global reclaim).
+    fn target(self) -> MemcgId {
+        match self {
+            Reclaimer::Cgroup(memcg) => memcg,
+            Reclaimer::Direct | Reclaimer::Kswapd => MemcgId::ROOT,
+        }
+    }
+}
+
+/// What `folio_check_references` decided.
+enum References {
+    Activate,
+    Keep,
+    Reclaim,
+}
+
+impl Memory {
+    /// `lruvec_lru_size(lruvec, lru, zone_idx)`: pages of `memcg` on `lru` on `node` in
+    /// zones up to `zone_idx`, as the policy computes it. Counts the counters it read in
+    /// [`super::MmStats::lru_size_reads`].
+    pub fn lruvec_lru_size(
+        &mut self,
+        memcg: MemcgId,
+        node: NodeId,
+        lru: LruList,
+        zone_idx: usize,
+    ) -> u64 {
+        let group = self.memcgs.group(memcg);
+        let lruvec = &group.lruvecs[node as usize];
+        match self.policy.lru_size {
+            LruSizePolicy::ZoneSizes => {
+                self.stats.lru_size_reads += zone_idx as u64 + 1;
+                (0..=zone_idx)
+                    .map(|z| lruvec.lru_zone_size[z][lru as usize])
+                    .sum()
+            }
+            LruSizePolicy::PercpuCounters => {
+                // 5.2's lruvec_page_state_local: the node total summed over every CPU's
+                // counter, minus the zones above zone_idx.
+                let percpu = &group.lru_percpu[node as usize];
+                let total: i64 = percpu.iter().map(|c| c[lru as usize]).sum();
+                let above: u64 = (zone_idx + 1..MAX_NR_ZONES)
+                    .map(|z| lruvec.lru_zone_size[z][lru as usize])
+                    .sum();
+                self.stats.lru_size_reads +=
+                    percpu.len() as u64 + (MAX_NR_ZONES - zone_idx - 1) as u64;
+                (total.max(0) as u64).saturating_sub(above)
+            }
+        }
+    }
+
+    /// Take up to `nr` folios off the tail of `lru` (`isolate_lru_folios`); they keep
+    /// their references and leave the list, `PG_lru` cleared.
+    fn isolate_lru(
+        &mut self,
+        caller: Caller,
+        memcg: MemcgId,
+        node: NodeId,
+        lru: LruList,
+        nr: u64,
+    ) -> Vec<Folio> {
+        let mut isolated = Vec::new();
+        let mut pages = 0;
+        while pages < nr {
+            let Some(pfn) = self.memcgs.group(memcg).lruvecs[node as usize].tail(lru) else {
+                break;
+            };
+            let folio = self.folios[&pfn].folio;
+            self.lru_del(caller, folio);
+            pages += folio.nr_pages();
+            isolated.push(folio);
+        }
+        isolated
+    }
+
+    /// `folio_check_references`.
+    fn check_references(&mut self, folio: Folio) -> References {
+        let referenced_ptes = self.folio_referenced(folio);
+        let head = folio.head(self.mem_map(folio.pfn));
+        let flags = head.flags();
+        let referenced_folio = flags.contains(PageFlags::REFERENCED);
+        head.set_flags(flags - PageFlags::REFERENCED);
+        if referenced_ptes > 0 {
+            if flags.contains(PageFlags::SWAPBACKED) || referenced_folio || referenced_ptes > 1 {
+                return References::Activate;
+            }
+            head.set_flags(head.flags() | PageFlags::REFERENCED);
+            return References::Keep;
+        }
+        References::Reclaim
+    }
+
+    /// `shrink_active_list`: move up to `nr` pages from the active list to the inactive
+    /// one, clearing the accessed bits on the way.
+    fn shrink_active_list(
+        &mut self,
+        caller: Caller,
+        memcg: MemcgId,
+        node: NodeId,
+        lru: LruList,
+        nr: u64,
+    ) -> ReclaimOutcome {
+        let mut outcome = ReclaimOutcome::default();
+        for folio in self.isolate_lru(caller, memcg, node, lru, nr) {
+            self.folio_referenced(folio);
+            let head = folio.head(self.mem_map(folio.pfn));
+            head.set_flags(head.flags() - PageFlags::ACTIVE);
+            self.lru_add(caller, folio);
+            outcome.deactivated += folio.nr_pages();
+        }
+        self.memcgs.group_mut(memcg).events.pgdeactivate += outcome.deactivated;
+        outcome
+    }
+
+    /// `shrink_inactive_list` + `shrink_folio_list`: isolate up to `nr` pages, activate
+    /// the referenced ones, keep those seen once, reclaim the rest.
+    fn shrink_inactive_list(
+        &mut self,
+        caller: Caller,
+        memcg: MemcgId,
+        node: NodeId,
+        lru: LruList,
+        nr: u64,
+        io: &mut dyn PageIo,
+    ) -> Result<ReclaimOutcome, MmError> {
+        let mut outcome = ReclaimOutcome::default();
+        for folio in self.isolate_lru(caller, memcg, node, lru, nr) {
+            outcome.scanned += folio.nr_pages();
+            // Already under write-back: count it, and if reclaim asked before, it is
+            // congested (`folio_check_dirty_writeback`, `PG_reclaim`).
+            if let Some(reclaim) = self.writeback.get_mut(&folio.pfn) {
+                outcome.dirty += folio.nr_pages();
+                if *reclaim {
+                    outcome.congested += folio.nr_pages();
+                }
+                *reclaim = true;
+                self.lru_add(caller, folio);
+                continue;
+            }
+            match self.check_references(folio) {
+                References::Activate => {
+                    let head = folio.head(self.mem_map(folio.pfn));
+                    head.set_flags(head.flags() | PageFlags::ACTIVE);
+                    self.lru_add(caller, folio);
+                    outcome.activated += folio.nr_pages();
+                }
+                References::Keep => self.lru_add(caller, folio),
+                References::Reclaim => match self.reclaim_folio(caller, folio, io)? {
+                    ReclaimResult::Freed => outcome.reclaimed += folio.nr_pages(),
+                    ReclaimResult::NoSwap => self.lru_add(caller, folio),
+                    ReclaimResult::Writeback => {
+                        outcome.dirty += folio.nr_pages();
+                        self.lru_add(caller, folio);
+                    }
+                },
+            }
+        }
+        let events = &mut self.memcgs.group_mut(memcg).events;
+        events.pgscan += outcome.scanned;
+        events.pgsteal += outcome.reclaimed;
+        events.pgactivate += outcome.activated;
+        Ok(outcome)
+    }
+
+    /// `shrink_lruvec` at one priority: each evictable list of `memcg` on `node` scanned
+    /// by `size >> priority` (at least one batch at priority 0).
+    fn shrink_lruvec(
+        &mut self,
+        caller: Caller,
+        memcg: MemcgId,
+        node: NodeId,
+        priority: u32,
+        io: &mut dyn PageIo,
+    ) -> Result<ReclaimOutcome, MmError> {
+        let mut outcome = ReclaimOutcome::default();
+        let can_swap = self.swap.used() < self.swap.slots();
+        let top = MAX_NR_ZONES - 1;
+        for lru in [
+            LruList::InactiveAnon,
+            LruList::ActiveAnon,
+            LruList::InactiveFile,
+            LruList::ActiveFile,
+        ] {
+            if !lru.is_file() && !can_swap {
+                continue;
+            }
+            let size = self.lruvec_lru_size(memcg, node, lru, top);
+            let mut scan = size >> priority;
+            if scan == 0 && priority == 0 {
+                scan = size.min(SWAP_CLUSTER_MAX);
+            }
+            if scan == 0 {
+                continue;
+            }
+            if lru.is_active() {
+                // Age the active list only while the inactive one is smaller
+                // (`inactive_is_low`, ratio 1 for small lists).
+                let inactive = if lru.is_file() {
+                    LruList::InactiveFile
+                } else {
+                    LruList::InactiveAnon
+                };
+                if self.lruvec_lru_size(memcg, node, inactive, top) < size {
+                    outcome += self.shrink_active_list(caller, memcg, node, lru, scan);
+                }
+            } else {
+                outcome += self.shrink_inactive_list(caller, memcg, node, lru, scan, io)?;
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Reclaim about `nr` pages from the cgroups `targets` on `nodes`, priority 12 to 0.
+    /// After each node's pass, the congestion rules of `shrink_node`: if every dirty page
+    /// seen was already under write-back for reclaim, flag the target lruvec (which bit:
+    /// the policy and the reclaimer); a reclaimer other than kswapd that finds its target
+    /// flagged is throttled (counted: the simulation does not sleep).
+    fn shrink(
+        &mut self,
+        caller: Caller,
+        reclaimer: Reclaimer,
+        targets: &[MemcgId],
+        nodes: &[NodeId],
+        nr: u64,
+        io: &mut dyn PageIo,
+    ) -> Result<ReclaimOutcome, MmError> {
+        let mut outcome = ReclaimOutcome::default();
+        for priority in (0..=DEF_PRIORITY).rev() {
+            for &node in nodes {
+                let mut pass = ReclaimOutcome::default();
+                for &memcg in targets {
+                    pass += self.shrink_lruvec(caller, memcg, node, priority, io)?;
+                }
+                pass.throttled += self.congestion_control(reclaimer, node, &pass);
+                outcome += pass;
+                if outcome.reclaimed >= nr {
+                    return Ok(outcome);
+                }
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// The congestion part of `shrink_node`; returns 1 if the reclaimer is throttled.
+    fn congestion_control(
+        &mut self,
+        reclaimer: Reclaimer,
+        node: NodeId,
+        pass: &ReclaimOutcome,
+    ) -> u64 {
+        let target = reclaimer.target();
+        let flags = &mut self.memcgs.group_mut(target).lruvecs[node as usize].flags;
+        if pass.dirty != 0 && pass.dirty == pass.congested {
+            *flags |= match (self.policy.congestion, reclaimer) {
+                (CongestionBits::Shared, _) => LruvecFlags::CONGESTED,
+                (CongestionBits::Separate, Reclaimer::Kswapd) => LruvecFlags::NODE_CONGESTED,
+                (CongestionBits::Separate, Reclaimer::Cgroup(_)) => LruvecFlags::CGROUP_CONGESTED,
+                // Global direct reclaim sets neither bit in Linux.
+                (CongestionBits::Separate, Reclaimer::Direct) => LruvecFlags::empty(),
+            };
+        }
+        u64::from(reclaimer != Reclaimer::Kswapd && !flags.is_empty())
+    }
+
+    /// The congestion flags of `memcg`'s lruvec on `node`.
+    pub fn lruvec_flags(&self, memcg: MemcgId, node: NodeId) -> Option<LruvecFlags> {
+        Some(self.memcgs.get(memcg)?.lruvecs.get(node as usize)?.flags)
+    }
+
+    /// Whether a reclaimer (not kswapd) targeting `memcg` on `node` would be throttled now.
+    pub fn reclaim_throttled(&self, memcg: MemcgId, node: NodeId) -> bool {
+        self.lruvec_flags(memcg, node)
+            .is_some_and(|flags| !flags.is_empty())
+    }
+
+    fn all_nodes(&self) -> Vec<NodeId> {
+        (0..self.allocator.page_allocator().topology().nr_nodes() as NodeId).collect()
+    }
+
+    /// `try_to_free_mem_cgroup_pages`: reclaim about `nr` pages from `memcg` and the
+    /// cgroups below it, never from anyone else.
+    pub fn try_to_free_mem_cgroup_pages(
+        &mut self,
+        caller: Caller,
+        memcg: MemcgId,
+        nr: u64,
+        io: &mut dyn PageIo,
+    ) -> Result<ReclaimOutcome, MmError> {
+        let targets = self.memcgs.subtree(memcg);
+        let nodes = self.all_nodes();
+        let reclaimer = Reclaimer::Cgroup(memcg);
+        let outcome = self.shrink(
+            caller,
+            reclaimer,
+            &targets,
+            &nodes,
+            nr.max(SWAP_CLUSTER_MAX),
+            io,
+        );
+        // Leaving `do_try_to_free_pages`, cgroup reclaim clears the congestion it may have
+        // set on its targets: with one shared bit, kswapd's too.
+        let clear = match self.policy.congestion {
+            CongestionBits::Shared => LruvecFlags::CONGESTED,
+            CongestionBits::Separate => LruvecFlags::CGROUP_CONGESTED,
+        };
+        for node in nodes {
+            self.memcgs.group_mut(memcg).lruvecs[node as usize].flags -= clear;
+        }
+        outcome
+    }
+
+    /// `memory.reclaim`: reclaim `pages` from `memcg`'s subtree (the root included),
+    /// giving up with [`MmError::ReclaimStalled`] after 16 rounds without progress.
+    pub fn memory_reclaim(
+        &mut self,
+        caller: Caller,
+        memcg: MemcgId,
+        pages: u64,
+        io: &mut dyn PageIo,
+    ) -> Result<ReclaimOutcome, MmError> {
+        self.memcgs.get(memcg).ok_or(MmError::NoSuchMemcg(memcg))?;
+        let mut total = ReclaimOutcome::default();
+        let mut stalls = 0;
+        while total.reclaimed < pages {
+            let round =
+                self.try_to_free_mem_cgroup_pages(caller, memcg, pages - total.reclaimed, io)?;
+            if round.reclaimed == 0 {
+                stalls += 1;
+                if stalls >= MAX_RECLAIM_RETRIES {
+                    return Err(MmError::ReclaimStalled);
+                }
+            }
+            total += round;
+        }
+        Ok(total)
+    }
+
+    /// `memory.max`: set the limit and reclaim down to it; [`MmError::OutOfMemory`] if
+    /// the usage cannot get there (the limit stays set, as Linux's does).
+    pub fn set_memory_max(
+        &mut self,
+        caller: Caller,
+        memcg: MemcgId,
+        pages: u64,
+        io: &mut dyn PageIo,
+    ) -> Result<(), MmError> {
+        self.memcgs.get(memcg).ok_or(MmError::NoSuchMemcg(memcg))?;
+        self.memcgs.group_mut(memcg).max = pages;
+        self.reclaim_to(caller, memcg, pages, io)
+    }
+
+    /// `memory.high`: set the throttling threshold; charges above it reclaim.
+    pub fn set_memory_high(&mut self, memcg: MemcgId, pages: u64) -> Result<(), MmError> {
+        self.memcgs.get(memcg).ok_or(MmError::NoSuchMemcg(memcg))?;
+        self.memcgs.group_mut(memcg).high = pages;
+        Ok(())
+    }
+
+    /// Reclaim from `memcg` until its usage is at most `target` pages.
+    fn reclaim_to(
+        &mut self,
+        caller: Caller,
+        memcg: MemcgId,
+        target: u64,
+        io: &mut dyn PageIo,
+    ) -> Result<(), MmError> {
+        for _ in 0..MAX_RECLAIM_RETRIES {
+            let usage = self.memcgs.group(memcg).usage;
+            if usage <= target {
+                return Ok(());
+            }
+            // Stocked charges are the cheapest pages to give back.
+            for cpu in 0..self.allocator.page_allocator().topology().nr_cpus() {
+                self.memcgs.drain_stock(cpu);
+            }
+            let usage = self.memcgs.group(memcg).usage;
+            if usage <= target {
+                return Ok(());
+            }
+            self.try_to_free_mem_cgroup_pages(caller, memcg, usage - target, io)?;
+        }
+        if self.memcgs.group(memcg).usage <= target {
+            Ok(())
+        } else {
+            Err(MmError::OutOfMemory)
+        }
+    }
+
+    /// `try_charge_memcg`: charge `pages` to `memcg` (and its ancestors), from this CPU's
+    /// stock if it can, else a batch of 64 ahead; over a limit, reclaim that cgroup and
+    /// retry, and fail with [`MmError::OutOfMemory`] after 16 fruitless rounds. Usage over
+    /// `memory.high` is reclaimed before returning.
+    pub(super) fn try_charge(
+        &mut self,
+        caller: Caller,
+        memcg: MemcgId,
+        pages: u64,
+        io: &mut dyn PageIo,
+    ) -> Result<(), MmError> {
+        let cpu = caller.cpu;
+        if !self.memcgs.consume_stock(cpu, memcg, pages) {
+            let mut batch = pages.max(super::memcg::MEMCG_CHARGE_BATCH);
+            let mut retries = MAX_RECLAIM_RETRIES;
+            loop {
+                match self.memcgs.counter_try_charge(memcg, batch) {
+                    Ok(()) => {
+                        self.memcgs.refill_stock(cpu, memcg, batch - pages);
+                        break;
+                    }
+                    Err(_) if batch > pages => batch = pages,
+                    Err(super::memcg::OverLimit(over)) => {
+                        self.memcgs.group_mut(over).events.max += 1;
+                        if retries == 0 {
+                            self.memcgs.group_mut(over).events.oom += 1;
+                            return Err(MmError::OutOfMemory);
+                        }
+                        retries -= 1;
+                        for c in 0..self.allocator.page_allocator().topology().nr_cpus() {
+                            self.memcgs.drain_stock(c);
+                        }
+                        self.try_to_free_mem_cgroup_pages(caller, over, pages, io)?;
+                    }
+                }
+            }
+        }
+        // memory.high: reclaim the excess of every ancestor over its threshold.
+        let over: Vec<(MemcgId, u64)> = self
+            .memcgs
+            .ancestors(memcg)
+            .filter_map(|g| {
+                let group = self.memcgs.group(g);
+                (group.usage > group.high).then(|| (g, group.usage - group.high))
+            })
+            .collect();
+        for (g, excess) in over {
+            self.memcgs.group_mut(g).events.high += 1;
+            self.try_to_free_mem_cgroup_pages(caller, g, excess, io)?;
+        }
+        Ok(())
+    }
+
+    /// Direct reclaim for an allocation that failed on `node`: reclaim a cluster from
+    /// every cgroup (`try_to_free_pages`).
+    pub(super) fn direct_reclaim(
+        &mut self,
+        caller: Caller,
+        node: NodeId,
+        io: &mut dyn PageIo,
+    ) -> Result<ReclaimOutcome, MmError> {
+        let targets = self.memcgs.subtree(MemcgId::ROOT);
+        self.shrink(
+            caller,
+            Reclaimer::Direct,
+            &targets,
+            &[node],
+            SWAP_CLUSTER_MAX,
+            io,
+        )
+    }
+
+    /// One kswapd run for `node` (`balance_pgdat`): if a zone is below its low watermark,
+    /// mark the node's zones `RECLAIM_ACTIVE` (pagesets shrink while it is set) and
+    /// reclaim from every cgroup until each zone is above its high watermark or a whole
+    /// pass frees nothing. Returns what it did.
+    pub fn kswapd_balance(
+        &mut self,
+        caller: Caller,
+        node: NodeId,
+        io: &mut dyn PageIo,
+    ) -> Result<ReclaimOutcome, MmError> {
+        let zones: Vec<usize> = self
+            .allocator
+            .page_allocator()
+            .zones()
+            .iter()
+            .enumerate()
+            .filter(|(_, z)| z.node() == node && z.is_managed())
+            .map(|(i, _)| i)
+            .collect();
+        let below = |m: &Memory, mark: WatermarkKind| {
+            zones.iter().any(|&i| {
+                let z = &m.allocator.page_allocator().zones()[i];
+                z.free_pages() < z.wmark(mark) as i64
+            })
+        };
+        let mut outcome = ReclaimOutcome::default();
+        if !below(self, WatermarkKind::Low) {
+            return Ok(outcome);
+        }
+        for &i in &zones {
+            self.allocator.page_allocator().zones()[i].set_flag(ZoneFlags::RECLAIM_ACTIVE);
+        }
+        let targets = self.memcgs.subtree(MemcgId::ROOT);
+        let result = (|| {
+            while below(self, WatermarkKind::High) {
+                let round = self.shrink(
+                    caller,
+                    Reclaimer::Kswapd,
+                    &targets,
+                    &[node],
+                    SWAP_CLUSTER_MAX,
+                    io,
+                )?;
+                outcome += round;
+                if round.reclaimed == 0 {
+                    break;
+                }
+            }
+            if !below(self, WatermarkKind::High) {
+                // Balanced: `clear_pgdat_congested` clears every congestion bit.
+                self.memcgs.group_mut(MemcgId::ROOT).lruvecs[node as usize].flags =
+                    LruvecFlags::empty();
+            }
+            Ok(outcome)
+        })();
+        for &i in &zones {
+            self.allocator.page_allocator().zones()[i].clear_flag(ZoneFlags::RECLAIM_ACTIVE);
+        }
+        result
+    }
+
+    /// One reclaim round as kswapd, for a runtime whose own kswapd thread runs the
+    /// `balance_pgdat` loop and sets `RECLAIM_ACTIVE`: reclaim about `nr` pages from every
+    /// cgroup on `node` under kswapd's congestion rules, and clear the node's congestion
+    /// bits once every zone is above its high watermark.
+    pub fn kswapd_shrink(
+        &mut self,
+        caller: Caller,
+        node: NodeId,
+        nr: u64,
+        io: &mut dyn PageIo,
+    ) -> Result<ReclaimOutcome, MmError> {
+        let targets = self.memcgs.subtree(MemcgId::ROOT);
+        let outcome = self.shrink(caller, Reclaimer::Kswapd, &targets, &[node], nr, io)?;
+        let balanced = self.allocator.page_allocator().zones().iter().all(|z| {
+            z.node() != node
+                || !z.is_managed()
+                || z.free_pages() >= z.wmark(WatermarkKind::High) as i64
+        });
+        if balanced {
+            self.memcgs.group_mut(MemcgId::ROOT).lruvecs[node as usize].flags =
+                LruvecFlags::empty();
+        }
+        Ok(outcome)
+    }
+
+    /// The node of a pfn.
+    pub(super) fn node_of(&self, pfn: Pfn) -> NodeId {
+        self.allocator
+            .page_allocator()
+            .find_zone(pfn)
+            .expect("in a zone")
+            .node()
+    }
+
+    /// Put a folio on its memcg's LRU on its node, counting the change in the caller's
+    /// per-CPU counters.
+    pub(super) fn lru_add(&mut self, caller: Caller, folio: Folio) {
+        let node = self.node_of(folio.pfn) as usize;
+        let memcg = MemcgId(folio.head(self.mem_map(folio.pfn)).memcg_id());
+        let allocator = self.allocator.clone();
+        let allocator = allocator.page_allocator();
+        let lruvec = &mut self.memcgs.group_mut(memcg).lruvecs[node];
+        lruvec.add(allocator, folio);
+        let lru = LruList::of_flags(folio.head(self.mem_map(folio.pfn)).flags());
+        self.memcgs
+            .count_lru(memcg, node, caller.cpu, lru, folio.nr_pages() as i64);
+    }
+
+    /// Take a folio off its LRU list.
+    pub(super) fn lru_del(&mut self, caller: Caller, folio: Folio) {
+        let node = self.node_of(folio.pfn) as usize;
+        let memcg = MemcgId(folio.head(self.mem_map(folio.pfn)).memcg_id());
+        let allocator = self.allocator.clone();
+        let allocator = allocator.page_allocator();
+        let lru = self.memcgs.group_mut(memcg).lruvecs[node].del(allocator, folio);
+        self.memcgs
+            .count_lru(memcg, node, caller.cpu, lru, -(folio.nr_pages() as i64));
+    }
+}
+
+impl Memory {
+    /// Put a folio at the tail of its list (`lruvec_add_folio_tail`), where reclaim looks
+    /// first.
+    pub(super) fn lru_add_tail(&mut self, caller: Caller, folio: Folio) {
+        let node = self.node_of(folio.pfn) as usize;
+        let memcg = MemcgId(folio.head(self.mem_map(folio.pfn)).memcg_id());
+        let allocator = self.allocator.clone();
+        let allocator = allocator.page_allocator();
+        self.memcgs.group_mut(memcg).lruvecs[node].add_tail(allocator, folio);
+        let lru = LruList::of_flags(folio.head(self.mem_map(folio.pfn)).flags());
+        self.memcgs
+            .count_lru(memcg, node, caller.cpu, lru, folio.nr_pages() as i64);
+    }
+}

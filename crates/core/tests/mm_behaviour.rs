@@ -1,0 +1,460 @@
+//! The mapping layer's rules, one scenario each: large folios on faults, the rmap counts,
+//! seed 002's batched removal, `MADV_PAGEOUT` under 6.7 and 6.10 rules, and bad input
+//! refused without change.
+
+use std::sync::Arc;
+
+use mmkit_core::mm::lru::LruList;
+use mmkit_core::mm::memcg::{MemcgId, MEMCG_CHARGE_BATCH};
+use mmkit_core::mm::{FileId, Memory, MmError, PageIo, PteState, ReclaimResult, SwapEntry};
+use mmkit_core::page_alloc::Caller;
+use mmkit_core::topology::CacheInfo;
+use mmkit_core::{
+    CongestionBits, LruSizePolicy, MmPolicy, Order, PageAllocator, PageoutSplit, Pfn, Policy,
+    RmapRemoval, Settings, Topology, ZoneSpec, ZoneType,
+};
+
+const CALLER: Caller = Caller::task(0);
+
+fn memory(zone_pages: u64, policy: MmPolicy, swap_slots: u64) -> Memory {
+    let spec = ZoneSpec {
+        node: 0,
+        zone_type: ZoneType::Normal,
+        start_pfn: Pfn(0x10000),
+        spanned: zone_pages,
+        present: zone_pages,
+        managed: zone_pages,
+    };
+    let llc = CacheInfo {
+        llc_bytes: 8 << 20,
+        llc_shared_cpus: 1,
+    };
+    let topology = Topology::new(vec![spec], vec![1], llc, false).unwrap();
+    let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7).unwrap();
+    Memory::new(Arc::new(allocator), policy, swap_slots)
+}
+
+/// Data movement is not what these tests check.
+struct NoIo;
+
+impl PageIo for NoIo {
+    fn read_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
+    fn write_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
+    fn write_swap(&mut self, _: SwapEntry, _: Pfn) {}
+    fn read_swap(&mut self, _: SwapEntry, _: Pfn) {}
+    fn zero(&mut self, _: Pfn, _: u64) {}
+}
+
+fn order(n: u8) -> Order {
+    Order::new(n).unwrap()
+}
+
+#[test]
+fn anonymous_fault_maps_a_whole_large_folio() {
+    let mut m = memory(4096, MmPolicy::V6_7, 0);
+    let mm = m.create_mm();
+    m.mmap_anon(mm, 0x100, 32, order(4)).unwrap();
+    let fault = m.access(CALLER, mm, 0x105, true, &mut NoIo).unwrap();
+    assert_eq!(fault.folio.order, order(4));
+    assert_eq!(fault.pfn, fault.folio.pfn.add(5));
+    // All 16 PTEs of the aligned range are mapped by the one fault.
+    for i in 0..16 {
+        assert_eq!(
+            m.mm(mm).unwrap().pte(0x100 + i).pfn(),
+            Some(fault.folio.pfn.add(i))
+        );
+    }
+    assert_eq!(m.stats().anon_mapped, 16);
+    assert_eq!(m.stats().faults, 1);
+    assert!(
+        m.access(CALLER, mm, 0x10f, false, &mut NoIo)
+            .unwrap()
+            .was_present
+    );
+    m.verify().unwrap();
+}
+
+#[test]
+fn anonymous_fault_falls_back_to_a_page_where_a_folio_does_not_fit() {
+    let mut m = memory(4096, MmPolicy::V6_7, 0);
+    let mm = m.create_mm();
+    // 0x104..0x10c: no aligned 16-page range inside.
+    m.mmap_anon(mm, 0x104, 8, order(4)).unwrap();
+    let fault = m.access(CALLER, mm, 0x106, false, &mut NoIo).unwrap();
+    assert_eq!(fault.folio.order, Order::ZERO);
+    assert_eq!(m.stats().anon_mapped, 1);
+    m.verify().unwrap();
+}
+
+/// Seed 002: unmapping a fully mapped 16-page folio. Per page: map count, the folio's
+/// mapped-page count, the statistic and the reference for each of 16 pages = 64 updates;
+/// batched: 16 map counts + 3 once = 19.
+#[test]
+fn batched_rmap_removal_updates_shared_counters_once_per_run() {
+    for (removal, updates) in [(RmapRemoval::PerPage, 64), (RmapRemoval::Batched, 19)] {
+        let policy = MmPolicy {
+            rmap_removal: removal,
+            pageout: PageoutSplit::KeepCovered,
+            ..MmPolicy::V6_7
+        };
+        let mut m = memory(4096, policy, 64);
+        let mm = m.create_mm();
+        m.mmap_anon(mm, 0x100, 16, order(4)).unwrap();
+        let fault = m.access(CALLER, mm, 0x100, true, &mut NoIo).unwrap();
+        assert_eq!(
+            m.reclaim_folio(CALLER, fault.folio, &mut NoIo).unwrap(),
+            ReclaimResult::Freed
+        );
+        assert_eq!(m.stats().rmap_counter_updates, updates, "{removal:?}");
+        assert_eq!(m.stats().anon_mapped, 0);
+    }
+}
+
+#[test]
+fn pageout_splits_large_folios_in_6_7_and_keeps_covered_ones_whole_in_6_10() {
+    for (split, splits) in [
+        (PageoutSplit::SplitLarge, 1),
+        (PageoutSplit::KeepCovered, 0),
+    ] {
+        let policy = MmPolicy {
+            pageout: split,
+            ..MmPolicy::V6_7
+        };
+        let mut m = memory(4096, policy, 64);
+        let mm = m.create_mm();
+        m.mmap_anon(mm, 0x100, 16, order(4)).unwrap();
+        m.access(CALLER, mm, 0x100, true, &mut NoIo).unwrap();
+        let outcome = m.madvise_pageout(CALLER, mm, 0x100, 16, &mut NoIo).unwrap();
+        assert_eq!(outcome.reclaimed, 16, "{split:?}");
+        assert_eq!(outcome.split, splits, "{split:?}");
+        assert_eq!(m.stats().swap_out, 16);
+        for i in 0..16 {
+            assert!(matches!(
+                m.mm(mm).unwrap().pte(0x100 + i).state(),
+                PteState::Swap(_)
+            ));
+        }
+        m.verify().unwrap();
+        // A range that covers half the folio splits it under both policies.
+        m.access(CALLER, mm, 0x100, true, &mut NoIo).unwrap(); // swap-in: one page
+        assert_eq!(m.stats().swap_in, 1);
+        m.verify().unwrap();
+    }
+}
+
+#[test]
+fn pageout_of_part_of_a_folio_splits_it_under_both_policies() {
+    for split in [PageoutSplit::SplitLarge, PageoutSplit::KeepCovered] {
+        let policy = MmPolicy {
+            pageout: split,
+            ..MmPolicy::V6_7
+        };
+        let mut m = memory(4096, policy, 64);
+        let mm = m.create_mm();
+        m.mmap_anon(mm, 0x100, 16, order(4)).unwrap();
+        m.access(CALLER, mm, 0x100, true, &mut NoIo).unwrap();
+        let outcome = m.madvise_pageout(CALLER, mm, 0x100, 8, &mut NoIo).unwrap();
+        assert_eq!((outcome.reclaimed, outcome.split), (8, 1), "{split:?}");
+        assert_eq!(m.stats().anon_mapped, 8);
+        m.verify().unwrap();
+    }
+}
+
+#[test]
+fn shared_file_pages_are_not_paged_out() {
+    let mut m = memory(4096, MmPolicy::V6_7, 0);
+    let file = m.create_file(16, order(2));
+    let (a, b) = (m.create_mm(), m.create_mm());
+    m.mmap_file(a, 0x200, 16, file, 0).unwrap();
+    m.mmap_file(b, 0x300, 16, file, 0).unwrap();
+    m.access(CALLER, a, 0x200, false, &mut NoIo).unwrap();
+    m.access(CALLER, b, 0x300, false, &mut NoIo).unwrap();
+    let outcome = m.madvise_pageout(CALLER, a, 0x200, 16, &mut NoIo).unwrap();
+    assert_eq!(outcome.reclaimed, 0);
+    assert_eq!(outcome.skipped, 1);
+    assert_eq!(m.stats().file_mapped, 1);
+    m.verify().unwrap();
+}
+
+#[test]
+fn bad_requests_are_refused_without_change() {
+    let mut m = memory(4096, MmPolicy::V6_7, 0);
+    let mm = m.create_mm();
+    let file = m.create_file(8, Order::ZERO);
+    m.mmap_anon(mm, 0x100, 16, Order::ZERO).unwrap();
+    assert_eq!(
+        m.mmap_anon(mm, 0x108, 16, Order::ZERO),
+        Err(MmError::Overlap(0x108))
+    );
+    assert_eq!(
+        m.mmap_anon(mm, 0xf8, 16, Order::ZERO),
+        Err(MmError::Overlap(0xf8))
+    );
+    assert_eq!(
+        m.mmap_anon(mm, 0x400, 0, Order::ZERO),
+        Err(MmError::Overlap(0x400))
+    );
+    assert_eq!(
+        m.mmap_file(mm, 0x200, 16, file, 0),
+        Err(MmError::BeyondFile(16))
+    );
+    assert!(matches!(
+        m.access(CALLER, mm, 0x99, false, &mut NoIo),
+        Err(MmError::BadAddress(0x99))
+    ));
+    assert!(matches!(
+        m.access(CALLER, mmkit_core::mm::MmId(7), 0x100, false, &mut NoIo),
+        Err(MmError::NoSuchMm(_))
+    ));
+    assert_eq!(m.munmap(CALLER, mm, 0x101), Err(MmError::BadAddress(0x101)));
+    assert_eq!(m.stats().faults, 0);
+    m.verify().unwrap();
+}
+
+#[test]
+fn out_of_memory_is_an_error_and_leaves_everything_consistent() {
+    // 512 pages, minus what the watermarks keep back.
+    let mut m = memory(512, MmPolicy::V6_7, 0);
+    let mm = m.create_mm();
+    m.mmap_anon(mm, 0x1000, 1024, Order::ZERO).unwrap();
+    let mut mapped = 0;
+    let error = loop {
+        match m.access(CALLER, mm, 0x1000 + mapped, true, &mut NoIo) {
+            Ok(_) => mapped += 1,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(error, MmError::OutOfMemory);
+    assert!(mapped > 256, "most of the zone was usable: {mapped}");
+    assert_eq!(m.stats().anon_mapped, mapped);
+    m.verify().unwrap();
+    // Out of swap, reclaim keeps the pages rather than losing them.
+    let outcome = m
+        .madvise_pageout(CALLER, mm, 0x1000, mapped, &mut NoIo)
+        .unwrap();
+    assert_eq!(outcome.reclaimed, 0);
+    assert_eq!(m.stats().anon_mapped, mapped);
+    m.munmap(CALLER, mm, 0x1000).unwrap();
+    m.verify().unwrap();
+}
+
+fn memory_cpus(zone_pages: u64, cpus: u32, policy: MmPolicy, swap_slots: u64) -> Memory {
+    let spec = ZoneSpec {
+        node: 0,
+        zone_type: ZoneType::Normal,
+        start_pfn: Pfn(0x10000),
+        spanned: zone_pages,
+        present: zone_pages,
+        managed: zone_pages,
+    };
+    let llc = CacheInfo {
+        llc_bytes: 8 << 20,
+        llc_shared_cpus: cpus,
+    };
+    let topology = Topology::new(vec![spec], vec![cpus], llc, false).unwrap();
+    let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7).unwrap();
+    Memory::new(Arc::new(allocator), policy, swap_slots)
+}
+
+#[test]
+fn charges_are_batched_per_cpu() {
+    let mut m = memory(4096, MmPolicy::V6_7, 0);
+    let mm = m.create_mm();
+    let group = m.create_memcg(MemcgId::ROOT).unwrap();
+    m.set_mm_memcg(mm, group).unwrap();
+    m.mmap_anon(mm, 0x100, 8, Order::ZERO).unwrap();
+    m.access(CALLER, mm, 0x100, true, &mut NoIo).unwrap();
+    // One page charged, a batch of 64 taken from the counter, 63 left in CPU 0's stock.
+    assert_eq!(m.memcgs().get(group).unwrap().usage, MEMCG_CHARGE_BATCH);
+    assert_eq!(m.memcgs().stock_pages(group), MEMCG_CHARGE_BATCH - 1);
+    assert_eq!(m.memcgs().get(group).unwrap().anon, 1);
+    m.verify().unwrap();
+}
+
+#[test]
+fn a_cgroup_over_its_limit_reclaims_its_own_pages_only() {
+    let mut m = memory(8192, MmPolicy::V6_7, 4096);
+    let (a, b) = (m.create_mm(), m.create_mm());
+    let (ga, gb) = (
+        m.create_memcg(MemcgId::ROOT).unwrap(),
+        m.create_memcg(MemcgId::ROOT).unwrap(),
+    );
+    m.set_mm_memcg(a, ga).unwrap();
+    m.set_mm_memcg(b, gb).unwrap();
+    m.mmap_anon(b, 0x100, 512, Order::ZERO).unwrap();
+    for v in 0..512 {
+        m.access(CALLER, b, 0x100 + v, true, &mut NoIo).unwrap();
+    }
+    let b_before = m.mm(b).unwrap().counters;
+    m.set_memory_max(CALLER, ga, 256, &mut NoIo).unwrap();
+    m.mmap_anon(a, 0x1000, 1024, Order::ZERO).unwrap();
+    for v in 0..1024 {
+        m.access(CALLER, a, 0x1000 + v, true, &mut NoIo).unwrap();
+        assert!(m.memcgs().get(ga).unwrap().usage <= 256);
+    }
+    assert!(m.memcgs().get(ga).unwrap().events.pgsteal >= 1024 - 256);
+    assert_eq!(m.memcgs().get(gb).unwrap().events.pgsteal, 0);
+    assert_eq!(m.mm(b).unwrap().counters, b_before, "B lost nothing");
+    assert!(m.mm(a).unwrap().counters.swap_entries >= 1024 - 256);
+    m.verify().unwrap();
+}
+
+#[test]
+fn exceeding_memory_max_with_nothing_reclaimable_is_out_of_memory() {
+    // No swap: anonymous pages cannot be reclaimed.
+    let mut m = memory(4096, MmPolicy::V6_7, 0);
+    let mm = m.create_mm();
+    let group = m.create_memcg(MemcgId::ROOT).unwrap();
+    m.set_mm_memcg(mm, group).unwrap();
+    m.set_memory_max(CALLER, group, 100, &mut NoIo).unwrap();
+    m.mmap_anon(mm, 0x100, 200, Order::ZERO).unwrap();
+    let mut mapped = 0;
+    let error = loop {
+        match m.access(CALLER, mm, 0x100 + mapped, true, &mut NoIo) {
+            Ok(_) => mapped += 1,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(error, MmError::OutOfMemory);
+    assert_eq!(mapped, 100);
+    assert_eq!(m.memcgs().get(group).unwrap().events.oom, 1);
+    m.verify().unwrap();
+    // The system stays usable: freeing makes room again.
+    m.munmap(CALLER, mm, 0x100).unwrap();
+    m.mmap_anon(mm, 0x100, 10, Order::ZERO).unwrap();
+    m.access(CALLER, mm, 0x100, true, &mut NoIo).unwrap();
+    m.verify().unwrap();
+}
+
+/// Seed 003: both ways of sizing an LRU list give the same pages; the per-CPU one reads
+/// a counter per CPU, the zone one a counter per zone, whatever the CPU count.
+#[test]
+fn lru_size_policies_agree_and_differ_in_cost() {
+    for cpus in [2, 64] {
+        let mut reads = Vec::new();
+        for lru_size in [LruSizePolicy::ZoneSizes, LruSizePolicy::PercpuCounters] {
+            let policy = MmPolicy {
+                lru_size,
+                ..MmPolicy::V6_7
+            };
+            let mut m = memory_cpus(4096, cpus, policy, 0);
+            let mm = m.create_mm();
+            m.mmap_anon(mm, 0x100, 40, Order::ZERO).unwrap();
+            for v in 0..40 {
+                let caller = Caller::task(v as u32 % cpus);
+                m.access(caller, mm, 0x100 + v, true, &mut NoIo).unwrap();
+            }
+            let before = m.stats().lru_size_reads;
+            let normal = ZoneType::Normal.index();
+            let size = m.lruvec_lru_size(MemcgId::ROOT, 0, LruList::InactiveAnon, normal);
+            assert_eq!(size, 40, "{lru_size:?}");
+            reads.push(m.stats().lru_size_reads - before);
+        }
+        assert_eq!(reads[0], ZoneType::Normal.index() as u64 + 1);
+        assert_eq!(
+            reads[1],
+            u64::from(cpus) + (4 - ZoneType::Normal.index()) as u64
+        );
+    }
+}
+
+#[test]
+fn memory_stat_uses_linux_names_and_bytes() {
+    let mut m = memory(4096, MmPolicy::V6_7, 0);
+    let mm = m.create_mm();
+    m.mmap_anon(mm, 0x100, 3, Order::ZERO).unwrap();
+    for v in 0..3 {
+        m.access(CALLER, mm, 0x100 + v, true, &mut NoIo).unwrap();
+    }
+    let stat = m.memcgs().memory_stat(MemcgId::ROOT).unwrap();
+    assert!(
+        stat.starts_with("anon 12288\nfile 0\nfile_mapped 0\ninactive_anon 12288\nactive_anon 0\n"),
+        "{stat}"
+    );
+    assert!(stat.contains("pgfault 3\n"), "{stat}");
+}
+
+#[test]
+fn kswapd_balances_a_node_below_its_low_watermark() {
+    let mut m = memory(2048, MmPolicy::V6_7, 4096);
+    let mm = m.create_mm();
+    m.mmap_anon(mm, 0x1000, 4096, Order::ZERO).unwrap();
+    let zone_index = ZoneType::Normal.index();
+    let mut v = 0;
+    loop {
+        let zone = &m.allocator().zones()[zone_index];
+        if zone.free_pages() < zone.wmark(mmkit_core::page_alloc::WatermarkKind::Low) as i64 {
+            break;
+        }
+        m.access(CALLER, mm, 0x1000 + v, true, &mut NoIo).unwrap();
+        v += 1;
+    }
+    let outcome = m.kswapd_balance(CALLER, 0, &mut NoIo).unwrap();
+    assert!(outcome.reclaimed > 0);
+    let zone = &m.allocator().zones()[zone_index];
+    assert!(zone.free_pages() >= zone.wmark(mmkit_core::page_alloc::WatermarkKind::High) as i64);
+    assert!(!zone
+        .flags()
+        .contains(mmkit_core::page_alloc::ZoneFlags::RECLAIM_ACTIVE));
+    m.verify().unwrap();
+}
+
+/// Spec §5.4: kswapd finds only dirty file pages already under write-back for reclaim
+/// and marks the node congested; then a root `memory.reclaim` runs. With one shared bit
+/// (before 6.5) it clears kswapd's mark, so direct reclaimers stop being throttled while
+/// the node is still unbalanced; with separate bits the node stays marked.
+#[test]
+fn root_memory_reclaim_unthrottles_the_node_only_with_a_shared_bit() {
+    for (bits, throttled_after) in [
+        (CongestionBits::Shared, false),
+        (CongestionBits::Separate, true),
+    ] {
+        let policy = MmPolicy {
+            congestion: bits,
+            ..MmPolicy::V6_7
+        };
+        let mut m = memory(2048, policy, 0);
+        m.set_async_writeback(true);
+        let file = m.create_file(4096, Order::ZERO);
+        let mm = m.create_mm();
+        m.mmap_file(mm, 0x1000, 4096, file, 0).unwrap();
+        // Dirty file pages until the zone is below its low watermark.
+        let zone_index = ZoneType::Normal.index();
+        let mut v = 0;
+        loop {
+            let zone = &m.allocator().zones()[zone_index];
+            if zone.free_pages() < zone.wmark(mmkit_core::page_alloc::WatermarkKind::Low) as i64 {
+                break;
+            }
+            m.access(CALLER, mm, 0x1000 + v, true, &mut NoIo).unwrap();
+            v += 1;
+        }
+        // The first run queues the dirty pages for write-back; woken again while the
+        // write-back is in flight, kswapd finds only pages it already asked for.
+        m.kswapd_balance(CALLER, 0, &mut NoIo).unwrap();
+        assert!(m.writeback_folios() > 0, "write-back is in flight");
+        assert!(!m.reclaim_throttled(MemcgId::ROOT, 0));
+        m.kswapd_balance(CALLER, 0, &mut NoIo).unwrap();
+        assert!(
+            m.reclaim_throttled(MemcgId::ROOT, 0),
+            "{bits:?}: kswapd marked the node"
+        );
+        let zone = &m.allocator().zones()[zone_index];
+        assert!(
+            zone.free_pages() < zone.wmark(mmkit_core::page_alloc::WatermarkKind::High) as i64,
+            "the node is not balanced"
+        );
+        let _ = m.memory_reclaim(CALLER, MemcgId::ROOT, 32, &mut NoIo);
+        assert_eq!(
+            m.reclaim_throttled(MemcgId::ROOT, 0),
+            throttled_after,
+            "{bits:?} after root memory.reclaim: {:?}",
+            m.lruvec_flags(MemcgId::ROOT, 0)
+        );
+        // Once write-back ends, kswapd balances the node and clears every bit.
+        m.end_all_writeback(CALLER);
+        m.kswapd_balance(CALLER, 0, &mut NoIo).unwrap();
+        assert!(!m.reclaim_throttled(MemcgId::ROOT, 0));
+        m.verify().unwrap();
+    }
+}

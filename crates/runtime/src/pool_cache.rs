@@ -1,0 +1,556 @@
+//! A page_pool-style recycling cache in front of the [`PagePool`]: one owner thread
+//! allocates from a small array without any atomic read-modify-write, and other threads
+//! give pages back through a bounded lock-free ring that the owner drains before it goes
+//! to the allocator.
+//!
+//! Linux counterpart: `net/core/page_pool.c`, the allocator of network drivers' receive
+//! pages. A [`PoolCache`] is one `struct page_pool` as its NAPI context sees it: the
+//! `alloc.cache` array ([`CACHE_SIZE`] = `PP_ALLOC_CACHE_SIZE`, 128 pages), refilled
+//! [`CACHE_REFILL`] (`PP_ALLOC_CACHE_REFILL`, 64) pages at a time, first from the
+//! `ptr_ring` (`page_pool_refill_alloc_cache`), then from the page allocator's bulk API
+//! (`__page_pool_alloc_pages_slow` → `alloc_pages_bulk_array`, here
+//! [`PagePool::alloc_bulk_gfp`]). A [`Recycler`] is what `page_pool_put_page` does outside
+//! the NAPI context: push into the `ptr_ring` (`page_pool_recycle_in_ring`), and when the
+//! ring is full, give the page back to the allocator (`page_pool_return_page`). The owner's
+//! own frees go into the array (`page_pool_recycle_in_cache`), then, when it is full, into
+//! the ring like any other.
+//!
+//! Where we differ:
+//! - The ring is crossbeam's `ArrayQueue` (a bounded lock-free multi-producer queue,
+//!   Vyukov's design: one compare-and-swap per push and per pop) instead of `ptr_ring`
+//!   (a spinlock on each side). Any thread may recycle, and recyclers never wait for
+//!   each other behind a lock; we did not write our own ring because a tested crate
+//!   exists and the ring is not on the owner's fast path (it is touched once per
+//!   [`CACHE_REFILL`] allocations).
+//! - The pool is order-fixed like Linux's (`pool->p.order`): order 0 refills in bulk;
+//!   a higher order allocates one block per slow call (`slow_high_order`), as Linux does.
+//! - No DMA mapping, no `pp_frag`, no NUMA check of recycled pages, no page refcounts:
+//!   a page is owned by exactly one party (the cache, the ring, or one user).
+//! - Pages sitting in the cache or the ring are *allocated* as far as the core is
+//!   concerned (the page allocator handed them out), as in Linux; `PagePool::verify()`
+//!   counts them as allocated until the cache and its last recycler are gone.
+//!
+//! Ownership follows the rest of the runtime. The safe API hands out [`PageBlock`]s:
+//! [`PoolCache::free`] and [`Recycler::recycle`] consume them, so a page cannot be given
+//! back twice; a block that is simply dropped goes to the [`PagePool`] with its normal
+//! free. The raw API hands out pfns and its frees are `unsafe` (as
+//! [`PagePool::free_raw`]): what it detects and what it does not is on
+//! [`PoolCache::free_raw`].
+
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crossbeam_queue::ArrayQueue;
+use mmkit_core::page::PAGE_SIZE;
+use mmkit_core::page_alloc::{AllocError, FreeError, Gfp};
+use mmkit_core::{Order, Pfn};
+
+use crate::{PageBlock, PagePool, PoolError};
+
+/// Pages the owner's array holds (`PP_ALLOC_CACHE_SIZE`).
+pub const CACHE_SIZE: usize = 128;
+
+/// Pages one refill moves into the array, from the ring or from the allocator
+/// (`PP_ALLOC_CACHE_REFILL`).
+pub const CACHE_REFILL: usize = 64;
+
+const _: () = assert!(CACHE_REFILL <= CACHE_SIZE, "a refill fits an empty array");
+
+/// How a [`PoolCache`] is set up (Linux: `struct page_pool_params`).
+#[derive(Clone, Copy, Debug)]
+pub struct PoolCacheConfig {
+    /// The flags of every allocation from the [`PagePool`] (Linux: the `gfp` given to
+    /// `page_pool_alloc_pages`). Default `GFP_USER | __GFP_MOVABLE`, what
+    /// [`PagePool::alloc_bulk`] uses.
+    pub gfp: Gfp,
+    /// The order of every block (Linux: `pool->p.order`). Order 0 refills in bulk.
+    pub order: Order,
+    /// Slots of the recycle ring (Linux: `pool->p.pool_size`, usually the NIC's RX ring
+    /// size). Default 1024.
+    pub ring_size: usize,
+}
+
+impl Default for PoolCacheConfig {
+    fn default() -> PoolCacheConfig {
+        PoolCacheConfig {
+            gfp: Gfp::USER | Gfp::MOVABLE,
+            order: Order::ZERO,
+            ring_size: 1024,
+        }
+    }
+}
+
+/// Counters of one cache and its recyclers (Linux: `struct page_pool_stats`, its
+/// `alloc_stats` and `recycle_stats`).
+///
+/// Every allocation is counted once, in `alloc_fast`, `alloc_refill`, `alloc_slow` or
+/// `alloc_slow_high_order`; every page given back is counted once, in `recycle_cached`,
+/// `recycle_ring` or `recycle_released`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolCacheStats {
+    /// Allocations served from the array (`fast`).
+    pub alloc_fast: u64,
+    /// Allocations that refilled the array from the allocator's bulk API (`slow`).
+    pub alloc_slow: u64,
+    /// Allocations of order > 0 that went to the allocator (`slow_high_order`).
+    pub alloc_slow_high_order: u64,
+    /// Refills that found the ring empty (`empty`).
+    pub alloc_empty: u64,
+    /// Allocations served right after refilling the array from the ring (`refill`).
+    pub alloc_refill: u64,
+    /// Pages moved from the ring into the array (no Linux counter).
+    pub pages_from_ring: u64,
+    /// Blocks taken from the [`PagePool`] (no Linux counter).
+    pub blocks_from_pool: u64,
+    /// Frees by the owner that went into the array (`cached`).
+    pub recycle_cached: u64,
+    /// Frees by the owner that found the array full and went on to the ring
+    /// (`cache_full`); each is counted again in `recycle_ring` or `recycle_released`.
+    pub recycle_cache_full: u64,
+    /// Pages pushed into the ring, by the owner or a recycler (`ring`).
+    pub recycle_ring: u64,
+    /// Pages that found the ring full and went back to the [`PagePool`] (`ring_full`);
+    /// each is counted again in `recycle_released`.
+    pub recycle_ring_full: u64,
+    /// Pages given back to the [`PagePool`] instead of being kept: the ring was full,
+    /// the block was of another order, or the owner was gone (`released_refcnt`).
+    pub recycle_released: u64,
+}
+
+impl PoolCacheStats {
+    /// Allocations served, by any path.
+    pub fn allocs(&self) -> u64 {
+        self.alloc_fast + self.alloc_refill + self.alloc_slow + self.alloc_slow_high_order
+    }
+
+    /// Blocks given back, by any path.
+    pub fn frees(&self) -> u64 {
+        self.recycle_cached + self.recycle_ring + self.recycle_released
+    }
+}
+
+/// The counters recyclers write: shared, so relaxed atomics.
+#[derive(Default)]
+struct RecycleCounters {
+    ring: AtomicU64,
+    ring_full: AtomicU64,
+    released: AtomicU64,
+}
+
+/// What a cache and its recyclers share.
+///
+/// # Invariants
+///
+/// Every pfn in `ring` starts an allocated block of `order` of `pool` that nobody else
+/// owns: the ring owns it until it is popped.
+struct Shared<'pool> {
+    pool: &'pool PagePool,
+    order: Order,
+    /// Pages in the arena, for the raw API's bounds check.
+    nr_pages: u64,
+    ring: ArrayQueue<Pfn>,
+    /// Set when the [`PoolCache`] drops: recycled pages then go straight to the pool.
+    owner_gone: AtomicBool,
+    counters: RecycleCounters,
+}
+
+impl Shared<'_> {
+    /// Check a raw pfn as far as is cheap: inside the arena and aligned to the order.
+    fn check_raw(&self, pfn: Pfn) -> Result<(), PoolError> {
+        if pfn.0 >= self.nr_pages {
+            return Err(PoolError::Free(FreeError::OutsideZones { pfn }));
+        }
+        if pfn.0 & (self.order.pages() - 1) != 0 {
+            return Err(PoolError::Free(FreeError::Misaligned {
+                pfn,
+                order: self.order,
+            }));
+        }
+        Ok(())
+    }
+
+    /// Recycle an owned page from any thread: the ring, or the pool when the ring is
+    /// full or the owner is gone. The pool's refusal is returned.
+    fn recycle(&self, pfn: Pfn) -> Result<(), PoolError> {
+        if !self.owner_gone.load(Ordering::Acquire) {
+            match self.ring.push(pfn) {
+                Ok(()) => {
+                    self.counters.ring.fetch_add(1, Ordering::Relaxed);
+                    return Ok(());
+                }
+                Err(_) => {
+                    self.counters.ring_full.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        self.counters.released.fetch_add(1, Ordering::Relaxed);
+        self.pool.free_pfn(pfn, self.order)
+    }
+
+    /// Give owned pages back to the pool: batched at order 0, one by one otherwise, and
+    /// one by one again if the batch is refused (it then freed nothing).
+    fn release_all(&self, pfns: &[Pfn]) {
+        if pfns.is_empty() {
+            return;
+        }
+        if self.order == Order::ZERO && self.pool.free_pfns_batch(pfns).is_ok() {
+            return;
+        }
+        for &pfn in pfns {
+            let result = self.pool.free_pfn(pfn, self.order);
+            // Only a raw double free (a caller that broke `free_raw`'s contract) gets
+            // here; the pool refused and changed nothing.
+            debug_assert!(result.is_ok(), "releasing cached page {pfn}: {result:?}");
+        }
+    }
+
+    /// Empty the ring into the pool.
+    fn drain_ring(&self) {
+        let mut pfns = Vec::with_capacity(self.ring.len());
+        while let Some(pfn) = self.ring.pop() {
+            pfns.push(pfn);
+        }
+        self.release_all(&pfns);
+    }
+}
+
+impl Drop for Shared<'_> {
+    fn drop(&mut self) {
+        // The last of the cache and its recyclers: pages recycled after the cache dropped
+        // (racing with its drain) are still here.
+        self.drain_ring();
+    }
+}
+
+/// The counters only the owner writes: plain integers.
+#[derive(Clone, Copy, Default)]
+struct OwnerCounters {
+    alloc_fast: u64,
+    alloc_slow: u64,
+    alloc_slow_high_order: u64,
+    alloc_empty: u64,
+    alloc_refill: u64,
+    pages_from_ring: u64,
+    blocks_from_pool: u64,
+    recycle_cached: u64,
+    recycle_cache_full: u64,
+    recycle_ring: u64,
+    recycle_ring_full: u64,
+    recycle_released: u64,
+}
+
+/// One thread's page cache over a [`PagePool`] (Linux: a `struct page_pool` used from its
+/// NAPI context). `Send` but not `Sync`: one thread at a time owns it, and its fast paths
+/// are a plain array pop and push.
+///
+/// ```
+/// use mmkit_runtime::{PagePool, PoolCache, PoolCacheConfig};
+///
+/// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(2).build()?;
+/// let mut cache = PoolCache::new(&pool, PoolCacheConfig::default())?;
+/// let recycler = cache.recycler();
+/// let mut page = cache.alloc()?;                 // refills 64 pages in one bulk call
+/// page[0] = 1;
+/// std::thread::scope(|s| {
+///     s.spawn(move || recycler.recycle(page));   // another thread gives it back
+/// });
+/// let again = cache.alloc()?;                    // from the array: no atomics
+/// cache.free(again);
+/// assert_eq!(cache.stats().alloc_slow, 1);
+/// drop(cache);                                   // every page back to the pool
+/// assert_eq!(pool.verify()?.iter().map(|z| z.allocated).sum::<u64>(), 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Invariants
+///
+/// Every pfn in `cache` starts an allocated block of `shared.order` of `shared.pool`
+/// that nobody else owns; `cache.len() <= CACHE_SIZE`; `slots` is all `None` between
+/// calls.
+pub struct PoolCache<'pool> {
+    shared: Arc<Shared<'pool>>,
+    cache: Vec<Pfn>,
+    slots: Vec<Option<Pfn>>,
+    gfp: Gfp,
+    order: Order,
+    counters: OwnerCounters,
+    not_sync: PhantomData<Cell<()>>,
+}
+
+impl std::fmt::Debug for PoolCache<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolCache")
+            .field("order", &self.order)
+            .field("cached", &self.cache.len())
+            .field("ring", &self.shared.ring.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'pool> PoolCache<'pool> {
+    /// A cache over `pool`, empty until the first allocation (Linux: `page_pool_create`).
+    pub fn new(pool: &'pool PagePool, config: PoolCacheConfig) -> Result<Self, PoolError> {
+        if config.ring_size == 0 {
+            return Err(PoolError::Invalid(
+                "a pool cache needs a ring of at least one slot".into(),
+            ));
+        }
+        let nr_pages = (pool.arena().len() / PAGE_SIZE) as u64;
+        Ok(PoolCache {
+            shared: Arc::new(Shared {
+                pool,
+                order: config.order,
+                nr_pages,
+                ring: ArrayQueue::new(config.ring_size),
+                owner_gone: AtomicBool::new(false),
+                counters: RecycleCounters::default(),
+            }),
+            cache: Vec::with_capacity(CACHE_SIZE),
+            slots: vec![None; CACHE_REFILL],
+            gfp: config.gfp,
+            order: config.order,
+            counters: OwnerCounters::default(),
+            not_sync: PhantomData,
+        })
+    }
+
+    /// A handle other threads give pages back through.
+    pub fn recycler(&self) -> Recycler<'pool> {
+        Recycler {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// The order of every block.
+    pub fn order(&self) -> Order {
+        self.order
+    }
+
+    /// Pages in the array now.
+    pub fn cached(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// Pages in the ring now.
+    pub fn ring_len(&self) -> usize {
+        self.shared.ring.len()
+    }
+
+    /// A block as a handle that frees itself to the [`PagePool`] when dropped; give it
+    /// back with [`PoolCache::free`] or [`Recycler::recycle`] to keep it in circulation.
+    pub fn alloc(&mut self) -> Result<PageBlock<'pool>, PoolError> {
+        let pfn = self.alloc_raw()?;
+        Ok(PageBlock::new(self.shared.pool, pfn, self.order))
+    }
+
+    /// Give a block back on the owner's thread: into the array, or the ring when the
+    /// array is full, or the pool when both are. A block of another pool or order is
+    /// simply dropped (its own pool frees it).
+    pub fn free(&mut self, block: PageBlock<'pool>) {
+        if !std::ptr::eq(block.pool(), self.shared.pool) {
+            drop(block);
+            return;
+        }
+        if block.order() != self.order {
+            self.counters.recycle_released += 1;
+            drop(block);
+            return;
+        }
+        let pfn = block.into_raw();
+        if let Err(e) = self.put(pfn) {
+            panic!("the pool refused a page a handle owned: {e}");
+        }
+    }
+
+    /// A block for a caller that frees it with [`PoolCache::free_raw`] or
+    /// [`Recycler::recycle_raw`] (or the pool's `free_raw`); its memory is at
+    /// [`PagePool::pfn_to_addr`].
+    #[inline]
+    pub fn alloc_raw(&mut self) -> Result<Pfn, PoolError> {
+        if let Some(pfn) = self.cache.pop() {
+            self.counters.alloc_fast += 1;
+            return Ok(pfn);
+        }
+        self.alloc_slow()
+    }
+
+    /// The array is empty: refill it from the ring, else from the pool.
+    #[cold]
+    #[inline(never)]
+    fn alloc_slow(&mut self) -> Result<Pfn, PoolError> {
+        let mut moved = 0;
+        while moved < CACHE_REFILL {
+            let Some(pfn) = self.shared.ring.pop() else {
+                break;
+            };
+            self.cache.push(pfn);
+            moved += 1;
+        }
+        self.counters.pages_from_ring += moved as u64;
+        if let Some(pfn) = self.cache.pop() {
+            self.counters.alloc_refill += 1;
+            return Ok(pfn);
+        }
+        self.counters.alloc_empty += 1;
+        if self.order != Order::ZERO {
+            let pfn = self.shared.pool.alloc_raw(self.gfp, self.order)?;
+            self.counters.blocks_from_pool += 1;
+            self.counters.alloc_slow_high_order += 1;
+            return Ok(pfn);
+        }
+        let filled = self.shared.pool.alloc_bulk_gfp(self.gfp, &mut self.slots)?;
+        self.cache
+            .extend(self.slots.iter_mut().filter_map(Option::take));
+        self.counters.blocks_from_pool += filled as u64;
+        match self.cache.pop() {
+            Some(pfn) => {
+                self.counters.alloc_slow += 1;
+                Ok(pfn)
+            }
+            None => Err(PoolError::Alloc(AllocError::OutOfMemory {
+                order: self.order,
+            })),
+        }
+    }
+
+    /// Give back a raw block on the owner's thread (Linux: `page_pool_put_page` with
+    /// `allow_direct`): into the array, or the ring when the array is full, or the pool
+    /// when both are.
+    ///
+    /// Detected, refused with an error and changing nothing: a pfn outside the arena, or
+    /// not aligned to the cache's order; in builds with debug assertions, a pfn already in
+    /// the array (a scan of up to 128 entries). Detected when the page reaches the pool
+    /// (the pool refuses; at drop time the page is skipped): a block that is not allocated
+    /// or of another order. Not detected in release builds: a page freed twice while
+    /// both copies sit in the array or the ring; it would then be handed out twice.
+    ///
+    /// # Safety
+    ///
+    /// The caller owns the block: it is a block of this cache's order that this pool
+    /// allocated (from this cache, another cache over the pool, or the pool's raw API),
+    /// it has not been freed since, no [`PageBlock`] owns it, and no reference into its
+    /// memory is used after this call.
+    pub unsafe fn free_raw(&mut self, pfn: Pfn) -> Result<(), PoolError> {
+        self.shared.check_raw(pfn)?;
+        if cfg!(debug_assertions) && self.cache.contains(&pfn) {
+            return Err(PoolError::Free(FreeError::NotAllocated { pfn }));
+        }
+        self.put(pfn)
+    }
+
+    /// Keep an owned page: array, ring, or pool.
+    #[inline]
+    fn put(&mut self, pfn: Pfn) -> Result<(), PoolError> {
+        if self.cache.len() < CACHE_SIZE {
+            self.cache.push(pfn);
+            self.counters.recycle_cached += 1;
+            return Ok(());
+        }
+        self.counters.recycle_cache_full += 1;
+        match self.shared.ring.push(pfn) {
+            Ok(()) => {
+                self.counters.recycle_ring += 1;
+                Ok(())
+            }
+            Err(pfn) => {
+                self.counters.recycle_ring_full += 1;
+                self.counters.recycle_released += 1;
+                self.shared.pool.free_pfn(pfn, self.order)
+            }
+        }
+    }
+
+    /// The counters of this cache and its recyclers.
+    pub fn stats(&self) -> PoolCacheStats {
+        let c = &self.counters;
+        let shared = &self.shared.counters;
+        PoolCacheStats {
+            alloc_fast: c.alloc_fast,
+            alloc_slow: c.alloc_slow,
+            alloc_slow_high_order: c.alloc_slow_high_order,
+            alloc_empty: c.alloc_empty,
+            alloc_refill: c.alloc_refill,
+            pages_from_ring: c.pages_from_ring,
+            blocks_from_pool: c.blocks_from_pool,
+            recycle_cached: c.recycle_cached,
+            recycle_cache_full: c.recycle_cache_full,
+            recycle_ring: c.recycle_ring + shared.ring.load(Ordering::Relaxed),
+            recycle_ring_full: c.recycle_ring_full + shared.ring_full.load(Ordering::Relaxed),
+            recycle_released: c.recycle_released + shared.released.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for PoolCache<'_> {
+    fn drop(&mut self) {
+        // Linux: page_pool_destroy → page_pool_empty_alloc_cache_once, page_pool_empty_ring.
+        self.shared.owner_gone.store(true, Ordering::Release);
+        let cached = std::mem::take(&mut self.cache);
+        self.shared.release_all(&cached);
+        self.shared.drain_ring();
+    }
+}
+
+/// How other threads give a [`PoolCache`]'s pages back (Linux: `page_pool_put_page`
+/// outside the NAPI context, into the `ptr_ring`). Cheap to clone; any number of threads
+/// may use one. When the ring is full, or the cache is gone, a page goes back to the
+/// [`PagePool`] with its normal free. The last of the cache and its recyclers to drop
+/// returns whatever is left in the ring.
+#[derive(Clone)]
+pub struct Recycler<'pool> {
+    shared: Arc<Shared<'pool>>,
+}
+
+impl std::fmt::Debug for Recycler<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recycler")
+            .field("order", &self.shared.order)
+            .field("ring", &self.shared.ring.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'pool> Recycler<'pool> {
+    /// Give a block back from any thread. A block of another pool or order is simply
+    /// dropped (its own pool frees it).
+    pub fn recycle(&self, block: PageBlock<'pool>) {
+        let shared = &*self.shared;
+        if !std::ptr::eq(block.pool(), shared.pool) {
+            drop(block);
+            return;
+        }
+        if block.order() != shared.order {
+            shared.counters.released.fetch_add(1, Ordering::Relaxed);
+            drop(block);
+            return;
+        }
+        let pfn = block.into_raw();
+        if let Err(e) = shared.recycle(pfn) {
+            panic!("the pool refused a page a handle owned: {e}");
+        }
+    }
+
+    /// Give a raw block back from any thread: into the ring, or to the pool when the ring
+    /// is full or the cache is gone.
+    ///
+    /// Detected, refused with an error and changing nothing: a pfn outside the arena or
+    /// not aligned to the order. Detected only when the page reaches the pool (ring full
+    /// or cache gone): a block that is not allocated or of another order. Not detected: a
+    /// page recycled twice while a copy sits in the ring or the cache.
+    ///
+    /// # Safety
+    ///
+    /// As for [`PoolCache::free_raw`]: the caller owns the block, of this cache's order
+    /// and pool, and does not use its memory afterwards.
+    pub unsafe fn recycle_raw(&self, pfn: Pfn) -> Result<(), PoolError> {
+        self.shared.check_raw(pfn)?;
+        self.shared.recycle(pfn)
+    }
+
+    /// The order of the blocks this recycler takes.
+    pub fn order(&self) -> Order {
+        self.shared.order
+    }
+}

@@ -1,0 +1,122 @@
+//! Mapped memory on real pages and real files: data written, paged out to the swap file
+//! or the file on disk, and read back, is what was written; a cgroup limit swaps the
+//! group's own pages; every count checks out after each step.
+
+use std::path::PathBuf;
+
+use mmkit_core::mm::memcg::MemcgId;
+use mmkit_core::{MmPolicy, Order, PageoutSplit};
+use mmkit_runtime::{MappedMemory, PagePool};
+
+fn dir(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("mmkit-mapped-{name}-{}", std::process::id()))
+}
+
+fn mapped(name: &str, policy: MmPolicy) -> MappedMemory {
+    let pool = PagePool::builder()
+        .memory_bytes(16 << 20)
+        .cpus(1)
+        .build()
+        .unwrap();
+    MappedMemory::new(pool, &dir(name), 1024, policy).unwrap()
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect()
+}
+
+#[test]
+fn anonymous_data_survives_swap_out_and_in() {
+    let policy = MmPolicy {
+        pageout: PageoutSplit::KeepCovered,
+        ..MmPolicy::V6_7
+    };
+    let m = mapped("anon", policy);
+    let mm = m.create_mm();
+    m.mmap_anon(mm, 0x100, 32, Order::new(2).unwrap()).unwrap();
+    let data = pattern(7, 32 * 4096 - 100);
+    m.write(mm, 0x100 * 4096 + 50, &data).unwrap();
+    m.verify().unwrap();
+    let outcome = m.madvise_pageout(mm, 0x100, 32).unwrap();
+    assert_eq!(outcome.reclaimed, 32);
+    assert_eq!(m.stats().swap_out, 32);
+    m.verify().unwrap();
+    let mut back = vec![0; data.len()];
+    m.read(mm, 0x100 * 4096 + 50, &mut back).unwrap();
+    assert!(back == data, "swapped data came back changed");
+    assert_eq!(m.stats().swap_in, 32);
+    m.verify().unwrap();
+}
+
+#[test]
+fn file_pages_are_read_from_and_written_back_to_the_file_on_disk() {
+    let m = mapped("file", MmPolicy::V6_7);
+    let contents = pattern(3, 5 * 4096);
+    let file = m.create_file(8, Order::new(2).unwrap(), &contents).unwrap();
+    let mm = m.create_mm();
+    m.mmap_file(mm, 0x200, 8, file, 0).unwrap();
+    let mut back = vec![0; contents.len()];
+    m.read(mm, 0x200 * 4096, &mut back).unwrap();
+    assert!(back == contents);
+    let update = pattern(9, 4096);
+    m.write(mm, 0x201 * 4096, &update).unwrap();
+    let outcome = m.madvise_pageout(mm, 0x200, 8).unwrap();
+    assert!(outcome.reclaimed > 0);
+    assert!(m.stats().file_writes > 0);
+    let on_disk = std::fs::read(dir("file").join("file-0")).unwrap();
+    assert!(
+        on_disk[4096..8192] == update[..],
+        "written back to the real file"
+    );
+    m.read(mm, 0x201 * 4096, &mut back[..4096]).unwrap();
+    assert!(back[..4096] == update[..]);
+    m.verify().unwrap();
+}
+
+#[test]
+fn a_cgroup_limit_swaps_its_own_pages_and_keeps_their_data() {
+    let m = mapped("memcg", MmPolicy::V6_7);
+    let mm = m.create_mm();
+    let group = m
+        .with_memory(|memory| {
+            let group = memory.create_memcg(MemcgId::ROOT)?;
+            memory.set_mm_memcg(mm, group)?;
+            Ok::<_, mmkit_core::mm::MmError>(group)
+        })
+        .unwrap();
+    m.set_memory_max(group, 64).unwrap();
+    m.mmap_anon(mm, 0x1000, 256, Order::ZERO).unwrap();
+    let data = pattern(11, 256 * 4096);
+    m.write(mm, 0x1000 * 4096, &data).unwrap();
+    let usage = m.with_memory(|memory| memory.memcgs().get(group).unwrap().usage);
+    assert!(usage <= 64, "usage {usage} over memory.max");
+    assert!(m.stats().swap_out >= 256 - 64);
+    let mut back = vec![0; data.len()];
+    m.read(mm, 0x1000 * 4096, &mut back).unwrap();
+    assert!(back == data);
+    m.verify().unwrap();
+}
+
+#[test]
+fn kswapd_reclaims_mapped_memory_in_the_background() {
+    let builder = PagePool::builder().memory_bytes(8 << 20).cpus(1);
+    let m = MappedMemory::with_kswapd(builder, &dir("kswapd"), 4096, MmPolicy::V6_7).unwrap();
+    let mm = m.create_mm();
+    // More anonymous memory than the pool has: faults must reclaim (directly or through
+    // kswapd) and every byte must come back.
+    let pages = 3000;
+    m.mmap_anon(mm, 0x1000, pages, Order::ZERO).unwrap();
+    let data = pattern(5, (pages * 4096) as usize);
+    m.write(mm, 0x1000 * 4096, &data).unwrap();
+    assert!(m.stats().swap_out > 0);
+    assert!(
+        m.pool().stats().kswapd_runs > 0,
+        "allocations below the low watermark woke kswapd"
+    );
+    let mut back = vec![0; data.len()];
+    m.read(mm, 0x1000 * 4096, &mut back).unwrap();
+    assert!(back == data);
+    m.verify().unwrap();
+}
