@@ -201,3 +201,48 @@ fn replay_rules_for_odd_frees_are_counted() {
     assert_eq!(predicted.skipped.free_failed, 0);
     assert_eq!(result.observed.free_pages, 1 + 2 + 1 + 1 + 1);
 }
+
+/// Observed refills and drains are bursts per CPU: another CPU's events do not split a
+/// burst, an event of the same CPU does; `mm_page_free_batched` does not.
+#[test]
+fn observed_events_are_grouped_into_bursts_per_cpu() {
+    let zoneinfo = String::from_utf8(data("compile.zoneinfo.txt")).unwrap();
+    let line = |cpu: u32, ts: &str, event: &str, fields: &str| {
+        format!("  cc-7 [{cpu:03}] ..... {ts}: {event}: {fields}\n")
+    };
+    let refill = "pfn=0x200000 order=0 migratetype=1 percpu_refill=1";
+    let drain = "pfn=0x200040 order=1 migratetype=1";
+    let mut text = String::new();
+    text += &line(0, "1.000001", "mm_page_alloc_zone_locked", refill);
+    text += &line(1, "1.000002", "mm_page_alloc_zone_locked", refill);
+    text += &line(0, "1.000003", "mm_page_alloc_zone_locked", refill);
+    text += &line(
+        0,
+        "1.000004",
+        "mm_page_alloc",
+        "pfn=0x200000 order=0 migratetype=1",
+    );
+    text += &line(0, "1.000005", "mm_page_alloc_zone_locked", refill);
+    text += &line(1, "1.000006", "mm_page_free", "pfn=0x300000 order=0");
+    text += &line(1, "1.000007", "mm_page_free_batched", "pfn=0x300000");
+    text += &line(1, "1.000008", "mm_page_pcpu_drain", drain);
+    text += &line(1, "1.000009", "mm_page_free_batched", "pfn=0x300001");
+    text += &line(1, "1.000010", "mm_page_pcpu_drain", drain);
+    text += &line(
+        1,
+        "1.000011",
+        "mm_page_alloc_zone_locked",
+        "pfn=0x400000 order=4 migratetype=1 percpu_refill=0",
+    );
+    let trace = parse::parse_text(&text);
+    assert_eq!(trace.problems.total(), 0, "{:?}", trace.problems);
+    let machine = Machine::from_trace(&trace, Some(&zoneinfo)).unwrap();
+    let observed = replay::observe(&trace, &machine);
+    let cpu0 = observed.per_cpu[0];
+    let cpu1 = observed.per_cpu[1];
+    assert_eq!((cpu0.refill_events, cpu0.refill_pages), (2, 3));
+    assert_eq!((cpu1.refill_events, cpu1.refill_pages), (1, 1));
+    assert_eq!((cpu1.drain_events, cpu1.drain_pages), (1, 4));
+    assert_eq!(observed.direct_zone_pages, 16);
+    assert_eq!(observed.seed.alloc_zone_pages, 4 + 16);
+}
