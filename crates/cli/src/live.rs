@@ -7,16 +7,14 @@
 //! each pageset's batch, high_min, high_max and vm stats threshold. Run-time state (free
 //! pages, pageset count and high) is not compared.
 
-use std::fs;
 use std::path::Path;
 
 use mmkit_core::settings::MinFreeKbytes;
-use mmkit_core::topology::{CacheInfo, ZoneSpec};
 use mmkit_core::views::zoneinfo::{self, ZoneInfo};
-use mmkit_core::{PageAllocator, Pfn, Policy, Settings, Topology, ZoneType};
+use mmkit_core::{PageAllocator, Policy, Settings, Topology};
+use mmkit_trace::machine::{self, Layout};
 use serde::Serialize;
 
-use crate::size::parse_bytes;
 use crate::zoneinfo::print_json;
 use crate::CliError;
 
@@ -194,140 +192,14 @@ fn compare(kernel: &[ZoneInfo], ours: &[ZoneInfo]) -> Vec<Comparison> {
 }
 
 fn read(root: &Path, path: &str) -> Result<String, CliError> {
-    let full = root.join(path);
-    fs::read_to_string(&full)
-        .map_err(|e| CliError::usage(format!("cannot read {}: {e}", full.display())))
-}
-
-fn read_number(root: &Path, path: &str) -> Result<i64, CliError> {
-    let text = read(root, path)?;
-    text.trim()
-        .parse()
-        .map_err(|_| CliError::usage(format!("{path}: {:?} is not a number", text.trim())))
+    machine::fs_reader(root)(path).map_err(CliError::usage)
 }
 
 fn live_settings(root: &Path) -> Result<Settings, CliError> {
-    let unsigned = |path: &str| -> Result<u32, CliError> {
-        u32::try_from(read_number(root, path)?)
-            .map_err(|_| CliError::usage(format!("{path} is out of range")))
-    };
-    let mut settings = Settings {
-        min_free_kbytes: MinFreeKbytes::Explicit(unsigned("proc/sys/vm/min_free_kbytes")? as u64),
-        watermark_scale_factor: unsigned("proc/sys/vm/watermark_scale_factor")?,
-        watermark_boost_factor: unsigned("proc/sys/vm/watermark_boost_factor")?,
-        percpu_pagelist_high_fraction: unsigned("proc/sys/vm/percpu_pagelist_high_fraction")?,
-        ..Settings::default()
-    };
-    let ratios = read(root, "proc/sys/vm/lowmem_reserve_ratio")?;
-    for (slot, value) in settings
-        .lowmem_reserve_ratio
-        .iter_mut()
-        .zip(ratios.split_whitespace())
-    {
-        *slot = value
-            .parse()
-            .map_err(|_| CliError::usage(format!("lowmem_reserve_ratio: bad value {value:?}")))?;
-    }
-    settings
-        .validate()
-        .map_err(|e| CliError::usage(e.to_string()))?;
-    Ok(settings)
+    machine::settings(&machine::fs_reader(root)).map_err(CliError::usage)
 }
 
 fn live_topology(root: &Path, kernel: &[ZoneInfo]) -> Result<Topology, CliError> {
-    let nr_nodes = kernel
-        .iter()
-        .map(|z| z.node as usize + 1)
-        .max()
-        .unwrap_or(0);
-    let node_cpus: Vec<u32> = (0..nr_nodes)
-        .map(|n| {
-            kernel
-                .iter()
-                .filter(|z| z.node as usize == n)
-                .map(|z| z.pagesets.len() as u32)
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let zone_device = kernel.iter().any(|z| z.zone == ZoneType::Device);
-    let zones = kernel
-        .iter()
-        .map(|z| ZoneSpec {
-            node: z.node,
-            zone_type: z.zone,
-            start_pfn: Pfn(if z.spanned > 0 { z.start_pfn } else { 0 }),
-            spanned: z.spanned,
-            present: z.present,
-            managed: z.managed,
-        })
-        .collect();
-    Topology::new(zones, node_cpus, live_llc(root)?, zone_device)
-        .map_err(|e| CliError::usage(e.to_string()))
-}
-
-/// The last cache leaf of CPU 0 (must be Data or Unified, as Linux's cacheinfo requires).
-fn live_llc(root: &Path) -> Result<CacheInfo, CliError> {
-    let dir = root.join("sys/devices/system/cpu/cpu0/cache");
-    let mut leaves: Vec<_> = fs::read_dir(&dir)
-        .map_err(|e| CliError::usage(format!("cannot read {}: {e}", dir.display())))?
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with("index"))
-        .map(|e| e.path())
-        .collect();
-    leaves.sort_by_key(|p| {
-        p.file_name().and_then(|n| {
-            n.to_string_lossy()
-                .trim_start_matches("index")
-                .parse::<u32>()
-                .ok()
-        })
-    });
-    let last = leaves
-        .last()
-        .ok_or_else(|| CliError::usage("no cache leaves in sysfs"))?;
-    let field = |name: &str| {
-        fs::read_to_string(last.join(name))
-            .map(|s| s.trim().to_string())
-            .map_err(|e| CliError::usage(format!("cannot read {}/{name}: {e}", last.display())))
-    };
-    let kind = field("type")?;
-    if kind != "Data" && kind != "Unified" {
-        return Err(CliError::usage(format!(
-            "the last cache leaf is {kind}, not Data or Unified"
-        )));
-    }
-    Ok(CacheInfo {
-        llc_bytes: parse_bytes(&field("size")?).map_err(CliError::usage)?,
-        llc_shared_cpus: count_cpu_list(&field("shared_cpu_list")?)?,
-    })
-}
-
-/// Count the CPUs in a list like "0-3,8,10-11".
-fn count_cpu_list(list: &str) -> Result<u32, CliError> {
-    let bad = || CliError::usage(format!("bad CPU list {list:?}"));
-    let mut count = 0;
-    for part in list.split(',').filter(|p| !p.is_empty()) {
-        count += match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (u32, u32) =
-                    (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
-                b.checked_sub(a).ok_or_else(bad)? + 1
-            }
-            None => part.parse::<u32>().map(|_| 1).map_err(|_| bad())?,
-        };
-    }
-    Ok(count)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cpu_lists_count_ranges() {
-        assert_eq!(count_cpu_list("0-1").unwrap(), 2);
-        assert_eq!(count_cpu_list("0-3,8,10-11").unwrap(), 7);
-        assert!(count_cpu_list("3-1").is_err());
-    }
+    let llc = machine::llc(root).map_err(CliError::usage)?;
+    machine::topology(kernel, llc, Layout::AsKernel).map_err(CliError::usage)
 }

@@ -8,7 +8,7 @@
 //! at boot (e820, `free_area_init`, cacheinfo) and from `/proc/sys/vm`.
 
 use clap::Args;
-use mmkit_core::policy::PRESETS;
+use mmkit_core::policy::{LATER_PRESETS, PRESETS};
 use mmkit_core::settings::MinFreeKbytes;
 use mmkit_core::topology::{CacheInfo, ZoneSize};
 use mmkit_core::{Policy, Settings, Topology};
@@ -166,12 +166,13 @@ impl MachineArgs {
     }
 }
 
-/// The policy preset called `name` (see [`PRESETS`]).
+/// The policy preset called `name` (see [`PRESETS`] and [`LATER_PRESETS`]).
 pub fn policy_preset(name: &str) -> Result<Policy, CliError> {
     Policy::preset(name).ok_or_else(|| {
         CliError::usage(format!(
-            "unknown policy {name:?}: use one of {}",
-            PRESETS.join(", ")
+            "unknown policy {name:?}: use one of {}, {}",
+            PRESETS.join(", "),
+            LATER_PRESETS.join(", ")
         ))
     })
 }

@@ -13,6 +13,7 @@ mod reclaim_cmd;
 mod sim_cmd;
 mod size;
 mod stress;
+mod trace_cmd;
 mod zoneinfo;
 
 use std::process::ExitCode;
@@ -54,6 +55,10 @@ enum Command {
     /// Linux's percpu allocator on real memory: `mmkit percpu test` runs the partial
     /// chunk depopulation thread's percpu_test.sh (memory cgroups created and deleted).
     Percpu(percpu_cmd::PercpuArgs),
+    /// Record the kernel's page-allocator events while a command runs (root), or replay a
+    /// trace under mmkit's policies and compare predicted PCP refills and drains with the
+    /// kernel's.
+    Trace(trace_cmd::TraceArgs),
 }
 
 /// A failure the user can act on: a one-line message and an exit status.
@@ -92,6 +97,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run_demo(&args),
         Command::Reclaim(args) => reclaim_cmd::run(&args),
         Command::Percpu(args) => percpu_cmd::run(&args),
+        Command::Trace(args) => trace_cmd::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -6,6 +6,17 @@
 //! of each step are in `pcp-patch-deltas.md`; the code that reads these switches is in
 //! [`crate::page_alloc::pcp`]. Seed 001 (Mel Gorman, 2017) adds two more switches: whether
 //! interrupt-context requests bypass the PCP, and how remote drains are done.
+//!
+//! One preset lies past the series: `linux-6.18` ([`Policy::LINUX_6_18`], listed in
+//! [`LATER_PRESETS`]) is `v6.7` plus the later changes of `linux-mm-spec.md` §3.3 that
+//! alter PCP refill and drain counts. Modelled: the raised `free_high` threshold
+//! (`free_count ≥ batch + high_min/2`, [`PcpPolicy::free_high_needs_high_min`]) and
+//! `drain_pages_zone` draining in chunks of `batch << S`
+//! ([`PcpPolicy::drain_zone_in_chunks`]). Not modelled: the two THP lists
+//! (`NR_PCP_THP = 2`; only an order-9 request of a type other than the one cached can
+//! tell them apart), the `FPI_TRYLOCK` free that skips the drain (only the nolock
+//! allocator uses it), the re-read of pageblock types on drain and the reworked fallback
+//! (which buddy list, not how many pages move), and the post-6.18 batched decay.
 
 use core::fmt;
 
@@ -36,6 +47,14 @@ pub struct PcpPolicy {
     pub below_high: bool,
     /// Patch 9: detect consecutive frees with `free_count` instead of `free_factor`.
     pub free_count: bool,
+    /// After v6.7 (Nikhil Dhama, 2025, in 6.18): a `free_high` drain needs
+    /// `free_count ≥ batch + high_min / 2` instead of `free_count ≥ batch`. Reads
+    /// `free_count`, so it needs patch 9.
+    pub free_high_needs_high_min: bool,
+    /// After v6.7 (≈ 6.9): `drain_pages_zone` frees at most `batch << S` pages per pageset
+    /// lock hold and loops until the pageset is empty, so one explicit drain is several
+    /// `free_pcppages_bulk` calls.
+    pub drain_zone_in_chunks: bool,
 }
 
 /// How `drain_all_pages` reaches other CPUs' pagesets.
@@ -143,6 +162,10 @@ impl MmPolicy {
     };
 }
 
+/// Presets past the series (not in [`PRESETS`], whose every entry the oracle suites check
+/// against the series' rules).
+pub const LATER_PRESETS: [&str; 1] = ["linux-6.18"];
+
 /// The preset names, in series order.
 pub const PRESETS: [&str; 11] = [
     "base", "patch1", "patch2", "patch3", "patch4", "patch5", "patch6", "patch7", "patch8",
@@ -155,6 +178,15 @@ impl Policy {
 
     /// Linux v6.6, before the series.
     pub const BASE: Policy = Policy::patches("base", 0);
+
+    /// Linux 6.18 as far as PCP counts go: v6.7 plus the raised `free_high` threshold and
+    /// chunked `drain_pages_zone` (the module documentation lists what is not modelled).
+    pub const LINUX_6_18: Policy = {
+        let mut policy = Policy::patches("linux-6.18", 9);
+        policy.pcp.free_high_needs_high_min = true;
+        policy.pcp.drain_zone_in_chunks = true;
+        policy
+    };
 
     /// The first `n` patches of the series.
     const fn patches(name: &'static str, n: u8) -> Policy {
@@ -170,14 +202,19 @@ impl Policy {
                 auto_tune: n >= 7,
                 below_high: n >= 8,
                 free_count: n >= 9,
+                free_high_needs_high_min: false,
+                drain_zone_in_chunks: false,
             },
             irq_bypass: false,
             drain: DrainMode::Direct,
         }
     }
 
-    /// The preset called `name` (see [`PRESETS`]).
+    /// The preset called `name` (see [`PRESETS`] and [`LATER_PRESETS`]).
     pub fn preset(name: &str) -> Option<Policy> {
+        if name == Policy::LINUX_6_18.name {
+            return Some(Policy::LINUX_6_18);
+        }
         let index = PRESETS.iter().position(|&p| p == name)?;
         let name = PRESETS[index];
         Some(match index {
@@ -236,5 +273,24 @@ mod tests {
             Policy::preset("patch9").unwrap().pcp
         );
         assert!(Policy::preset("patch10").is_none());
+    }
+
+    #[test]
+    fn linux_6_18_is_v6_7_plus_the_later_switches() {
+        let later = Policy::preset("linux-6.18").unwrap();
+        assert_eq!(later, Policy::LINUX_6_18);
+        let v6_7 = Policy::V6_7.pcp;
+        assert_eq!(
+            later.pcp,
+            PcpPolicy {
+                free_high_needs_high_min: true,
+                drain_zone_in_chunks: true,
+                ..v6_7
+            }
+        );
+        for name in PRESETS {
+            let pcp = Policy::preset(name).unwrap().pcp;
+            assert!(!pcp.free_high_needs_high_min && !pcp.drain_zone_in_chunks);
+        }
     }
 }

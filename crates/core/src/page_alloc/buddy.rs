@@ -10,7 +10,7 @@
 
 use core::sync::atomic::Ordering::Relaxed;
 
-use super::free_area::{FreeArea, ListEnd};
+use super::free_area::{self, FreeArea, ListEnd};
 use super::gfp::AllocFlags;
 use super::types::MigrateType;
 use super::watermark::{self, PAGEBLOCK_ORDER, PAGEBLOCK_PAGES};
@@ -371,5 +371,43 @@ impl<'a> ZoneLocked<'a> {
             }
         }
         false
+    }
+}
+
+impl ZoneLocked<'_> {
+    /// Take exactly the block (`pfn`, `order`) off the free lists, splitting the free block
+    /// that holds it and returning the other parts to their lists (Linux's
+    /// `take_page_off_buddy` with `break_down_buddy_pages`, for any order). Returns the
+    /// block's migratetype list, or `None` (and changes nothing) if no free block covers it.
+    /// `NR_FREE_PAGES` is updated; the caller decides what the block becomes.
+    pub(crate) fn take_block(&mut self, pfn: Pfn, order: Order) -> Option<MigrateType> {
+        let (mut head, mut high) = order.up_to_max().find_map(|o| {
+            let head = pfn.align_down(o);
+            self.is_free_buddy(head, o).then_some((head, o))
+        })?;
+        let mt = self.area.cached_migratetype(&self.zone.mem_map, head);
+        self.area.remove(&self.zone.mem_map, head, high);
+        while high > order {
+            high = high.down().expect("high > order ≥ 0");
+            let upper = head.add(high.pages());
+            let (keep, spare) = if pfn.0 >= upper.0 {
+                (upper, head)
+            } else {
+                (head, upper)
+            };
+            self.area.add(
+                &self.zone.mem_map,
+                spare,
+                high,
+                mt,
+                free_area::ListEnd::Head,
+            );
+            head = keep;
+        }
+        debug_assert_eq!(head, pfn);
+        self.zone
+            .nr_free_pages
+            .fetch_sub(order.pages() as i64, Relaxed);
+        Some(mt)
     }
 }

@@ -101,6 +101,9 @@ impl PageAllocator {
         let Some(pageset) = zone.pagesets.get(cpu as usize) else {
             return 0;
         };
+        if self.policy.pcp.drain_zone_in_chunks {
+            return self.drain_pages_zone_in_chunks(pageset, zone);
+        }
         let mut pcp = pageset.lock();
         if pcp.count == 0 {
             return 0;
@@ -109,6 +112,27 @@ impl PageAllocator {
         // LOCK ORDER: pcp lock → zone lock.
         zone.lock()
             .free_pcppages_bulk(&mut pcp, count, 0, DrainReason::Explicit)
+    }
+
+    /// `drain_pages_zone` since ≈ 6.9: at most `batch << S` pages per pageset lock hold,
+    /// until the pageset is empty.
+    fn drain_pages_zone_in_chunks(
+        &self,
+        pageset: &crate::sync::SpinLock<super::pcp::PerCpuPages>,
+        zone: &Zone,
+    ) -> u64 {
+        let mut drained = 0;
+        loop {
+            let mut pcp = pageset.lock();
+            if pcp.count == 0 {
+                return drained;
+            }
+            let chunk = pcp.count.min(pcp.batch << self.scale_max.load(Relaxed));
+            // LOCK ORDER: pcp lock → zone lock.
+            drained += zone
+                .lock()
+                .free_pcppages_bulk(&mut pcp, chunk, 0, DrainReason::Explicit);
+        }
     }
 
     /// `drain_pages`: every zone of `cpu`.

@@ -20,6 +20,7 @@
 //! | `free` | free: validation, PCP commit and drain, buddy path, batched free |
 //! | `bulk` | the bulk allocator |
 //! | `drain` | drains, the vmstat tick (decay), `zone_pcp_disable`, CPU hotplug |
+//! | `take` | taking chosen blocks off the buddy lists, presetting a pageset (trace replay) |
 //! | `list` | the pfn-linked list both free lists and PCP lists use |
 //! | `verify` | the walker that checks every page is accounted for |
 
@@ -36,6 +37,7 @@ mod list;
 mod mem_map;
 pub mod pcp;
 pub mod pcp_sizing;
+mod take;
 mod types;
 pub mod verify;
 pub mod watermark;
@@ -47,6 +49,7 @@ pub use drain::{DrainAll, DrainMutexGuard, DrainWork};
 pub use error::{AllocError, FreeError};
 pub use gfp::{AllocFlags, Gfp};
 pub use mem_map::MemMap;
+pub use take::TakeError;
 pub use types::{
     Caller, Context, CpuId, MigrateType, NodeId, ZoneType, MAX_NR_ZONES, MIGRATE_PCPTYPES,
     MIGRATE_TYPES,

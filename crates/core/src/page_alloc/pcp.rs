@@ -198,17 +198,26 @@ impl PerCpuPages {
     /// it), and the `PREV_FREE_HIGH_ORDER` bookkeeping. Then, with patch 9, count the free.
     pub(crate) fn free_high(&mut self, policy: &PcpPolicy, order: Order, scale_max: u8) -> bool {
         let cheap_high = (1..=PAGE_ALLOC_COSTLY_ORDER).contains(&order.get());
-        let detected = if policy.free_count {
-            self.free_count >= self.batch
-        } else {
-            self.free_factor > 0
+        // Only cheap high orders read it, so an order-0 free does not evaluate it.
+        let detected = || {
+            if policy.free_count {
+                // Linux 6.18 waits for half of `high_min` more consecutive pages.
+                let raise = if policy.free_high_needs_high_min {
+                    self.high_min / 2
+                } else {
+                    0
+                };
+                self.free_count >= self.batch + raise
+            } else {
+                self.free_factor > 0
+            }
         };
         let free_high = if !policy.prev_free_high_order {
-            cheap_high && detected
+            cheap_high && detected()
         } else if cheap_high {
             let keep_batch =
                 policy.free_high_batch && self.flags.free_high_batch && self.count < self.batch;
-            let free_high = detected && self.flags.prev_free_high_order && !keep_batch;
+            let free_high = detected() && self.flags.prev_free_high_order && !keep_batch;
             self.flags.prev_free_high_order = true;
             free_high
         } else {

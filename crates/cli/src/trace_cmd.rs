@@ -1,0 +1,167 @@
+//! `mmkit trace record` and `mmkit trace replay`: record the kernel's kmem page events
+//! while a command runs, and replay a trace through mmkit's policies to compare the
+//! predicted PCP refills and drains with the kernel's (issue 7; `docs/FIDELITY.md`).
+//! The work is in the `mmkit-trace` crate; this module parses arguments and prints.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use mmkit_core::policy::Policy;
+use mmkit_trace::parse;
+use mmkit_trace::record::{self, RecordError, RecordOptions};
+use mmkit_trace::replay::{self, Machine, SeedRule};
+use mmkit_trace::report;
+
+use crate::machine::policy_preset;
+use crate::CliError;
+
+/// `mmkit trace`.
+#[derive(Args, Debug)]
+pub struct TraceArgs {
+    #[command(subcommand)]
+    command: TraceCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum TraceCommand {
+    /// Trace mm_page_alloc, mm_page_free, mm_page_free_batched, mm_page_alloc_zone_locked
+    /// and mm_page_pcpu_drain while CMD runs (needs root), with /proc/zoneinfo and
+    /// /proc/vmstat before and after, into one gzip file. Every tracefs setting is
+    /// restored afterwards; a run that lost events writes no file.
+    Record(RecordArgs),
+    /// Replay a trace (the recorder's file, or plain `cat /sys/kernel/tracing/trace` text
+    /// with --zoneinfo) under each policy and print predicted against observed refills
+    /// and drains, per CPU and in total.
+    Replay(ReplayArgs),
+}
+
+#[derive(Args, Debug)]
+struct RecordArgs {
+    /// Stop tracing (and kill CMD's process group) after this many seconds.
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Let CMD run this many seconds before tracing starts (steady state; the "before"
+    /// snapshot is taken then).
+    #[arg(long, default_value_t = 0.0)]
+    warmup: f64,
+    /// Output file.
+    #[arg(long, default_value = "trace.mmkit.gz")]
+    out: PathBuf,
+    /// Ring-buffer size per CPU, KiB (RAM, not disk).
+    #[arg(long, default_value_t = record::DEFAULT_BUFFER_KB)]
+    buffer_kb: u64,
+    /// The command to run, after `--`.
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+struct ReplayArgs {
+    /// The trace file.
+    file: PathBuf,
+    /// A /proc/zoneinfo snapshot taken before the trace (needed for plain tracefs text;
+    /// overrides the recording's own).
+    #[arg(long)]
+    zoneinfo: Option<PathBuf>,
+    /// Policies to replay, comma-separated presets.
+    #[arg(long, value_delimiter = ',', default_value = "base,v6.7,linux-6.18")]
+    policies: Vec<String>,
+    /// How each pageset's starting count is spread over its lists (the snapshot gives only
+    /// the total): frees, drains, movable0 or stale (docs/FIDELITY.md).
+    #[arg(long, value_enum, default_value_t = SeedArg::Frees)]
+    seed_lists: SeedArg,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum SeedArg {
+    Frees,
+    Drains,
+    Movable0,
+    Stale,
+}
+
+impl From<SeedArg> for SeedRule {
+    fn from(arg: SeedArg) -> SeedRule {
+        match arg {
+            SeedArg::Frees => SeedRule::Frees,
+            SeedArg::Drains => SeedRule::Drains,
+            SeedArg::Movable0 => SeedRule::Movable0,
+            SeedArg::Stale => SeedRule::Stale,
+        }
+    }
+}
+
+/// Run `mmkit trace`.
+pub fn run(args: &TraceArgs) -> Result<(), CliError> {
+    match &args.command {
+        TraceCommand::Record(args) => run_record(args),
+        TraceCommand::Replay(args) => run_replay(args),
+    }
+}
+
+fn run_record(args: &RecordArgs) -> Result<(), CliError> {
+    let options = RecordOptions {
+        seconds: args.seconds,
+        warmup: args.warmup,
+        out: args.out.clone(),
+        buffer_kb: args.buffer_kb,
+        command: args.command.clone(),
+    };
+    match record::record(&options) {
+        Ok(summary) => {
+            eprintln!(
+                "mmkit trace: {:.2} s{} traced, {} lines, {} bytes compressed in {}",
+                summary.seconds,
+                if summary.stopped {
+                    " (command stopped)"
+                } else {
+                    ""
+                },
+                summary.lines,
+                summary.bytes,
+                args.out.display()
+            );
+            Ok(())
+        }
+        Err(RecordError::Setup(m)) => Err(CliError::usage(m)),
+        Err(e) => Err(CliError::failed(e.to_string())),
+    }
+}
+
+fn run_replay(args: &ReplayArgs) -> Result<(), CliError> {
+    let bytes = std::fs::read(&args.file)
+        .map_err(|e| CliError::usage(format!("cannot read {}: {e}", args.file.display())))?;
+    let trace = parse::load(&bytes).map_err(|e| CliError::usage(e.to_string()))?;
+    if trace.events.is_empty() {
+        return Err(CliError::usage(format!(
+            "{}: no kmem page events found ({} lines, {} problems)",
+            args.file.display(),
+            trace.lines,
+            trace.problems.total()
+        )));
+    }
+    let zoneinfo = match &args.zoneinfo {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| CliError::usage(format!("cannot read {}: {e}", path.display())))?,
+        ),
+        None => None,
+    };
+    let machine = Machine::from_trace(&trace, zoneinfo.as_deref()).map_err(CliError::usage)?;
+    let policies: Vec<Policy> = args
+        .policies
+        .iter()
+        .map(|name| policy_preset(name))
+        .collect::<Result<_, _>>()?;
+    let result = replay::replay(&trace, &machine, &policies, args.seed_lists.into())
+        .map_err(CliError::usage)?;
+    if args.json {
+        println!("{}", report::json(&result));
+    } else {
+        print!("{}", report::table(&result));
+    }
+    Ok(())
+}

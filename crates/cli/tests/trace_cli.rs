@@ -1,0 +1,89 @@
+//! `mmkit trace replay` on the committed traces, and bad input exits with status 2.
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+fn data(name: &str) -> String {
+    format!("{}/../trace/tests/data/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn mmkit() -> Command {
+    Command::cargo_bin("mmkit").expect("the mmkit binary is built")
+}
+
+#[test]
+fn replay_prints_the_table_for_each_policy() {
+    mmkit()
+        .args(["trace", "replay", &data("compile.mmkit.gz")])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("kernel (trace)"))
+        .stdout(predicate::str::contains("linux-6.18"))
+        .stdout(predicate::str::contains("base"));
+}
+
+#[test]
+fn replay_json_has_one_prediction_per_policy() {
+    let output = mmkit()
+        .args([
+            "trace",
+            "replay",
+            &data("compile.mmkit.gz"),
+            "--policies",
+            "v6.7,linux-6.18",
+            "--seed-lists",
+            "stale",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let predicted = json["replay"]["predicted"].as_array().unwrap();
+    assert_eq!(predicted.len(), 2);
+    assert_eq!(json["replay"]["seed"], "stale");
+}
+
+#[test]
+fn bad_input_exits_2() {
+    let dir = std::env::temp_dir().join(format!("mmkit-trace-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let garbage = dir.join("garbage.txt");
+    std::fs::write(&garbage, "not a trace\n\u{1}\u{2}").unwrap();
+    mmkit()
+        .args(["trace", "replay", garbage.to_str().unwrap()])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("no kmem page events"));
+    let plain = dir.join("plain.txt");
+    std::fs::write(
+        &plain,
+        "  a-1 [000] ..... 1.0: mm_page_free: page=0 pfn=0x100000 order=0\n",
+    )
+    .unwrap();
+    mmkit()
+        .args(["trace", "replay", plain.to_str().unwrap()])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--zoneinfo"));
+    mmkit()
+        .args([
+            "trace",
+            "replay",
+            &data("compile.mmkit.gz"),
+            "--policies",
+            "v9",
+        ])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("linux-6.18"));
+    mmkit()
+        .args(["trace", "replay", "/nonexistent/trace"])
+        .assert()
+        .code(2);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,22 @@
+//! mmkit-trace: record the Linux page allocator's kmem events with tracefs, parse them,
+//! and replay them through mmkit-core's policies to compare predicted PCP refills and
+//! drains with the kernel's own.
+//!
+//! | module | holds |
+//! |---|---|
+//! | [`parse`] | the tracefs text format and the recorder's file |
+//! | [`record`] | the recorder: a tracefs guard that restores every setting it changes |
+//! | [`replay`] | the replay driver over [`mmkit_core::PageAllocator`] |
+//! | [`report`] | the predicted-vs-observed table and JSON |
+//! | [`machine`] | this machine's zones, sysctls and LLC from `/proc` and `/sys` |
+//!
+//! Linux counterpart: `include/trace/events/kmem.h` (the events), `kernel/trace/`
+//! (tracefs). `docs/FIDELITY.md` reports how well the replay predicts real traces.
+
+#![deny(missing_docs)]
+
+pub mod machine;
+pub mod parse;
+pub mod record;
+pub mod replay;
+pub mod report;

@@ -1,0 +1,494 @@
+//! The recorder: trace the five kmem events while a command runs, and write one gzip file
+//! with the trace text and the zoneinfo/vmstat snapshots taken before and after.
+//!
+//! Linux counterpart: the tracefs recipe of `workloads.md` §4.2, as a program. Events go
+//! into the in-RAM ring buffers only; tracing stops before the buffers are read and the
+//! file is written, and our own pid is filtered out, so the recorder never traces its own
+//! writing (the feedback pitfall). A run whose per-CPU `stats` show dropped or overwritten
+//! events is refused: no file is written. [`TracefsGuard`] records every tracefs value
+//! before changing it and restores them all in `Drop` (also on errors and on Ctrl-C, which
+//! the recorder catches to stop the command first), clears the ring buffers and unmounts
+//! tracefs if it mounted it.
+
+use std::fs::{self, File};
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use flate2::write::GzEncoder;
+use flate2::Compression;
+
+use crate::machine::SYSCTL_FILES;
+use crate::parse::{CONTAINER_MAGIC, END_MARKER, EVENTS, SECTION_PREFIX};
+
+/// Where tracefs is (or gets) mounted.
+pub const TRACEFS: &str = "/sys/kernel/tracing";
+
+/// Default ring-buffer size per CPU (KiB): 64 MiB holds ≈ 2 M events of ~30 bytes.
+pub const DEFAULT_BUFFER_KB: u64 = 65_536;
+
+/// What to record.
+#[derive(Clone, Debug)]
+pub struct RecordOptions {
+    /// Stop after this long even if the command still runs (its process group is killed).
+    pub seconds: Option<f64>,
+    /// Let the command run this long before tracing starts (the snapshot "before" is taken
+    /// then), so that the trace shows a steady state.
+    pub warmup: f64,
+    /// The output file.
+    pub out: PathBuf,
+    /// Ring-buffer size per CPU in KiB.
+    pub buffer_kb: u64,
+    /// The command and its arguments.
+    pub command: Vec<String>,
+}
+
+/// What a recording produced.
+#[derive(Clone, Debug)]
+pub struct RecordSummary {
+    /// Trace lines written.
+    pub lines: u64,
+    /// Compressed bytes written.
+    pub bytes: u64,
+    /// Seconds traced.
+    pub seconds: f64,
+    /// Whether the command was stopped by `--seconds`.
+    pub stopped: bool,
+}
+
+/// Why a recording failed.
+#[derive(Debug)]
+pub enum RecordError {
+    /// Not root, no tracefs, no command: the user must change something.
+    Setup(String),
+    /// The ring buffer lost events.
+    Dropped(String),
+    /// Ctrl-C.
+    Interrupted,
+    /// Reading or writing failed.
+    Io(String),
+}
+
+impl std::fmt::Display for RecordError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecordError::Setup(m) | RecordError::Dropped(m) | RecordError::Io(m) => f.write_str(m),
+            RecordError::Interrupted => {
+                f.write_str("interrupted: tracing stopped, settings restored, no file written")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RecordError {}
+
+fn io(context: &str) -> impl Fn(std::io::Error) -> RecordError + '_ {
+    move |e| RecordError::Io(format!("{context}: {e}"))
+}
+
+/// Whether this process runs as root (effective uid 0, from `/proc/self/status`).
+pub fn is_root() -> bool {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|uid| uid == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Why tracing cannot be used here, or `None` if it can: root and a kernel with tracefs.
+pub fn tracing_unavailable() -> Option<String> {
+    if !is_root() {
+        return Some("not running as root".to_string());
+    }
+    let filesystems = fs::read_to_string("/proc/filesystems").unwrap_or_default();
+    if !filesystems
+        .lines()
+        .any(|l| l.trim_end().ends_with("tracefs"))
+    {
+        return Some("the kernel has no tracefs".to_string());
+    }
+    if !Path::new(TRACEFS).exists() {
+        return Some(format!("{TRACEFS} does not exist"));
+    }
+    None
+}
+
+/// tracefs, with every value we change remembered and restored on drop.
+pub struct TracefsGuard {
+    root: PathBuf,
+    mounted_by_us: bool,
+    saved: Vec<(String, String)>,
+}
+
+impl TracefsGuard {
+    /// Open tracefs at [`TRACEFS`], mounting it if needed.
+    pub fn open() -> Result<TracefsGuard, RecordError> {
+        let root = PathBuf::from(TRACEFS);
+        let mut mounted_by_us = false;
+        if !root.join("trace").exists() {
+            let status = Command::new("mount")
+                .args(["-t", "tracefs", "nodev", TRACEFS])
+                .status()
+                .map_err(io("mount -t tracefs"))?;
+            if !status.success() || !root.join("trace").exists() {
+                return Err(RecordError::Setup(format!(
+                    "cannot mount tracefs at {TRACEFS}"
+                )));
+            }
+            mounted_by_us = true;
+        }
+        Ok(TracefsGuard {
+            root,
+            mounted_by_us,
+            saved: Vec::new(),
+        })
+    }
+
+    /// Read a tracefs file.
+    pub fn read(&self, path: &str) -> Result<String, RecordError> {
+        fs::read_to_string(self.root.join(path)).map_err(io(path))
+    }
+
+    /// Write `value` to `path`, remembering the first value seen there for [`Drop`].
+    pub fn set(&mut self, path: &str, value: &str) -> Result<(), RecordError> {
+        if !self.saved.iter().any(|(p, _)| p == path) {
+            let original = restorable(path, &self.read(path)?);
+            self.saved.push((path.to_string(), original));
+        }
+        fs::write(self.root.join(path), value).map_err(io(path))
+    }
+
+    /// Empty every CPU's ring buffer.
+    pub fn clear(&self) -> Result<(), RecordError> {
+        fs::write(self.root.join("trace"), "").map_err(io("trace"))
+    }
+
+    fn path(&self, path: &str) -> PathBuf {
+        self.root.join(path)
+    }
+}
+
+/// The value to write back for what reading `path` showed.
+fn restorable(path: &str, shown: &str) -> String {
+    let shown = shown.trim();
+    if path == "trace_clock" {
+        // "[local] global counter …": the selected clock is bracketed.
+        return shown
+            .split_whitespace()
+            .find_map(|c| c.strip_prefix('[').and_then(|c| c.strip_suffix(']')))
+            .unwrap_or("local")
+            .to_string();
+    }
+    if path == "buffer_size_kb" {
+        // "7 (expanded: 1408)": the buffer was never expanded; 1408 is its working size.
+        if let Some(rest) = shown.split("expanded:").nth(1) {
+            return rest.trim().trim_end_matches(')').trim().to_string();
+        }
+    }
+    if path.ends_with("/filter") && shown == "none" {
+        return "0".to_string();
+    }
+    shown.to_string()
+}
+
+impl Drop for TracefsGuard {
+    fn drop(&mut self) {
+        // Stop first, so nothing is traced while the rest is restored.
+        let _ = fs::write(self.root.join("tracing_on"), "0");
+        for (path, value) in self.saved.iter().rev() {
+            if let Err(e) = fs::write(self.root.join(path), value) {
+                eprintln!("mmkit trace: could not restore {TRACEFS}/{path} to {value:?}: {e}");
+            }
+        }
+        let _ = fs::write(self.root.join("trace"), "");
+        if self.mounted_by_us {
+            let _ = Command::new("umount").arg(TRACEFS).status();
+        }
+    }
+}
+
+fn interrupted() -> &'static AtomicBool {
+    static FLAG: OnceLock<&'static AtomicBool> = OnceLock::new();
+    FLAG.get_or_init(|| {
+        let flag: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+        // A second recorder in the same process keeps the first handler; that is fine.
+        let _ = ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst));
+        flag
+    })
+}
+
+/// Kill the command's process group: TERM, then KILL after a grace period.
+fn kill_group(child: &mut Child) {
+    let group = format!("-{}", child.id());
+    let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+    let _ = child.wait();
+}
+
+fn snapshot_files(paths: &[&str]) -> String {
+    let mut out = String::new();
+    for path in paths {
+        if let Ok(text) = fs::read_to_string(Path::new("/").join(path)) {
+            out.push_str(path);
+            out.push('\t');
+            out.push_str(text.trim());
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn llc_section() -> String {
+    let dir = Path::new("/sys/devices/system/cpu/cpu0/cache");
+    let last = (0..16)
+        .map(|i| dir.join(format!("index{i}")))
+        .take_while(|p| p.exists())
+        .last();
+    let Some(last) = last else {
+        return String::new();
+    };
+    let field = |name: &str| fs::read_to_string(last.join(name)).unwrap_or_default();
+    format!(
+        "size\t{}\nshared_cpu_list\t{}\n",
+        field("size").trim(),
+        field("shared_cpu_list").trim()
+    )
+}
+
+/// Events lost per CPU (`dropped events` + `overrun` of `per_cpu/cpuN/stats`).
+fn lost_events(guard: &TracefsGuard) -> Result<Vec<(u32, u64)>, RecordError> {
+    let mut lost = Vec::new();
+    for cpu in 0.. {
+        let path = format!("per_cpu/cpu{cpu}/stats");
+        if !guard.path(&path).exists() {
+            break;
+        }
+        let stats = guard.read(&path)?;
+        let count = |key: &str| {
+            stats
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let n = count("dropped events:") + count("overrun:");
+        if n > 0 {
+            lost.push((cpu, n));
+        }
+    }
+    Ok(lost)
+}
+
+/// Drop the `page=` field: a hashed pointer that the replay does not use and that does not
+/// compress.
+fn compact_line(line: &str) -> String {
+    line.split(' ')
+        .filter(|token| !token.starts_with("page="))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Record `options.command` (needs root). See the module documentation.
+pub fn record(options: &RecordOptions) -> Result<RecordSummary, RecordError> {
+    if options.command.is_empty() {
+        return Err(RecordError::Setup(
+            "no command given: mmkit trace record -- CMD …".into(),
+        ));
+    }
+    if let Some(why) = tracing_unavailable() {
+        return Err(RecordError::Setup(format!(
+            "cannot trace: {why} (recording needs root and tracefs)"
+        )));
+    }
+    let flag = interrupted();
+    flag.store(false, Ordering::SeqCst);
+    let mut guard = TracefsGuard::open()?;
+    guard.set("tracing_on", "0")?;
+    guard.clear()?;
+    guard.set("buffer_size_kb", &options.buffer_kb.to_string())?;
+    guard.set("options/overwrite", "0")?;
+    guard.set("trace_clock", "mono")?;
+    let own_pid = format!("common_pid != {}", std::process::id());
+    for event in EVENTS {
+        guard.set(&format!("events/kmem/{event}/filter"), &own_pid)?;
+        guard.set(&format!("events/kmem/{event}/enable"), "1")?;
+    }
+    let mut command = Command::new(&options.command[0]);
+    command.args(&options.command[1..]);
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let mut before = Snapshot::take();
+    if options.warmup <= 0.0 {
+        guard.set("tracing_on", "1")?;
+    }
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            return Err(RecordError::Setup(format!(
+                "cannot run {:?}: {e}",
+                options.command[0]
+            )))
+        }
+    };
+    if options.warmup > 0.0 {
+        let warm = Instant::now() + Duration::from_secs_f64(options.warmup);
+        while Instant::now() < warm && !flag.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        before = Snapshot::take();
+        guard.set("tracing_on", "1")?;
+    }
+    let started = Instant::now();
+    let deadline = options
+        .seconds
+        .map(|s| started + Duration::from_secs_f64(s));
+    let mut stopped = false;
+    loop {
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        if flag.load(Ordering::SeqCst) {
+            guard.set("tracing_on", "0")?;
+            kill_group(&mut child);
+            return Err(RecordError::Interrupted);
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            stopped = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    guard.set("tracing_on", "0")?;
+    let seconds = started.elapsed().as_secs_f64();
+    // Before the kill: the exit of a stopped command frees memory that was not traced.
+    let after = Snapshot::take();
+    if stopped {
+        kill_group(&mut child);
+    }
+    let lost = lost_events(&guard)?;
+    if !lost.is_empty() {
+        let detail: Vec<String> = lost.iter().map(|(c, n)| format!("CPU {c}: {n}")).collect();
+        return Err(RecordError::Dropped(format!(
+            "the ring buffer lost events ({}); no file written. Record again with a bigger --buffer-kb (now {} KiB per CPU) or a shorter run (--seconds)",
+            detail.join(", "),
+            options.buffer_kb
+        )));
+    }
+    let result = write_file(&guard, options, &before, &after, seconds);
+    if result.is_err() {
+        let _ = fs::remove_file(&options.out);
+    }
+    let (lines, bytes) = result?;
+    Ok(RecordSummary {
+        lines,
+        bytes,
+        seconds,
+        stopped,
+    })
+}
+
+/// The machine state around a run.
+struct Snapshot {
+    zoneinfo: String,
+    vmstat: String,
+}
+
+impl Snapshot {
+    fn take() -> Snapshot {
+        Snapshot {
+            zoneinfo: fs::read_to_string("/proc/zoneinfo").unwrap_or_default(),
+            vmstat: fs::read_to_string("/proc/vmstat").unwrap_or_default(),
+        }
+    }
+}
+
+fn write_file(
+    guard: &TracefsGuard,
+    options: &RecordOptions,
+    before: &Snapshot,
+    after: &Snapshot,
+    seconds: f64,
+) -> Result<(u64, u64), RecordError> {
+    let file = File::create(&options.out).map_err(io("create the output file"))?;
+    let mut gz = GzEncoder::new(BufWriter::new(file), Compression::best());
+    let w = io("write the output file");
+    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut header = format!("{CONTAINER_MAGIC}\n");
+    header += &format!("# command: {}\n", options.command.join(" "));
+    header += &format!("# seconds: {seconds:.3}\n");
+    header += &format!("# warmup: {:.3}\n", options.warmup);
+    header += &format!("# kernel: {}\n", kernel.trim());
+    header += &format!("# buffer_kb: {}\n", options.buffer_kb);
+    header += "# clock: mono\n# events: ";
+    header += &EVENTS.join(" ");
+    header += "\n# note: the page= field is dropped from each line\n";
+    for (name, text) in [
+        ("zoneinfo-before", before.zoneinfo.as_str()),
+        ("zoneinfo-after", after.zoneinfo.as_str()),
+        ("vmstat-before", before.vmstat.as_str()),
+        ("vmstat-after", after.vmstat.as_str()),
+        ("sysctl", &snapshot_files(&SYSCTL_FILES)),
+        ("llc", &llc_section()),
+    ] {
+        header += &format!("{SECTION_PREFIX}{name}\n{}", text);
+        if !text.ends_with('\n') {
+            header.push('\n');
+        }
+    }
+    header += &format!("{SECTION_PREFIX}trace\n");
+    gz.write_all(header.as_bytes()).map_err(&w)?;
+    let trace = File::open(guard.path("trace")).map_err(io("open the trace"))?;
+    let mut lines = 0;
+    for line in BufReader::new(trace).lines() {
+        let line = line.map_err(io("read the trace"))?;
+        let line = if line.starts_with('#') {
+            line
+        } else {
+            compact_line(&line)
+        };
+        gz.write_all(line.as_bytes()).map_err(&w)?;
+        gz.write_all(b"\n").map_err(&w)?;
+        lines += 1;
+    }
+    gz.write_all(format!("{END_MARKER}\n").as_bytes())
+        .map_err(&w)?;
+    let mut file = gz.finish().map_err(&w)?;
+    file.flush().map_err(&w)?;
+    let bytes = fs::metadata(&options.out).map_err(&w)?.len();
+    Ok((lines, bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restorable_values_undo_what_tracefs_shows() {
+        assert_eq!(restorable("trace_clock", "[local] global mono\n"), "local");
+        assert_eq!(restorable("buffer_size_kb", "7 (expanded: 1408)\n"), "1408");
+        assert_eq!(restorable("buffer_size_kb", "65536\n"), "65536");
+        assert_eq!(restorable("events/kmem/mm_page_free/filter", "none\n"), "0");
+        assert_eq!(restorable("tracing_on", "1\n"), "1");
+    }
+
+    #[test]
+    fn compact_lines_drop_the_page_pointer() {
+        let line = "  bash-1 [000] ..... 1.5: mm_page_free: page=0000000012 pfn=0x10 order=0";
+        assert_eq!(
+            compact_line(line),
+            "  bash-1 [000] ..... 1.5: mm_page_free: pfn=0x10 order=0"
+        );
+    }
+}

@@ -1,0 +1,991 @@
+//! Replay a trace through mmkit-core under several policies and count what each predicts
+//! beside what the kernel did.
+//!
+//! The replay drives the real allocator ([`PageAllocator::alloc_pages`],
+//! [`PageAllocator::free_pages`], [`PageAllocator::vmstat_tick`]); it decides nothing
+//! itself. The simulated allocator picks its own pfns, so the replay keeps a map from
+//! each traced block to the simulated block that stands for it. What it reads back are
+//! the zone counters (refills, drains by reason, pages taken under the zone lock) as
+//! deltas around each call, credited to the CPU that made the call.
+//!
+//! Set-up, from the zoneinfo snapshot taken before recording:
+//! 1. Zones: each zone gets its start pfn and exactly its managed pages
+//!    ([`Layout::Compact`]); sysctls from the recording (else inferred from the
+//!    watermarks); the LLC from the recording (else 32 MiB shared by all CPUs).
+//! 2. Blocks allocated before recording began (a free whose pfn is not live in the trace)
+//!    are taken out of the buddy allocator first, at their exact pfn with
+//!    [`PageAllocator::take_page_off_buddy`]; where that pfn lies outside the compact
+//!    zone or overlaps another such block, a free block of the same order from the same
+//!    zone stands in for it ([`PageAllocator::take_free_block`]); both are counted.
+//!    Because this happens before step 3, no such block can be on a simulated pageset.
+//! 3. Each CPU's pageset gets the snapshot's `count` and `high`. The snapshot does not
+//!    say which lists held the pages; [`SeedRule`] chooses (default: as this CPU frees).
+//! 4. Ballast: free `MAX_ORDER` blocks are taken until each zone's free pages are within
+//!    a block of the snapshot's `pages free`, so watermark-driven rules (`BELOW_HIGH`)
+//!    see the same headroom as the kernel did. Only whole `MAX_ORDER` blocks: smaller
+//!    ones would shatter the free memory that unmovable requests steal pageblocks from.
+//!
+//! Events then run in timestamp order on their CPUs; the vmstat tick (decay) runs on
+//! every CPU at each whole `stat_interval` (1 s) after the first event. Allocation
+//! requests use the traced zone (by pfn) and migratetype; a free whose order differs from
+//! its traced allocation, or that falls inside a larger live block (`split_page` users),
+//! is counted and skipped.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering::Relaxed;
+
+use mmkit_core::page_alloc::{Caller, DrainReason, ZoneId};
+use mmkit_core::topology::CacheInfo;
+use mmkit_core::views::zoneinfo::{self, ZoneInfo};
+use mmkit_core::{Gfp, MigrateType, Order, PageAllocator, Pfn, Policy, Settings, ZoneType};
+use serde::Serialize;
+
+use crate::machine::{self, Layout};
+use crate::parse::{Event, EventKind, ProblemKind, Problems, Trace};
+
+/// Everything the replay needs besides the events.
+#[derive(Clone, Debug)]
+pub struct Machine {
+    /// The zoneinfo snapshot taken before recording.
+    pub zones: Vec<ZoneInfo>,
+    /// The sysctls in force.
+    pub settings: Settings,
+    /// The last-level cache.
+    pub llc: CacheInfo,
+    /// Where each value came from, for the report.
+    pub sources: Vec<String>,
+}
+
+impl Machine {
+    /// The machine of a recording, or of a plain trace with a separate zoneinfo text.
+    pub fn from_trace(trace: &Trace, zoneinfo_text: Option<&str>) -> Result<Machine, String> {
+        let recording = trace.recording.as_ref();
+        let mut sources = Vec::new();
+        let text = match (
+            zoneinfo_text,
+            recording.and_then(|r| r.section("zoneinfo-before")),
+        ) {
+            (Some(text), _) => {
+                sources.push("zoneinfo: --zoneinfo file".to_string());
+                text
+            }
+            (None, Some(text)) => {
+                sources.push("zoneinfo: the recording's snapshot before the run".to_string());
+                text
+            }
+            (None, None) => {
+                return Err(
+                    "no zoneinfo snapshot: a plain tracefs text trace needs --zoneinfo FILE"
+                        .to_string(),
+                )
+            }
+        };
+        let zones = zoneinfo::parse(text).map_err(|e| format!("zoneinfo: {e}"))?;
+        let settings = match recording.and_then(|r| r.section("sysctl")) {
+            Some(section) => {
+                sources.push("sysctls: the recording".to_string());
+                machine::settings(&machine::section_reader(section))?
+            }
+            None => {
+                sources.push(
+                    "sysctls: min_free_kbytes inferred from the min watermarks, rest default"
+                        .to_string(),
+                );
+                machine::settings_from_zoneinfo(&zones)
+            }
+        };
+        let nr_cpus = zones.iter().map(|z| z.pagesets.len()).max().unwrap_or(1) as u32;
+        let llc = match recording.and_then(|r| r.section("llc")) {
+            Some(section) => {
+                sources.push("LLC: the recording".to_string());
+                let read = machine::section_reader(section);
+                CacheInfo {
+                    llc_bytes: machine::parse_cache_size(&read("size")?)?,
+                    llc_shared_cpus: machine::count_cpu_list(&read("shared_cpu_list")?)?,
+                }
+            }
+            None => {
+                sources.push("LLC: assumed 32 MiB shared by all CPUs".to_string());
+                CacheInfo {
+                    llc_bytes: 32 << 20,
+                    llc_shared_cpus: nr_cpus.max(1),
+                }
+            }
+        };
+        Ok(Machine {
+            zones,
+            settings,
+            llc,
+            sources,
+        })
+    }
+
+    fn zone_of(&self, pfn: u64) -> Option<&ZoneInfo> {
+        self.zones
+            .iter()
+            .find(|z| z.spanned > 0 && pfn >= z.start_pfn && pfn - z.start_pfn < z.spanned)
+    }
+
+    fn nr_cpus(&self) -> u32 {
+        self.zones
+            .iter()
+            .map(|z| z.pagesets.len())
+            .max()
+            .unwrap_or(0) as u32
+    }
+}
+
+/// Refill and drain counts for one CPU (or the total).
+#[derive(Clone, Copy, Default, Debug, Serialize, PartialEq, Eq)]
+pub struct Counts {
+    /// PCP refills: `rmqueue_bulk` calls (observed: bursts of `percpu_refill=1` events).
+    pub refill_events: u64,
+    /// Pages moved buddy → pageset by refills.
+    pub refill_pages: u64,
+    /// PCP drains: `free_pcppages_bulk` calls (observed: bursts of drain events).
+    pub drain_events: u64,
+    /// Pages moved pageset → buddy.
+    pub drain_pages: u64,
+}
+
+impl Counts {
+    fn add(&mut self, other: &Counts) {
+        self.refill_events += other.refill_events;
+        self.refill_pages += other.refill_pages;
+        self.drain_events += other.drain_events;
+        self.drain_pages += other.drain_pages;
+    }
+}
+
+/// The seed's metrics (cover letter of "mm: PCP high auto-tuning").
+#[derive(Clone, Copy, Default, Debug, Serialize, PartialEq)]
+pub struct SeedMetrics {
+    /// Pages taken under the zone lock (refills + direct buddy allocations).
+    pub alloc_zone_pages: u64,
+    /// `alloc_zone_pages` / pages allocated.
+    pub alloc_zone_share: f64,
+    /// Drains triggered by the `free_high` rule (observed: inferred, see the report).
+    pub free_high_drains: u64,
+    /// Pages those drains moved.
+    pub free_high_drain_pages: u64,
+    /// Peak of pages held in all pagesets (observed: `None`, only snapshots exist).
+    pub pcp_pages_peak: Option<u64>,
+    /// Mean over events of pages held in all pagesets.
+    pub pcp_pages_mean: Option<f64>,
+}
+
+/// What the kernel did, from the trace.
+#[derive(Clone, Debug, Serialize)]
+pub struct Observed {
+    /// Per CPU.
+    pub per_cpu: Vec<Counts>,
+    /// All CPUs.
+    pub total: Counts,
+    /// Seed metrics (free_high inferred: a drain right after two consecutive frees of
+    /// orders 1–3 with no allocation between on that CPU).
+    pub seed: SeedMetrics,
+    /// Pages allocated (`mm_page_alloc`, Σ 2^order).
+    pub alloc_pages: u64,
+    /// Pages freed (`mm_page_free`).
+    pub free_pages: u64,
+    /// `mm_page_alloc_zone_locked` pages with `percpu_refill=0`.
+    pub direct_zone_pages: u64,
+    /// Pages on all pagesets in the snapshots before and after.
+    pub pcp_pages_before: u64,
+    /// See `pcp_pages_before`.
+    pub pcp_pages_after: Option<u64>,
+    /// Events by kind and order (`kind/order` → count), for the workload description.
+    pub events_by_kind_order: BTreeMap<String, u64>,
+    /// Blocks of THP order whose migratetype is not MOVABLE (what `NR_PCP_THP = 2` would
+    /// treat differently).
+    pub thp_non_movable_events: u64,
+    /// Trace duration in seconds (first to last event).
+    pub seconds: f64,
+    /// `/proc/vmstat` deltas over the recording (after − before), when the recording has
+    /// both snapshots: `pgalloc_*` summed over zones, `pgfree`. A cross-check of the
+    /// traced `alloc_pages`/`free_pages` (the snapshots bracket the warm-up-free run a
+    /// little more widely than tracing does).
+    pub vmstat_delta: Option<(i64, i64)>,
+}
+
+/// How the replay started.
+#[derive(Clone, Default, Debug, Serialize)]
+pub struct Setup {
+    /// Frees of blocks allocated before recording began.
+    pub pretrace_blocks: u64,
+    /// Of those, taken off the buddy allocator at their exact pfn.
+    pub pretrace_exact: u64,
+    /// Of those, stood in for by another free block of the same order and zone (pfn
+    /// outside the compact zone, or overlapping another pre-trace block).
+    pub pretrace_substituted: u64,
+    /// Of those, not placeable at all (zone exhausted) and skipped.
+    pub pretrace_unplaced: u64,
+    /// Pages put on pagesets from the snapshot.
+    pub seeded_pcp_pages: u64,
+    /// Pages taken as ballast to match the snapshot's free pages.
+    pub ballast_pages: u64,
+}
+
+/// Events the replay could not apply.
+#[derive(Clone, Default, Debug, Serialize)]
+pub struct Skipped {
+    /// Frees whose order differs from the traced allocation at that pfn.
+    pub order_mismatch: u64,
+    /// Frees of a pfn inside a larger live block.
+    pub inside_live_block: u64,
+    /// Frees of a block already freed (a pre-trace block seen twice).
+    pub unmatched_free: u64,
+    /// Allocations of a pfn that was still live (the earlier block is abandoned).
+    pub realloc_live: u64,
+    /// Allocations the simulated allocator refused.
+    pub alloc_failed: u64,
+    /// Frees the simulated allocator refused.
+    pub free_failed: u64,
+}
+
+/// One policy's prediction.
+#[derive(Clone, Debug, Serialize)]
+pub struct Predicted {
+    /// The policy.
+    pub policy: String,
+    /// Per CPU.
+    pub per_cpu: Vec<Counts>,
+    /// All CPUs.
+    pub total: Counts,
+    /// Seed metrics.
+    pub seed: SeedMetrics,
+    /// Drains by reason (events, pages), all CPUs.
+    pub drains_by_reason: BTreeMap<String, (u64, u64)>,
+    /// Set-up numbers.
+    pub setup: Setup,
+    /// Events skipped.
+    pub skipped: Skipped,
+    /// vmstat ticks run per CPU.
+    pub ticks: u64,
+    /// Per zone at the end: (zone, refills, refill pages, free pages, pages on pagesets).
+    pub zones_end: Vec<(String, u64, u64, i64, u64)>,
+}
+
+/// The whole result.
+#[derive(Clone, Debug, Serialize)]
+pub struct Replay {
+    /// How the pagesets' starting pages were spread over their lists.
+    pub seed: SeedRule,
+    /// Where the machine description came from.
+    pub sources: Vec<String>,
+    /// The trace's own counts.
+    pub observed: Observed,
+    /// One per policy.
+    pub predicted: Vec<Predicted>,
+    /// Lines skipped or repaired while parsing and replaying.
+    pub problems: Problems,
+    /// Events in the trace.
+    pub events: usize,
+}
+
+/// Count what the trace shows, grouping per-CPU bursts.
+pub fn observe(trace: &Trace, machine: &Machine) -> Observed {
+    let nr_cpus = machine
+        .nr_cpus()
+        .max(1 + trace.events.iter().map(|e| e.cpu).max().unwrap_or(0));
+    let mut per_cpu = vec![Counts::default(); nr_cpus as usize];
+    // Per CPU: the kind of the previous event and the orders of recent frees.
+    let mut previous: Vec<Option<EventKind>> = vec![None; nr_cpus as usize];
+    let mut high_order_frees: Vec<u32> = vec![0; nr_cpus as usize];
+    let mut in_free_high: Vec<bool> = vec![false; nr_cpus as usize];
+    let mut seed = SeedMetrics::default();
+    let mut observed = Observed {
+        per_cpu: Vec::new(),
+        total: Counts::default(),
+        seed,
+        alloc_pages: 0,
+        free_pages: 0,
+        direct_zone_pages: 0,
+        pcp_pages_before: pcp_pages(&machine.zones),
+        pcp_pages_after: trace
+            .recording
+            .as_ref()
+            .and_then(|r| r.section("zoneinfo-after"))
+            .and_then(|t| zoneinfo::parse(t).ok())
+            .map(|z| pcp_pages(&z)),
+        events_by_kind_order: BTreeMap::new(),
+        thp_non_movable_events: 0,
+        vmstat_delta: trace.recording.as_ref().and_then(vmstat_delta),
+        seconds: match (trace.events.first(), trace.events.last()) {
+            (Some(a), Some(b)) => (b.ts_ns - a.ts_ns) as f64 / 1e9,
+            _ => 0.0,
+        },
+    };
+    for event in &trace.events {
+        let cpu = event.cpu as usize;
+        let pages = 1u64 << event.order;
+        let key = format!("{:?}/{}", event.kind, event.order);
+        *observed.events_by_kind_order.entry(key).or_default() += 1;
+        if event.order == mmkit_core::page_alloc::PAGEBLOCK_ORDER
+            && event.migratetype >= 0
+            && event.migratetype != 1
+        {
+            observed.thp_non_movable_events += 1;
+        }
+        let counts = &mut per_cpu[cpu];
+        let continues = previous[cpu] == Some(event.kind);
+        match event.kind {
+            EventKind::Alloc => {
+                observed.alloc_pages += pages;
+                high_order_frees[cpu] = 0;
+            }
+            EventKind::Free => {
+                observed.free_pages += pages;
+                if (1..=3).contains(&event.order) {
+                    high_order_frees[cpu] += 1;
+                } else {
+                    high_order_frees[cpu] = 0;
+                }
+            }
+            EventKind::FreeBatched => {}
+            EventKind::ZoneLocked => {
+                seed.alloc_zone_pages += pages;
+                if event.percpu_refill {
+                    counts.refill_pages += pages;
+                    if !continues {
+                        counts.refill_events += 1;
+                    }
+                } else {
+                    observed.direct_zone_pages += pages;
+                }
+            }
+            EventKind::PcpuDrain => {
+                counts.drain_pages += pages;
+                if !continues {
+                    counts.drain_events += 1;
+                    in_free_high[cpu] = high_order_frees[cpu] >= 2;
+                    if in_free_high[cpu] {
+                        seed.free_high_drains += 1;
+                    }
+                }
+                if in_free_high[cpu] {
+                    seed.free_high_drain_pages += pages;
+                }
+            }
+        }
+        // mm_page_free_batched accompanies mm_page_free; it does not end a burst.
+        if event.kind != EventKind::FreeBatched {
+            previous[cpu] = Some(event.kind);
+        }
+    }
+    for counts in &per_cpu {
+        observed.total.add(counts);
+    }
+    seed.alloc_zone_share = ratio(seed.alloc_zone_pages, observed.alloc_pages);
+    observed.seed = seed;
+    observed.per_cpu = per_cpu;
+    observed
+}
+
+/// (Δ Σ `pgalloc_*`, Δ `pgfree`) between the recording's vmstat snapshots.
+fn vmstat_delta(recording: &crate::parse::Recording) -> Option<(i64, i64)> {
+    let counters = |text: &str| -> (i64, i64) {
+        let mut alloc = 0;
+        let mut free = 0;
+        for line in text.lines() {
+            let mut parts = line.split_whitespace();
+            let (Some(name), Some(value)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let value: i64 = value.parse().unwrap_or(0);
+            if name.starts_with("pgalloc_") {
+                alloc += value;
+            } else if name == "pgfree" {
+                free = value;
+            }
+        }
+        (alloc, free)
+    };
+    let before = counters(recording.section("vmstat-before")?);
+    let after = counters(recording.section("vmstat-after")?);
+    Some((after.0 - before.0, after.1 - before.1))
+}
+
+fn pcp_pages(zones: &[ZoneInfo]) -> u64 {
+    zones
+        .iter()
+        .flat_map(|z| z.pagesets.iter())
+        .map(|p| p.count)
+        .sum()
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+/// One pre-trace block: the free that revealed it.
+#[derive(Clone, Copy, Debug)]
+struct PretraceBlock {
+    pfn: u64,
+    order: u8,
+    zone: ZoneId,
+}
+
+/// What a free does in the liveness walk both passes share.
+enum FreeFate {
+    /// The free matches a live traced allocation.
+    Live,
+    /// The block was allocated before recording.
+    Pretrace,
+    /// Order differs from the live allocation at this pfn.
+    OrderMismatch,
+    /// Inside a larger live block.
+    InsideLive,
+}
+
+/// Blocks allocated in the trace and not yet freed: pfn → order.
+#[derive(Default)]
+struct Liveness {
+    live: BTreeMap<u64, u8>,
+}
+
+impl Liveness {
+    fn alloc(&mut self, pfn: u64, order: u8) -> bool {
+        self.live.insert(pfn, order).is_some()
+    }
+
+    fn free(&mut self, pfn: u64, order: u8) -> FreeFate {
+        if let Some(&live_order) = self.live.get(&pfn) {
+            if live_order == order {
+                self.live.remove(&pfn);
+                return FreeFate::Live;
+            }
+            return FreeFate::OrderMismatch;
+        }
+        if let Some((&head, &o)) = self.live.range(..pfn).next_back() {
+            if pfn < head + (1u64 << o) {
+                return FreeFate::InsideLive;
+            }
+        }
+        FreeFate::Pretrace
+    }
+}
+
+/// Run the replay under each policy.
+pub fn replay(
+    trace: &Trace,
+    machine: &Machine,
+    policies: &[Policy],
+    seed: SeedRule,
+) -> Result<Replay, String> {
+    let mut problems = trace.problems.clone();
+    if let Some(error) = &trace.decompress_error {
+        problems.add(trace.lines, ProblemKind::Truncated, error);
+    }
+    if trace.recording.as_ref().is_some_and(|r| !r.complete) {
+        problems.add(
+            trace.lines,
+            ProblemKind::Truncated,
+            "the recording has no end marker",
+        );
+    }
+    let mut events: Vec<&Event> = Vec::with_capacity(trace.events.len());
+    for event in &trace.events {
+        if machine.zone_of(event.pfn).is_none() {
+            problems.add(
+                event.line,
+                ProblemKind::PfnOutsideZones,
+                &format!("pfn {:#x}", event.pfn),
+            );
+        } else if event.cpu >= machine.nr_cpus() {
+            problems.add(
+                event.line,
+                ProblemKind::BadField,
+                &format!("cpu {} has no pageset", event.cpu),
+            );
+        } else {
+            events.push(event);
+        }
+    }
+    let pretrace = find_pretrace_blocks(&events, machine);
+    let mix = seed_mix(&events, machine);
+    let observed = observe(trace, machine);
+    let predicted = policies
+        .iter()
+        .map(|policy| run_policy(*policy, &events, &pretrace, (&mix, seed), machine))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Replay {
+        seed,
+        sources: machine.sources.clone(),
+        observed,
+        predicted,
+        problems,
+        events: trace.events.len(),
+    })
+}
+
+fn zone_id(zone: &ZoneInfo) -> ZoneId {
+    ZoneId {
+        node: zone.node,
+        zone_type: zone.zone,
+    }
+}
+
+fn find_pretrace_blocks(events: &[&Event], machine: &Machine) -> Vec<PretraceBlock> {
+    let mut liveness = Liveness::default();
+    let mut blocks = Vec::new();
+    for event in events {
+        match event.kind {
+            EventKind::Alloc => {
+                liveness.alloc(event.pfn, event.order);
+            }
+            EventKind::Free => {
+                if let FreeFate::Pretrace = liveness.free(event.pfn, event.order) {
+                    let zone = machine.zone_of(event.pfn).expect("filtered to zones");
+                    blocks.push(PretraceBlock {
+                        pfn: event.pfn,
+                        order: event.order,
+                        zone: zone_id(zone),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    blocks
+}
+
+/// The lists a pageset's starting pages are spread over: orders 0–3 and the THP order.
+const SEED_ORDERS: [u8; 5] = [0, 1, 2, 3, mmkit_core::page_alloc::PAGEBLOCK_ORDER];
+
+/// How a pageset's starting `count` pages are spread over its lists (the snapshot gives
+/// only the total).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SeedRule {
+    /// In proportion to the pages this CPU freed of each order in the trace, each order
+    /// split by migratetype as the trace's allocations of that order were (the default:
+    /// a steady state refills the lists the way the CPU frees).
+    #[default]
+    Frees,
+    /// In proportion to the (order, migratetype) of the pages the kernel drained from
+    /// this CPU's pageset during the trace.
+    Drains,
+    /// All on the MOVABLE order-0 list.
+    Movable0,
+    /// Spread evenly over the lists of orders 0–3 this CPU neither allocated from nor
+    /// freed that order to in the trace: the pages are left-overs of earlier work that
+    /// only drains will touch.
+    Stale,
+}
+
+/// What the trace says about the make-up of each pageset, per (zone index, CPU): pages
+/// freed by list order, pages drained by (order, migratetype), pages allocated by (order,
+/// migratetype); and per (zone index, order) pages allocated by migratetype on any CPU.
+#[derive(Default)]
+struct SeedMix {
+    freed: HashMap<(usize, u32), [u64; SEED_ORDERS.len()]>,
+    drained: HashMap<(usize, u32), [[u64; 3]; SEED_ORDERS.len()]>,
+    allocated_cpu: HashMap<(usize, u32), [[u64; 3]; SEED_ORDERS.len()]>,
+    allocated: HashMap<(usize, usize), [u64; 3]>,
+}
+
+fn mt_index(migratetype: i32) -> usize {
+    match migratetype {
+        0 => 0,
+        2 => 2,
+        _ => 1,
+    }
+}
+
+fn seed_mix(events: &[&Event], machine: &Machine) -> SeedMix {
+    let mut mix = SeedMix::default();
+    for event in events {
+        let Some(slot) = SEED_ORDERS.iter().position(|&o| o == event.order) else {
+            continue;
+        };
+        let Some(zone) = machine.zones.iter().position(|z| {
+            z.spanned > 0 && event.pfn >= z.start_pfn && event.pfn - z.start_pfn < z.spanned
+        }) else {
+            continue;
+        };
+        let pages = 1u64 << event.order;
+        let key = (zone, event.cpu);
+        let mt = mt_index(event.migratetype);
+        match event.kind {
+            EventKind::Free => mix.freed.entry(key).or_default()[slot] += pages,
+            EventKind::PcpuDrain => mix.drained.entry(key).or_default()[slot][mt] += pages,
+            EventKind::Alloc => {
+                mix.allocated.entry((zone, slot)).or_default()[mt] += pages;
+                mix.allocated_cpu.entry(key).or_default()[slot][mt] += pages;
+            }
+            _ => {}
+        }
+    }
+    mix
+}
+
+/// Weights per (order slot, migratetype) for `rule`, or `None` to put everything on
+/// MOVABLE order 0.
+fn seed_weights(mix: &SeedMix, rule: SeedRule, key: (usize, u32)) -> Option<[[u64; 3]; 5]> {
+    let mut weights = [[0u64; 3]; SEED_ORDERS.len()];
+    match rule {
+        SeedRule::Movable0 => return None,
+        SeedRule::Drains => weights = *mix.drained.get(&key)?,
+        SeedRule::Frees => {
+            let freed = mix.freed.get(&key)?;
+            for (slot, &pages) in freed.iter().enumerate() {
+                let by_mt = mix
+                    .allocated
+                    .get(&(key.0, slot))
+                    .copied()
+                    .unwrap_or([0, 1, 0]);
+                let mt_total: u64 = by_mt.iter().sum::<u64>().max(1);
+                for mt in 0..3 {
+                    // Scaled by 2^20 so that small shares survive the integer division.
+                    weights[slot][mt] = ((pages as u128 * by_mt[mt] as u128) << 20)
+                        .checked_div(mt_total as u128)
+                        .unwrap_or(0) as u64;
+                }
+            }
+        }
+        SeedRule::Stale => {
+            let freed = mix.freed.get(&key).copied().unwrap_or_default();
+            let allocated = mix.allocated_cpu.get(&key).copied().unwrap_or_default();
+            for slot in 0..4 {
+                for mt in 0..3 {
+                    let untouched = freed[slot] == 0 && allocated[slot][mt] == 0;
+                    weights[slot][mt] = u64::from(untouched);
+                }
+            }
+        }
+    }
+    (weights.iter().flatten().sum::<u64>() > 0).then_some(weights)
+}
+
+/// How a pageset's `count` pages are laid out at the start under `rule`; what rounding
+/// leaves goes to MOVABLE order 0, as does everything when the rule has no data.
+fn seed_plan(
+    mix: &SeedMix,
+    rule: SeedRule,
+    zone: usize,
+    cpu: u32,
+    count: u64,
+) -> Vec<((Order, MigrateType), u64)> {
+    let mut plan = Vec::new();
+    let mut placed = 0;
+    if let Some(weights) = seed_weights(mix, rule, (zone, cpu)) {
+        let total: u128 = weights.iter().flatten().map(|&w| w as u128).sum();
+        for (slot, by_mt) in weights.iter().enumerate() {
+            let order = Order::new(SEED_ORDERS[slot]).expect("valid order");
+            for (mt_index, &weight) in by_mt.iter().enumerate() {
+                let pages = (count as u128 * weight as u128 / total) as u64;
+                let blocks = pages >> order.get();
+                if blocks > 0 {
+                    let mt = MigrateType::from_index(mt_index).expect("PCP type");
+                    plan.push(((order, mt), blocks));
+                    placed += blocks << order.get();
+                }
+            }
+        }
+    }
+    if count > placed {
+        plan.push(((Order::ZERO, MigrateType::Movable), count - placed));
+    }
+    plan
+}
+
+/// The request that reproduces a traced allocation: its zone and migratetype.
+fn gfp_for(zone: ZoneType, migratetype: i32) -> Gfp {
+    let zone_bits = match zone {
+        ZoneType::Dma => Gfp::DMA,
+        ZoneType::Dma32 => Gfp::DMA32,
+        _ => Gfp::empty(),
+    };
+    let mobility = match migratetype {
+        0 => Gfp::empty(),
+        2 => Gfp::RECLAIMABLE,
+        _ => Gfp::MOVABLE,
+    };
+    Gfp::KERNEL | zone_bits | mobility
+}
+
+/// Counter totals over all zones, read between calls.
+#[derive(Clone, Copy, Default)]
+struct Totals {
+    refills: u64,
+    refill_pages: u64,
+    drains: [u64; DrainReason::COUNT],
+    drain_pages: [u64; DrainReason::COUNT],
+    zone_locked_pages: u64,
+}
+
+fn totals(allocator: &PageAllocator) -> Totals {
+    let mut t = Totals::default();
+    for zone in allocator.zones() {
+        let e = zone.events();
+        t.refills += e.pcp_refills.load(Relaxed);
+        t.refill_pages += e.pcp_refill_pages.load(Relaxed);
+        for r in 0..DrainReason::COUNT {
+            t.drains[r] += e.pcp_drains[r].load(Relaxed);
+            t.drain_pages[r] += e.pcp_drain_pages[r].load(Relaxed);
+        }
+        t.zone_locked_pages += e.alloc_zone_locked.load(Relaxed);
+    }
+    t
+}
+
+/// Credit the counter change `after − before` to one CPU.
+struct Ledger {
+    per_cpu: Vec<Counts>,
+    by_reason: [(u64, u64); DrainReason::COUNT],
+    zone_locked_pages: u64,
+}
+
+impl Ledger {
+    fn credit(&mut self, cpu: u32, before: &Totals, after: &Totals) {
+        let counts = &mut self.per_cpu[cpu as usize];
+        counts.refill_events += after.refills - before.refills;
+        counts.refill_pages += after.refill_pages - before.refill_pages;
+        for r in 0..DrainReason::COUNT {
+            let events = after.drains[r] - before.drains[r];
+            let pages = after.drain_pages[r] - before.drain_pages[r];
+            counts.drain_events += events;
+            counts.drain_pages += pages;
+            self.by_reason[r].0 += events;
+            self.by_reason[r].1 += pages;
+        }
+        self.zone_locked_pages += after.zone_locked_pages - before.zone_locked_pages;
+    }
+}
+
+fn build(policy: Policy, machine: &Machine) -> Result<PageAllocator, String> {
+    let topology = machine::topology(&machine.zones, machine.llc, Layout::Compact)?;
+    PageAllocator::new(topology, machine.settings.clone(), policy).map_err(|e| e.to_string())
+}
+
+/// Steps 2–4 of the set-up (module documentation).
+fn set_up(
+    allocator: &PageAllocator,
+    pretrace: &[PretraceBlock],
+    (mix, rule): (&SeedMix, SeedRule),
+    machine: &Machine,
+) -> (Setup, HashMap<u64, Vec<(Pfn, Order)>>) {
+    let mut setup = Setup {
+        pretrace_blocks: pretrace.len() as u64,
+        ..Setup::default()
+    };
+    let mut placed: HashMap<u64, Vec<(Pfn, Order)>> = HashMap::new();
+    let mut later = Vec::new();
+    for block in pretrace {
+        let order = Order::new(block.order).expect("parser bounds orders");
+        let exact = allocator
+            .find_zone(Pfn(block.pfn))
+            .is_some_and(|z| z.id() == block.zone)
+            && allocator.take_page_off_buddy(Pfn(block.pfn), order).is_ok();
+        if exact {
+            setup.pretrace_exact += 1;
+            placed
+                .entry(block.pfn)
+                .or_default()
+                .push((Pfn(block.pfn), order));
+        } else {
+            later.push(*block);
+        }
+    }
+    for block in later {
+        let order = Order::new(block.order).expect("parser bounds orders");
+        match allocator.take_free_block(block.zone, order) {
+            Some(pfn) => {
+                setup.pretrace_substituted += 1;
+                placed.entry(block.pfn).or_default().push((pfn, order));
+            }
+            None => setup.pretrace_unplaced += 1,
+        }
+    }
+    for (z, info) in machine.zones.iter().enumerate() {
+        for pageset in &info.pagesets {
+            let plan = seed_plan(mix, rule, z, pageset.cpu, pageset.count);
+            for ((order, mt), blocks) in plan {
+                setup.seeded_pcp_pages += allocator
+                    .seed_pageset(
+                        pageset.cpu,
+                        zone_id(info),
+                        (order, mt),
+                        blocks,
+                        pageset.high,
+                    )
+                    .unwrap_or(0);
+            }
+            // `high` even for an empty pageset.
+            allocator.seed_pageset(
+                pageset.cpu,
+                zone_id(info),
+                (Order::ZERO, MigrateType::Movable),
+                0,
+                pageset.high,
+            );
+        }
+    }
+    for info in machine.zones.iter().filter(|z| z.managed > 0) {
+        let Some(zone) = allocator.zone(info.node, info.zone) else {
+            continue;
+        };
+        // Whole MAX_ORDER blocks only: taking smaller ones would break up the large free
+        // blocks that unmovable requests steal whole pageblocks from (ALLOC_NOFRAGMENT).
+        let order = Order::new(mmkit_core::MAX_ORDER).expect("MAX_ORDER is an order");
+        while zone.free_pages() - info.pages_free >= order.pages() as i64 {
+            if allocator.take_free_block(zone.id(), order).is_none() {
+                break;
+            }
+            setup.ballast_pages += order.pages();
+        }
+    }
+    // Blocks seen twice at one pfn are freed in trace order.
+    for list in placed.values_mut() {
+        list.reverse();
+    }
+    (setup, placed)
+}
+
+fn run_policy(
+    policy: Policy,
+    events: &[&Event],
+    pretrace: &[PretraceBlock],
+    (mix, rule): (&SeedMix, SeedRule),
+    machine: &Machine,
+) -> Result<Predicted, String> {
+    let allocator = build(policy, machine)?;
+    let (setup, mut pretrace_blocks) = set_up(&allocator, pretrace, (mix, rule), machine);
+    let nr_cpus = machine.nr_cpus();
+    let mut ledger = Ledger {
+        per_cpu: vec![Counts::default(); nr_cpus as usize],
+        by_reason: [(0, 0); DrainReason::COUNT],
+        zone_locked_pages: 0,
+    };
+    let mut skipped = Skipped::default();
+    let mut liveness = Liveness::default();
+    let mut sim_blocks: HashMap<u64, Pfn> = HashMap::new();
+    let interval_ns = u64::from(machine.settings.stat_interval_ms) * 1_000_000;
+    let mut next_tick = events.first().map(|e| e.ts_ns + interval_ns);
+    let mut ticks = 0;
+    let (mut pcp_peak, mut pcp_sum, mut samples) = (0u64, 0f64, 0u64);
+    let mut alloc_pages = 0u64;
+    let mut before = totals(&allocator);
+    for event in events {
+        while let Some(tick) = next_tick.filter(|&t| t <= event.ts_ns) {
+            for cpu in 0..nr_cpus {
+                allocator.vmstat_tick(cpu);
+                let after = totals(&allocator);
+                ledger.credit(cpu, &before, &after);
+                before = after;
+            }
+            ticks += 1;
+            next_tick = Some(tick + interval_ns);
+        }
+        let caller = Caller::task(event.cpu);
+        let order = Order::new(event.order).expect("parser bounds orders");
+        match event.kind {
+            EventKind::Alloc => {
+                let zone = machine.zone_of(event.pfn).expect("filtered to zones").zone;
+                match allocator.alloc_pages(caller, gfp_for(zone, event.migratetype), order) {
+                    Ok(pfn) => {
+                        alloc_pages += order.pages();
+                        if liveness.alloc(event.pfn, event.order) {
+                            skipped.realloc_live += 1;
+                        }
+                        sim_blocks.insert(event.pfn, pfn);
+                    }
+                    Err(_) => skipped.alloc_failed += 1,
+                }
+            }
+            EventKind::Free => {
+                let sim = match liveness.free(event.pfn, event.order) {
+                    FreeFate::Live => sim_blocks.remove(&event.pfn),
+                    FreeFate::Pretrace => {
+                        let pfn = pretrace_blocks
+                            .get_mut(&event.pfn)
+                            .and_then(|list| list.pop())
+                            .map(|(pfn, _)| pfn);
+                        if pfn.is_none() {
+                            skipped.unmatched_free += 1;
+                        }
+                        pfn
+                    }
+                    FreeFate::OrderMismatch => {
+                        skipped.order_mismatch += 1;
+                        None
+                    }
+                    FreeFate::InsideLive => {
+                        skipped.inside_live_block += 1;
+                        None
+                    }
+                };
+                if let Some(pfn) = sim {
+                    if allocator.free_pages(caller, pfn, order).is_err() {
+                        skipped.free_failed += 1;
+                    }
+                }
+            }
+            _ => continue,
+        }
+        let after = totals(&allocator);
+        ledger.credit(event.cpu, &before, &after);
+        before = after;
+        let held: u64 = allocator.zones().iter().map(|z| z.pcp_pages()).sum();
+        pcp_peak = pcp_peak.max(held);
+        pcp_sum += held as f64;
+        samples += 1;
+    }
+    let mut total = Counts::default();
+    for counts in &ledger.per_cpu {
+        total.add(counts);
+    }
+    let free_high = ledger.by_reason[DrainReason::FreeHigh as usize];
+    let seed = SeedMetrics {
+        alloc_zone_pages: ledger.zone_locked_pages,
+        alloc_zone_share: ratio(ledger.zone_locked_pages, alloc_pages),
+        free_high_drains: free_high.0,
+        free_high_drain_pages: free_high.1,
+        pcp_pages_peak: Some(pcp_peak),
+        pcp_pages_mean: Some(if samples == 0 {
+            0.0
+        } else {
+            pcp_sum / samples as f64
+        }),
+    };
+    let drains_by_reason = DrainReason::ALL
+        .iter()
+        .map(|&r| {
+            (
+                format!("{r:?}").to_lowercase(),
+                ledger.by_reason[r as usize],
+            )
+        })
+        .collect();
+    let zones_end = allocator
+        .zones()
+        .iter()
+        .filter(|z| z.managed() > 0)
+        .map(|z| {
+            let e = z.events();
+            (
+                format!("{:?}", z.zone_type()),
+                e.pcp_refills.load(Relaxed),
+                e.pcp_refill_pages.load(Relaxed),
+                z.free_pages(),
+                z.pcp_pages(),
+            )
+        })
+        .collect();
+    Ok(Predicted {
+        zones_end,
+        policy: policy.name.to_string(),
+        per_cpu: ledger.per_cpu,
+        total,
+        seed,
+        drains_by_reason,
+        setup,
+        skipped,
+        ticks,
+    })
+}

@@ -1,0 +1,248 @@
+//! The committed traces (`tests/data/`, recorded on the 2-CPU Linux 6.18 VM with
+//! `mmkit trace record`; workloads in `workloads/`, commands in `docs/FIDELITY.md`) parse
+//! cleanly and replay under base, v6.7 and linux-6.18, from the recorder's file and from
+//! plain tracefs text with a separate zoneinfo snapshot.
+
+use mmkit_core::Policy;
+use mmkit_trace::parse::{self, EventKind, Trace};
+use mmkit_trace::replay::{self, Machine, Replay, SeedRule};
+use mmkit_trace::report;
+
+fn data(name: &str) -> Vec<u8> {
+    let path = format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn load(name: &str) -> Trace {
+    parse::load(&data(name)).expect("a trace")
+}
+
+const POLICIES: [Policy; 3] = [Policy::BASE, Policy::V6_7, Policy::LINUX_6_18];
+
+fn replay_file(name: &str) -> (Trace, Replay) {
+    let trace = load(name);
+    let machine = Machine::from_trace(&trace, None).expect("the recording has its snapshots");
+    let result = replay::replay(&trace, &machine, &POLICIES, SeedRule::Frees).expect("replays");
+    (trace, result)
+}
+
+#[test]
+fn committed_traces_parse_without_problems() {
+    for name in ["afunix.mmkit.gz", "compile.mmkit.gz"] {
+        let trace = load(name);
+        let recording = trace.recording.as_ref().expect("a recorder file");
+        assert!(recording.complete, "{name} has its end marker");
+        for section in [
+            "zoneinfo-before",
+            "zoneinfo-after",
+            "vmstat-before",
+            "sysctl",
+            "llc",
+        ] {
+            assert!(recording.section(section).is_some(), "{name}: {section}");
+        }
+        assert_eq!(trace.problems.total(), 0, "{name}: {:?}", trace.problems);
+        assert!(
+            trace.events.len() > 10_000,
+            "{name}: {}",
+            trace.events.len()
+        );
+        assert!(trace.events.windows(2).all(|w| w[0].ts_ns <= w[1].ts_ns));
+    }
+}
+
+#[test]
+fn afunix_trace_shows_cross_cpu_refills_and_drains() {
+    let (trace, result) = replay_file("afunix.mmkit.gz");
+    let observed = &result.observed;
+    // Writer on CPU 0 refills, reader on CPU 1 drains (workloads.md §4.3).
+    assert!(observed.per_cpu[0].refill_pages > observed.per_cpu[1].refill_pages);
+    assert!(observed.per_cpu[1].drain_pages > observed.per_cpu[0].drain_pages);
+    assert!(trace
+        .events
+        .iter()
+        .any(|e| e.kind == EventKind::Free && e.order == 3));
+    assert_eq!(result.predicted.len(), 3);
+    for predicted in &result.predicted {
+        assert!(predicted.total.refill_pages > 0, "{}", predicted.policy);
+        assert!(predicted.total.drain_pages > 0, "{}", predicted.policy);
+        assert_eq!(predicted.skipped.alloc_failed, 0);
+        assert_eq!(predicted.skipped.free_failed, 0);
+        let setup = &predicted.setup;
+        assert!(setup.pretrace_blocks > 0, "a trace starts in mid-flight");
+        assert_eq!(
+            setup.pretrace_exact + setup.pretrace_substituted + setup.pretrace_unplaced,
+            setup.pretrace_blocks
+        );
+    }
+    // 6.18's raised threshold (63 + high_min / 2 > the 2016 + 7 free_count can reach on
+    // this VM) leaves no free_high drain; v6.7 drains the reader by free_high.
+    let by_name = |n: &str| result.predicted.iter().find(|p| p.policy == n).unwrap();
+    assert_eq!(by_name("linux-6.18").seed.free_high_drains, 0);
+    assert!(by_name("v6.7").seed.free_high_drains > 0);
+}
+
+#[test]
+fn compile_trace_replays_and_reports() {
+    let (_, result) = replay_file("compile.mmkit.gz");
+    assert!(result.observed.alloc_pages > 10_000);
+    let table = report::table(&result);
+    for needle in [
+        "kernel (trace)",
+        "linux-6.18",
+        "CPU 1",
+        "set-up:",
+        "seed metrics",
+    ] {
+        assert!(table.contains(needle), "{needle} in\n{table}");
+    }
+    let json: serde_json::Value = serde_json::from_str(&report::json(&result)).unwrap();
+    assert_eq!(json["replay"]["predicted"][2]["policy"], "linux-6.18");
+    assert!(json["errors_total"][0][1]["refill_pages"].is_number());
+}
+
+#[test]
+fn replay_is_deterministic() {
+    let (_, first) = replay_file("compile.mmkit.gz");
+    let (_, second) = replay_file("compile.mmkit.gz");
+    assert_eq!(report::json(&first), report::json(&second));
+}
+
+/// The plain tracefs text (the container's trace section) with the zoneinfo snapshot
+/// given separately: the same events and observed counts.
+#[test]
+fn plain_tracefs_text_with_a_zoneinfo_file_replays() {
+    let bytes = data("compile.mmkit.gz");
+    let container = load("compile.mmkit.gz");
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut text)
+        .unwrap();
+    let body = text.split("@@section trace\n").nth(1).unwrap();
+    let plain = body.strip_suffix("@@end\n").unwrap();
+    let trace = parse::parse_text(plain);
+    assert!(trace.recording.is_none());
+    assert_eq!(trace.events.len(), container.events.len());
+    let zoneinfo = String::from_utf8(data("compile.zoneinfo.txt")).unwrap();
+    assert!(
+        Machine::from_trace(&trace, None).is_err(),
+        "plain text needs --zoneinfo"
+    );
+    let machine = Machine::from_trace(&trace, Some(&zoneinfo)).unwrap();
+    let result = replay::replay(&trace, &machine, &[Policy::LINUX_6_18], SeedRule::Frees).unwrap();
+    let (_, from_container) = replay_file("compile.mmkit.gz");
+    assert_eq!(result.observed.total, from_container.observed.total);
+    assert!(result.sources.iter().any(|s| s.contains("inferred")));
+}
+
+#[test]
+fn every_seed_rule_places_the_snapshot_count() {
+    let trace = load("afunix.mmkit.gz");
+    let machine = Machine::from_trace(&trace, None).unwrap();
+    let count: u64 = machine
+        .zones
+        .iter()
+        .flat_map(|z| &z.pagesets)
+        .map(|p| p.count)
+        .sum();
+    for rule in [
+        SeedRule::Frees,
+        SeedRule::Drains,
+        SeedRule::Movable0,
+        SeedRule::Stale,
+    ] {
+        let result = replay::replay(&trace, &machine, &[Policy::V6_7], rule).unwrap();
+        assert_eq!(
+            result.predicted[0].setup.seeded_pcp_pages, count,
+            "{rule:?}"
+        );
+    }
+}
+
+/// A hand-written plain trace over the compile snapshot's zones: one pre-trace block at
+/// its exact pfn, a cross-CPU free, an order mismatch, a free inside a live block, a pfn
+/// outside every zone, and a line that is not a trace line.
+#[test]
+fn replay_rules_for_odd_frees_are_counted() {
+    let zoneinfo = String::from_utf8(data("compile.zoneinfo.txt")).unwrap();
+    let line = |cpu: u32, ts: &str, event: &str, fields: &str| {
+        format!("  cc-7 [{cpu:03}] ..... {ts}: {event}: page=0 {fields}\n")
+    };
+    let mut text = String::new();
+    text += &line(0, "10.000001", "mm_page_free", "pfn=0x100000 order=0");
+    text += &line(
+        1,
+        "10.000002",
+        "mm_page_alloc",
+        "pfn=0x200000 order=1 migratetype=1 gfp_flags=GFP_KERNEL",
+    );
+    text += &line(0, "10.000003", "mm_page_free", "pfn=0x200000 order=1");
+    text += &line(
+        1,
+        "10.000004",
+        "mm_page_alloc",
+        "pfn=0x300000 order=2 migratetype=0 gfp_flags=GFP_KERNEL",
+    );
+    text += &line(1, "10.000005", "mm_page_free", "pfn=0x300000 order=0");
+    text += &line(1, "10.000006", "mm_page_free", "pfn=0x300001 order=0");
+    text += &line(1, "10.000007", "mm_page_free", "pfn=0x7fffffffff order=0");
+    text += "  cc-7 [000] ..... 10.000008: mm_page_fr";
+    let trace = parse::parse_text(&text);
+    assert_eq!(trace.problems.total(), 1, "the cut last line");
+    let machine = Machine::from_trace(&trace, Some(&zoneinfo)).unwrap();
+    let result = replay::replay(&trace, &machine, &[Policy::LINUX_6_18], SeedRule::Frees).unwrap();
+    let outside = result.problems.counts[&parse::ProblemKind::PfnOutsideZones];
+    assert_eq!(outside, 1);
+    assert!(result.problems.samples.iter().any(|p| p.line == 7));
+    let predicted = &result.predicted[0];
+    assert_eq!(predicted.setup.pretrace_blocks, 1);
+    assert_eq!(predicted.setup.pretrace_exact, 1);
+    assert_eq!(predicted.skipped.order_mismatch, 1);
+    assert_eq!(predicted.skipped.inside_live_block, 1);
+    assert_eq!(predicted.skipped.free_failed, 0);
+    assert_eq!(result.observed.free_pages, 1 + 2 + 1 + 1 + 1);
+}
+
+/// Observed refills and drains are bursts per CPU: another CPU's events do not split a
+/// burst, an event of the same CPU does; `mm_page_free_batched` does not.
+#[test]
+fn observed_events_are_grouped_into_bursts_per_cpu() {
+    let zoneinfo = String::from_utf8(data("compile.zoneinfo.txt")).unwrap();
+    let line = |cpu: u32, ts: &str, event: &str, fields: &str| {
+        format!("  cc-7 [{cpu:03}] ..... {ts}: {event}: {fields}\n")
+    };
+    let refill = "pfn=0x200000 order=0 migratetype=1 percpu_refill=1";
+    let drain = "pfn=0x200040 order=1 migratetype=1";
+    let mut text = String::new();
+    text += &line(0, "1.000001", "mm_page_alloc_zone_locked", refill);
+    text += &line(1, "1.000002", "mm_page_alloc_zone_locked", refill);
+    text += &line(0, "1.000003", "mm_page_alloc_zone_locked", refill);
+    text += &line(
+        0,
+        "1.000004",
+        "mm_page_alloc",
+        "pfn=0x200000 order=0 migratetype=1",
+    );
+    text += &line(0, "1.000005", "mm_page_alloc_zone_locked", refill);
+    text += &line(1, "1.000006", "mm_page_free", "pfn=0x300000 order=0");
+    text += &line(1, "1.000007", "mm_page_free_batched", "pfn=0x300000");
+    text += &line(1, "1.000008", "mm_page_pcpu_drain", drain);
+    text += &line(1, "1.000009", "mm_page_free_batched", "pfn=0x300001");
+    text += &line(1, "1.000010", "mm_page_pcpu_drain", drain);
+    text += &line(
+        1,
+        "1.000011",
+        "mm_page_alloc_zone_locked",
+        "pfn=0x400000 order=4 migratetype=1 percpu_refill=0",
+    );
+    let trace = parse::parse_text(&text);
+    assert_eq!(trace.problems.total(), 0, "{:?}", trace.problems);
+    let machine = Machine::from_trace(&trace, Some(&zoneinfo)).unwrap();
+    let observed = replay::observe(&trace, &machine);
+    let cpu0 = observed.per_cpu[0];
+    let cpu1 = observed.per_cpu[1];
+    assert_eq!((cpu0.refill_events, cpu0.refill_pages), (2, 3));
+    assert_eq!((cpu1.refill_events, cpu1.refill_pages), (1, 1));
+    assert_eq!((cpu1.drain_events, cpu1.drain_pages), (1, 4));
+    assert_eq!(observed.direct_zone_pages, 16);
+    assert_eq!(observed.seed.alloc_zone_pages, 4 + 16);
+}
