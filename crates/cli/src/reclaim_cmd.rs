@@ -72,9 +72,23 @@ struct PageoutArgs {
     /// Where the files and the swap file go (default: a folder in the temp dir).
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// `file`: faults read the real file into the frames (the loop then mostly measures
+    /// that copy); `none`: the same mapping-layer work with no data movement, to isolate
+    /// what the rmap policies change.
+    #[arg(long, value_enum, default_value = "file")]
+    io: IoMode,
     /// Print JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// Whether the pageout loop moves page data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum IoMode {
+    /// Real files on disk.
+    File,
+    /// No data movement.
+    None,
 }
 
 /// Arguments of `mmkit reclaim lru-size`.
@@ -210,11 +224,15 @@ fn pageout(args: &PageoutArgs) -> Result<(), CliError> {
         return Ok(());
     }
     println!(
-        "MADV_PAGEOUT loop (seed 002): {} workers, {} KiB file each, page-cache folios of {} KiB, large folios {}; median of {} × {} s",
+        "MADV_PAGEOUT loop (seed 002): {} workers, {} KiB file each, page-cache folios of {} KiB, large folios {}, data {}; median of {} × {} s",
         args.workers,
         args.file_kib,
         4u64 << folio_order.get(),
         if args.split { "split (6.7)" } else { "kept whole (seed's patched kernel)" },
+        match args.io {
+            IoMode::File => "read from the real file",
+            IoMode::None => "not moved",
+        },
         args.repeat,
         args.seconds
     );
@@ -254,36 +272,39 @@ fn pageout_run(
         .memory_bytes(pool_bytes)
         .build()
         .map_err(|e| failed(&e))?;
-    let memory = MappedMemory::new(pool, base_dir, 1, policy).map_err(|e| failed(&e))?;
+    let backend = match args.io {
+        IoMode::File => {
+            Backend::Files(MappedMemory::new(pool, base_dir, 1, policy).map_err(|e| failed(&e))?)
+        }
+        IoMode::None => {
+            let memory = Memory::new(pool.allocator_source(), policy, 1);
+            Backend::Bare(Box::new(std::sync::Mutex::new(memory)), pool)
+        }
+    };
     let contents = vec![0x5a; (file_pages * 4096) as usize];
     let mut workers = Vec::new();
     for w in 0..args.workers {
-        let file = memory
-            .create_file(file_pages, folio_order, &contents)
-            .map_err(|e| failed(&e))?;
-        let mm = memory.create_mm();
         let start = 0x10_0000 + u64::from(w) * 0x1000;
-        memory
-            .mmap_file(mm, start, file_pages, file, 0)
+        let mm = backend
+            .map_file(file_pages, folio_order, &contents, start)
             .map_err(|e| failed(&e))?;
         workers.push((mm, start));
     }
-    let before = memory.stats();
+    let before = backend.stats();
     let deadline = Duration::from_secs_f64(args.seconds);
     let started = Instant::now();
     let loops: Result<Vec<u64>, MmError> = std::thread::scope(|scope| {
         let handles: Vec<_> = workers
             .iter()
             .map(|&(mm, start)| {
-                let memory = &memory;
+                let backend = &backend;
                 scope.spawn(move || -> Result<u64, MmError> {
                     let mut loops = 0;
-                    let mut byte = [0u8; 1];
                     while started.elapsed() < deadline {
                         for page in 0..file_pages {
-                            memory.read(mm, (start + page) * 4096, &mut byte)?;
+                            backend.touch(mm, start + page)?;
                         }
-                        memory.madvise_pageout(mm, start, file_pages)?;
+                        backend.pageout(mm, start, file_pages)?;
                         loops += 1;
                     }
                     Ok(loops)
@@ -297,14 +318,91 @@ fn pageout_run(
     });
     let elapsed = started.elapsed().as_secs_f64();
     let loops: u64 = loops.map_err(|e| failed(&e))?.iter().sum();
-    let after = memory.stats();
-    memory.verify().map_err(|e| failed(&e))?;
+    let after = backend.stats();
+    backend.verify().map_err(|e| failed(&e))?;
     let per_loop = |a: u64, b: u64| (a - b) as f64 / loops.max(1) as f64;
     Ok((
         loops as f64 / elapsed,
         per_loop(after.rmap_counter_updates, before.rmap_counter_updates),
         per_loop(after.reclaimed, before.reclaimed),
     ))
+}
+
+/// Where the pageout loop runs: mapped memory with real files, or the mapping layer on
+/// the same pool without data movement.
+enum Backend {
+    Files(MappedMemory),
+    Bare(Box<std::sync::Mutex<Memory>>, PagePool),
+}
+
+impl Backend {
+    fn map_file(
+        &self,
+        pages: u64,
+        order: Order,
+        contents: &[u8],
+        start: u64,
+    ) -> Result<mmkit_core::mm::MmId, String> {
+        match self {
+            Backend::Files(m) => {
+                let file = m
+                    .create_file(pages, order, contents)
+                    .map_err(|e| e.to_string())?;
+                let mm = m.create_mm();
+                m.mmap_file(mm, start, pages, file, 0)
+                    .map_err(|e| e.to_string())?;
+                Ok(mm)
+            }
+            Backend::Bare(m, _) => {
+                let mut memory = m.lock().expect("not poisoned");
+                let file = memory.create_file(pages, order);
+                let mm = memory.create_mm();
+                memory
+                    .mmap_file(mm, start, pages, file, 0)
+                    .map_err(|e| e.to_string())?;
+                Ok(mm)
+            }
+        }
+    }
+
+    /// Read-touch one page.
+    fn touch(&self, mm: mmkit_core::mm::MmId, vpn: u64) -> Result<(), MmError> {
+        match self {
+            Backend::Files(m) => m.read(mm, vpn * 4096, &mut [0u8; 1]),
+            Backend::Bare(m, pool) => {
+                let caller = pool.caller();
+                let mut memory = m.lock().expect("not poisoned");
+                memory.access(caller, mm, vpn, false, &mut NoIo).map(|_| ())
+            }
+        }
+    }
+
+    fn pageout(&self, mm: mmkit_core::mm::MmId, start: u64, pages: u64) -> Result<(), MmError> {
+        match self {
+            Backend::Files(m) => m.madvise_pageout(mm, start, pages).map(|_| ()),
+            Backend::Bare(m, pool) => {
+                let caller = pool.caller();
+                let mut memory = m.lock().expect("not poisoned");
+                memory
+                    .madvise_pageout(caller, mm, start, pages, &mut NoIo)
+                    .map(|_| ())
+            }
+        }
+    }
+
+    fn stats(&self) -> mmkit_core::mm::MmStats {
+        match self {
+            Backend::Files(m) => m.stats(),
+            Backend::Bare(m, _) => m.lock().expect("not poisoned").stats(),
+        }
+    }
+
+    fn verify(&self) -> Result<(), String> {
+        match self {
+            Backend::Files(m) => m.verify(),
+            Backend::Bare(m, _) => m.lock().expect("not poisoned").verify(),
+        }
+    }
 }
 
 /// Page data does not matter to the simulated experiments.

@@ -71,15 +71,16 @@ impl PageIo for DiskIo {
             .try_clone()
             .unwrap_or_else(|e| io_failed("file handle", e));
         let frame = self.frame(pfn, pages);
-        frame.fill(0);
         let mut done = 0;
         while done < frame.len() {
             match handle.read_at(&mut frame[done..], index * PAGE_SIZE as u64 + done as u64) {
-                Ok(0) => break, // past the end of the file: zeros, as Linux reads
+                Ok(0) => break,
                 Ok(n) => done += n,
                 Err(e) => io_failed("file read", e),
             }
         }
+        // Past the end of the file: zeros, as Linux reads.
+        frame[done..].fill(0);
     }
 
     fn write_file(&mut self, file: FileId, index: u64, pfn: Pfn, pages: u64) {

@@ -119,6 +119,13 @@ impl PagePool {
         &self.inner.allocator
     }
 
+    /// The pool's allocator as the core's mapping layer takes it
+    /// ([`mmkit_core::mm::Memory::new`]), for a `Memory` that does its own data movement
+    /// (or none, in experiments that only measure the bookkeeping).
+    pub fn allocator_source(&self) -> Arc<dyn mmkit_core::mm::AllocatorSource> {
+        self.inner.clone()
+    }
+
     pub(crate) fn arena(&self) -> &Arena {
         &self.inner.arena
     }
