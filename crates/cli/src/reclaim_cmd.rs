@@ -138,6 +138,13 @@ struct PageoutRow {
     relative_percent: f64,
 }
 
+/// Print `rows` as pretty JSON.
+fn print_json<T: Serialize>(rows: &T) -> Result<(), CliError> {
+    let text = serde_json::to_string_pretty(rows).map_err(|e| CliError::failed(e.to_string()))?;
+    println!("{text}");
+    Ok(())
+}
+
 fn median(values: &[f64]) -> f64 {
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
@@ -218,10 +225,7 @@ fn pageout(args: &PageoutArgs) -> Result<(), CliError> {
         })
         .collect();
     if args.json {
-        let text =
-            serde_json::to_string_pretty(&rows).map_err(|e| CliError::failed(e.to_string()))?;
-        println!("{text}");
-        return Ok(());
+        return print_json(&rows);
     }
     println!(
         "MADV_PAGEOUT loop (seed 002): {} workers, {} KiB file each, page-cache folios of {} KiB, large folios {}, data {}; median of {} × {} s",
@@ -471,10 +475,7 @@ fn lru_size(args: &LruSizeArgs) -> Result<(), CliError> {
         }
     }
     if args.json {
-        let text =
-            serde_json::to_string_pretty(&rows).map_err(|e| CliError::failed(e.to_string()))?;
-        println!("{text}");
-        return Ok(());
+        return print_json(&rows);
     }
     println!(
         "lruvec_lru_size under direct reclaim (seed 003): {} cgroups, {} pages each cycling over a memory half their total",
@@ -563,10 +564,7 @@ fn congestion(args: &CongestionArgs) -> Result<(), CliError> {
         rows.push(congestion_run(name, bits)?);
     }
     if args.json {
-        let text =
-            serde_json::to_string_pretty(&rows).map_err(|e| CliError::failed(e.to_string()))?;
-        println!("{text}");
-        return Ok(());
+        return print_json(&rows);
     }
     println!("kswapd marks a node congested (dirty file pages under write-back), then root memory.reclaim runs");
     println!(

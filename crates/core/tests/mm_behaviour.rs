@@ -17,21 +17,7 @@ use mmkit_core::{
 const CALLER: Caller = Caller::task(0);
 
 fn memory(zone_pages: u64, policy: MmPolicy, swap_slots: u64) -> Memory {
-    let spec = ZoneSpec {
-        node: 0,
-        zone_type: ZoneType::Normal,
-        start_pfn: Pfn(0x10000),
-        spanned: zone_pages,
-        present: zone_pages,
-        managed: zone_pages,
-    };
-    let llc = CacheInfo {
-        llc_bytes: 8 << 20,
-        llc_shared_cpus: 1,
-    };
-    let topology = Topology::new(vec![spec], vec![1], llc, false).unwrap();
-    let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7).unwrap();
-    Memory::new(Arc::new(allocator), policy, swap_slots)
+    memory_cpus(zone_pages, 1, policy, swap_slots)
 }
 
 /// Data movement is not what these tests check.

@@ -138,44 +138,42 @@ fn zone_of(allocator: &PageAllocator, pfn: Pfn) -> ZoneType {
 }
 
 impl Lruvec {
-    /// `lruvec_add_folio`: at the head of its list, `PG_lru` set.
+    /// `lruvec_add_folio`: at the head of its list (the most recent end), `PG_lru` set.
     pub fn add(&mut self, allocator: &PageAllocator, folio: Folio) {
-        let head_page = page(allocator, folio.pfn.0 as u32);
-        let flags = head_page.flags();
-        debug_assert!(!flags.contains(PageFlags::LRU), "folio already on an LRU");
-        let lru = LruList::of_flags(flags);
-        let list = &mut self.lists[lru as usize];
-        let pfn = folio.pfn.0 as u32;
-        head_page.set_prev(NO_PFN);
-        head_page.set_next(list.head);
-        if list.head == NO_PFN {
-            list.tail = pfn;
-        } else {
-            page(allocator, list.head).set_prev(pfn);
-        }
-        list.head = pfn;
-        list.folios += 1;
-        list.pages += folio.nr_pages();
-        head_page.set_flags(flags | PageFlags::LRU);
-        self.lru_zone_size[zone_of(allocator, folio.pfn).index()][lru as usize] += folio.nr_pages();
+        self.insert(allocator, folio, false);
     }
 
-    /// `lruvec_add_folio_tail`: at the tail of its list, `PG_lru` set.
+    /// `lruvec_add_folio_tail`: at the tail of its list, where reclaim looks first.
     pub fn add_tail(&mut self, allocator: &PageAllocator, folio: Folio) {
+        self.insert(allocator, folio, true);
+    }
+
+    fn insert(&mut self, allocator: &PageAllocator, folio: Folio, at_tail: bool) {
         let head_page = page(allocator, folio.pfn.0 as u32);
         let flags = head_page.flags();
         debug_assert!(!flags.contains(PageFlags::LRU), "folio already on an LRU");
         let lru = LruList::of_flags(flags);
         let list = &mut self.lists[lru as usize];
         let pfn = folio.pfn.0 as u32;
-        head_page.set_next(NO_PFN);
-        head_page.set_prev(list.tail);
-        if list.tail == NO_PFN {
-            list.head = pfn;
+        if at_tail {
+            head_page.set_next(NO_PFN);
+            head_page.set_prev(list.tail);
+            if list.tail == NO_PFN {
+                list.head = pfn;
+            } else {
+                page(allocator, list.tail).set_next(pfn);
+            }
+            list.tail = pfn;
         } else {
-            page(allocator, list.tail).set_next(pfn);
+            head_page.set_prev(NO_PFN);
+            head_page.set_next(list.head);
+            if list.head == NO_PFN {
+                list.tail = pfn;
+            } else {
+                page(allocator, list.head).set_prev(pfn);
+            }
+            list.head = pfn;
         }
-        list.tail = pfn;
         list.folios += 1;
         list.pages += folio.nr_pages();
         head_page.set_flags(flags | PageFlags::LRU);

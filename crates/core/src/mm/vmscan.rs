@@ -625,15 +625,29 @@ impl Memory {
             .node()
     }
 
-    /// Put a folio on its memcg's LRU on its node, counting the change in the caller's
-    /// per-CPU counters.
+    /// Put a folio at the head of its memcg's LRU list on its node, counting the change in
+    /// the caller's per-CPU counters.
     pub(super) fn lru_add(&mut self, caller: Caller, folio: Folio) {
+        self.lru_insert(caller, folio, false);
+    }
+
+    /// Put a folio at the tail of its list (`lruvec_add_folio_tail`), where reclaim looks
+    /// first.
+    pub(super) fn lru_add_tail(&mut self, caller: Caller, folio: Folio) {
+        self.lru_insert(caller, folio, true);
+    }
+
+    fn lru_insert(&mut self, caller: Caller, folio: Folio, at_tail: bool) {
         let node = self.node_of(folio.pfn) as usize;
         let memcg = MemcgId(folio.head(self.mem_map(folio.pfn)).memcg_id());
         let allocator = self.allocator.clone();
         let allocator = allocator.page_allocator();
         let lruvec = &mut self.memcgs.group_mut(memcg).lruvecs[node];
-        lruvec.add(allocator, folio);
+        if at_tail {
+            lruvec.add_tail(allocator, folio);
+        } else {
+            lruvec.add(allocator, folio);
+        }
         let lru = LruList::of_flags(folio.head(self.mem_map(folio.pfn)).flags());
         self.memcgs
             .count_lru(memcg, node, caller.cpu, lru, folio.nr_pages() as i64);
@@ -648,20 +662,5 @@ impl Memory {
         let lru = self.memcgs.group_mut(memcg).lruvecs[node].del(allocator, folio);
         self.memcgs
             .count_lru(memcg, node, caller.cpu, lru, -(folio.nr_pages() as i64));
-    }
-}
-
-impl Memory {
-    /// Put a folio at the tail of its list (`lruvec_add_folio_tail`), where reclaim looks
-    /// first.
-    pub(super) fn lru_add_tail(&mut self, caller: Caller, folio: Folio) {
-        let node = self.node_of(folio.pfn) as usize;
-        let memcg = MemcgId(folio.head(self.mem_map(folio.pfn)).memcg_id());
-        let allocator = self.allocator.clone();
-        let allocator = allocator.page_allocator();
-        self.memcgs.group_mut(memcg).lruvecs[node].add_tail(allocator, folio);
-        let lru = LruList::of_flags(folio.head(self.mem_map(folio.pfn)).flags());
-        self.memcgs
-            .count_lru(memcg, node, caller.cpu, lru, folio.nr_pages() as i64);
     }
 }
