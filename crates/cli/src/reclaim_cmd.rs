@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
+use mmkit_core::mm::lru::LruList;
 use mmkit_core::mm::memcg::MemcgId;
 use mmkit_core::mm::{FileId, Memory, MmError, PageIo, SwapEntry};
 use mmkit_core::page_alloc::{Caller, WatermarkKind};
@@ -452,6 +453,11 @@ struct LruSizeRow {
     touches_per_second: f64,
     lru_size_reads: u64,
     lru_size_reads_per_touch: f64,
+    /// Nanoseconds one `lruvec_lru_size` call takes on this machine, timed afterwards
+    /// over every cgroup's lists.
+    lru_size_ns_per_call: f64,
+    /// Estimated time in `lruvec_lru_size` during the run: calls × ns per call.
+    lru_size_seconds: f64,
     reclaimed: u64,
     seconds: f64,
 }
@@ -481,14 +487,16 @@ fn lru_size(args: &LruSizeArgs) -> Result<(), CliError> {
         "lruvec_lru_size under direct reclaim (seed 003): {} cgroups, {} pages each cycling over a memory half their total",
         args.memcgs, args.pages
     );
-    println!("CPUs  policy            touches/s   LRU-size counter reads/touch   wall s   pages reclaimed");
+    println!("CPUs  policy            touches/s   LRU-size reads/touch   ns/call   LRU-size s / wall s   pages reclaimed");
     for row in &rows {
         println!(
-            "{:>4}  {:<16} {:>10.0}   {:>28.1}   {:>6.2}   {:>15}",
+            "{:>4}  {:<16} {:>10.0}   {:>20.1}   {:>7.1}   {:>8.3} / {:<8.3}   {:>15}",
             row.cpus,
             row.policy,
             row.touches_per_second,
             row.lru_size_reads_per_touch,
+            row.lru_size_ns_per_call,
+            row.lru_size_seconds,
             row.seconds,
             row.reclaimed
         );
@@ -534,12 +542,37 @@ fn lru_size_run(
     let seconds = started.elapsed().as_secs_f64();
     let stats = memory.stats();
     memory.verify().map_err(CliError::failed)?;
+    // Time the sizing itself on the final state: every cgroup's four evictable lists,
+    // as reclaim asks for them, until enough calls for a stable figure.
+    let groups: Vec<MemcgId> = memory.memcgs().all().map(|g| g.id).collect();
+    let lists = [
+        LruList::InactiveAnon,
+        LruList::ActiveAnon,
+        LruList::InactiveFile,
+        LruList::ActiveFile,
+    ];
+    let top = mmkit_core::page_alloc::MAX_NR_ZONES - 1;
+    let timed = Instant::now();
+    let mut calls = 0u64;
+    let mut sink = 0u64;
+    while calls < 200_000 {
+        for &g in &groups {
+            for lru in lists {
+                sink = sink.wrapping_add(memory.lruvec_lru_size(g, 0, lru, top));
+                calls += 1;
+            }
+        }
+    }
+    std::hint::black_box(sink);
+    let ns_per_call = timed.elapsed().as_secs_f64() * 1e9 / calls as f64;
     Ok(LruSizeRow {
         cpus,
         policy: name,
         touches_per_second: touches as f64 / seconds,
         lru_size_reads: stats.lru_size_reads,
         lru_size_reads_per_touch: stats.lru_size_reads as f64 / touches as f64,
+        lru_size_ns_per_call: ns_per_call,
+        lru_size_seconds: stats.lru_size_calls as f64 * ns_per_call / 1e9,
         reclaimed: stats.reclaimed,
         seconds,
     })

@@ -211,6 +211,8 @@ pub struct MmStats {
     /// Counters read by `lruvec_lru_size`: what seed 003's fix saves (zone sizes: one per
     /// zone; per-CPU counters: one per CPU).
     pub lru_size_reads: u64,
+    /// Calls of `lruvec_lru_size`.
+    pub lru_size_calls: u64,
 }
 
 /// The data side of faults and reclaim: the runtime copies bytes, the simulator and tests

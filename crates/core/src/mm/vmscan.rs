@@ -97,6 +97,7 @@ impl Memory {
         lru: LruList,
         zone_idx: usize,
     ) -> u64 {
+        self.stats.lru_size_calls += 1;
         let group = self.memcgs.group(memcg);
         let lruvec = &group.lruvecs[node as usize];
         match self.policy.lru_size {
