@@ -67,7 +67,7 @@ struct ReplayArgs {
     #[arg(long, value_delimiter = ',', default_value = "base,v6.7,linux-6.18")]
     policies: Vec<String>,
     /// How each pageset's starting count is spread over its lists (the snapshot gives only
-    /// the total): frees, drains, movable0 or stale (docs/FIDELITY.md).
+    /// the total): frees, drains, movable0, stale or empties (docs/FIDELITY.md).
     #[arg(long, value_enum, default_value_t = SeedArg::Frees)]
     seed_lists: SeedArg,
     /// Print JSON instead of the table.
@@ -81,6 +81,7 @@ enum SeedArg {
     Drains,
     Movable0,
     Stale,
+    Empties,
 }
 
 impl From<SeedArg> for SeedRule {
@@ -90,6 +91,7 @@ impl From<SeedArg> for SeedRule {
             SeedArg::Drains => SeedRule::Drains,
             SeedArg::Movable0 => SeedRule::Movable0,
             SeedArg::Stale => SeedRule::Stale,
+            SeedArg::Empties => SeedRule::Empties,
         }
     }
 }
