@@ -585,7 +585,9 @@ pub enum SeedRule {
     /// 0–3 list starts with the largest such deficit over the trace: exact for a list
     /// the kernel refilled, the least that keeps it from running empty earlier than the
     /// kernel's did otherwise. The rest of `count` goes evenly to the order 0–3 lists
-    /// this CPU never allocates from (else MOVABLE order 0).
+    /// this CPU never allocates from in the trace (none: MOVABLE order 0); the decay
+    /// and free drains of the compile traces show such lists holding most of the pages
+    /// (docs/FIDELITY.md, "Causes").
     Empties,
 }
 
@@ -697,7 +699,7 @@ fn empties_plan(mix: &SeedMix, key: (usize, u32), count: u64) -> Vec<((Order, Mi
     let rest = count - placed;
     if !idle.is_empty() {
         let share = rest / idle.len() as u64;
-        for (slot, mt) in idle {
+        for &(slot, mt) in &idle {
             let order = Order::new(SEED_ORDERS[slot]).expect("valid order");
             let blocks = share >> order.get();
             if blocks > 0 {
@@ -708,7 +710,15 @@ fn empties_plan(mix: &SeedMix, key: (usize, u32), count: u64) -> Vec<((Order, Mi
         }
     }
     if count > placed {
-        plan.push(((Order::ZERO, MigrateType::Movable), count - placed));
+        // Rounding leaves < 8 pages per list: onto an idle order-0 list, so that no list
+        // the deficits bound gets more than they say.
+        let mt = idle
+            .iter()
+            .find(|&&(slot, _)| slot == 0)
+            .map_or(MigrateType::Movable, |&(_, mt)| {
+                MigrateType::from_index(mt).expect("PCP type")
+            });
+        plan.push(((Order::ZERO, mt), count - placed));
     }
     plan
 }
