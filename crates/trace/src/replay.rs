@@ -19,7 +19,8 @@
 //!    zone stands in for it ([`PageAllocator::take_free_block`]); both are counted.
 //!    Because this happens before step 3, no such block can be on a simulated pageset.
 //! 3. Each CPU's pageset gets the snapshot's `count` and `high`. The snapshot does not
-//!    say which lists held the pages; [`SeedRule`] chooses (default: as this CPU frees).
+//!    say which lists held the pages; [`SeedRule`] chooses (default: from when the trace
+//!    shows each list run empty).
 //! 4. Ballast: free `MAX_ORDER` blocks are taken until each zone's free pages are within
 //!    a block of the snapshot's `pages free`, so watermark-driven rules (`BELOW_HIGH`)
 //!    see the same headroom as the kernel did. Only whole `MAX_ORDER` blocks: smaller
@@ -564,8 +565,8 @@ const SEED_ORDERS: [u8; 5] = [0, 1, 2, 3, mmkit_core::page_alloc::PAGEBLOCK_ORDE
 pub enum SeedRule {
     /// In proportion to the pages this CPU freed of each order in the trace, each order
     /// split by migratetype as the trace's allocations of that order were (the default:
-    /// a steady state refills the lists the way the CPU frees).
-    #[default]
+    /// a steady state refills the lists the way the CPU frees; the default until the
+    /// compile traces showed it wrong, docs/FIDELITY.md).
     Frees,
     /// In proportion to the (order, migratetype) of the pages the kernel drained from
     /// this CPU's pageset during the trace.
@@ -587,7 +588,8 @@ pub enum SeedRule {
     /// kernel's did otherwise. The rest of `count` goes evenly to the order 0–3 lists
     /// this CPU never allocates from in the trace (none: MOVABLE order 0); the decay
     /// and free drains of the compile traces show such lists holding most of the pages
-    /// (docs/FIDELITY.md, "Causes").
+    /// (docs/FIDELITY.md, "Causes"). The default.
+    #[default]
     Empties,
 }
 
