@@ -67,8 +67,9 @@ struct ReplayArgs {
     #[arg(long, value_delimiter = ',', default_value = "base,v6.7,linux-6.18")]
     policies: Vec<String>,
     /// How each pageset's starting count is spread over its lists (the snapshot gives only
-    /// the total): frees, drains, movable0 or stale (docs/FIDELITY.md).
-    #[arg(long, value_enum, default_value_t = SeedArg::Frees)]
+    /// the total): empties (the default: from when the kernel refilled each list),
+    /// frees, drains, movable0 or stale (docs/FIDELITY.md).
+    #[arg(long, value_enum, default_value_t = SeedArg::Empties)]
     seed_lists: SeedArg,
     /// Print JSON instead of the table.
     #[arg(long)]
@@ -81,6 +82,7 @@ enum SeedArg {
     Drains,
     Movable0,
     Stale,
+    Empties,
 }
 
 impl From<SeedArg> for SeedRule {
@@ -90,6 +92,7 @@ impl From<SeedArg> for SeedRule {
             SeedArg::Drains => SeedRule::Drains,
             SeedArg::Movable0 => SeedRule::Movable0,
             SeedArg::Stale => SeedRule::Stale,
+            SeedArg::Empties => SeedRule::Empties,
         }
     }
 }

@@ -19,7 +19,8 @@
 //!    zone stands in for it ([`PageAllocator::take_free_block`]); both are counted.
 //!    Because this happens before step 3, no such block can be on a simulated pageset.
 //! 3. Each CPU's pageset gets the snapshot's `count` and `high`. The snapshot does not
-//!    say which lists held the pages; [`SeedRule`] chooses (default: as this CPU frees).
+//!    say which lists held the pages; [`SeedRule`] chooses (default: from when the trace
+//!    shows each list run empty).
 //! 4. Ballast: free `MAX_ORDER` blocks are taken until each zone's free pages are within
 //!    a block of the snapshot's `pages free`, so watermark-driven rules (`BELOW_HIGH`)
 //!    see the same headroom as the kernel did. Only whole `MAX_ORDER` blocks: smaller
@@ -564,8 +565,8 @@ const SEED_ORDERS: [u8; 5] = [0, 1, 2, 3, mmkit_core::page_alloc::PAGEBLOCK_ORDE
 pub enum SeedRule {
     /// In proportion to the pages this CPU freed of each order in the trace, each order
     /// split by migratetype as the trace's allocations of that order were (the default:
-    /// a steady state refills the lists the way the CPU frees).
-    #[default]
+    /// a steady state refills the lists the way the CPU frees; the default until the
+    /// compile traces showed it wrong, docs/FIDELITY.md).
     Frees,
     /// In proportion to the (order, migratetype) of the pages the kernel drained from
     /// this CPU's pageset during the trace.
@@ -576,6 +577,20 @@ pub enum SeedRule {
     /// freed that order to in the trace: the pages are left-overs of earlier work that
     /// only drains will touch.
     Stale,
+    /// From the trace's own list balance. Linux refills a pageset list only when it is
+    /// empty (`__rmqueue_pcplist` calls `rmqueue_bulk` on `list_empty`), so at a traced
+    /// refill the blocks that list started with equal the blocks taken from it before
+    /// (allocations of that order and migratetype on this CPU, drains of that list) minus
+    /// the blocks put on it (refills, and frees, listed by the migratetype of the block's
+    /// traced allocation, MOVABLE when it was allocated before recording). Each order
+    /// 0–3 list starts with the largest such deficit over the trace: exact for a list
+    /// the kernel refilled, the least that keeps it from running empty earlier than the
+    /// kernel's did otherwise. The rest of `count` goes evenly to the order 0–3 lists
+    /// this CPU never allocates from in the trace (none: MOVABLE order 0); the decay
+    /// and free drains of the compile traces show such lists holding most of the pages
+    /// (docs/FIDELITY.md, "Causes"). The default.
+    #[default]
+    Empties,
 }
 
 /// What the trace says about the make-up of each pageset, per (zone index, CPU): pages
@@ -587,6 +602,9 @@ struct SeedMix {
     drained: HashMap<(usize, u32), [[u64; 3]; SEED_ORDERS.len()]>,
     allocated_cpu: HashMap<(usize, u32), [[u64; 3]; SEED_ORDERS.len()]>,
     allocated: HashMap<(usize, usize), [u64; 3]>,
+    /// Per (zone index, CPU): the largest deficit (blocks taken − blocks put) of each
+    /// order 0–3 list over the trace ([`SeedRule::Empties`]).
+    deficit: HashMap<(usize, u32), [[u64; 3]; 4]>,
 }
 
 fn mt_index(migratetype: i32) -> usize {
@@ -599,6 +617,7 @@ fn mt_index(migratetype: i32) -> usize {
 
 fn seed_mix(events: &[&Event], machine: &Machine) -> SeedMix {
     let mut mix = SeedMix::default();
+    list_deficits(events, machine, &mut mix);
     for event in events {
         let Some(slot) = SEED_ORDERS.iter().position(|&o| o == event.order) else {
             continue;
@@ -624,12 +643,94 @@ fn seed_mix(events: &[&Event], machine: &Machine) -> SeedMix {
     mix
 }
 
+/// [`SeedRule::Empties`]: walk the trace keeping, per (zone, CPU, order ≤ 3,
+/// migratetype) list, blocks taken minus blocks put, and record its maximum.
+fn list_deficits(events: &[&Event], machine: &Machine, mix: &mut SeedMix) {
+    let mut running: HashMap<(usize, u32, usize, usize), i64> = HashMap::new();
+    let mut allocated_mt: HashMap<u64, usize> = HashMap::new();
+    for event in events {
+        if event.order > 3 {
+            continue;
+        }
+        let Some(zone) = machine.zones.iter().position(|z| {
+            z.spanned > 0 && event.pfn >= z.start_pfn && event.pfn - z.start_pfn < z.spanned
+        }) else {
+            continue;
+        };
+        let (mt, step) = match event.kind {
+            EventKind::Alloc => {
+                let mt = mt_index(event.migratetype);
+                allocated_mt.insert(event.pfn, mt);
+                (mt, 1)
+            }
+            EventKind::Free => (allocated_mt.get(&event.pfn).copied().unwrap_or(1), -1),
+            EventKind::ZoneLocked if event.percpu_refill => (mt_index(event.migratetype), -1),
+            EventKind::PcpuDrain => (mt_index(event.migratetype), 1),
+            _ => continue,
+        };
+        let key = (zone, event.cpu, event.order as usize, mt);
+        let value = running.entry(key).or_default();
+        *value += step;
+        let max = &mut mix.deficit.entry((zone, event.cpu)).or_default()[key.2][mt];
+        *max = (*max).max(u64::try_from(*value).unwrap_or(0));
+    }
+}
+
+/// [`SeedRule::Empties`]: the deficits (in blocks) first, then the rest of `count`
+/// evenly over the order 0–3 lists this CPU never allocates from.
+fn empties_plan(mix: &SeedMix, key: (usize, u32), count: u64) -> Vec<((Order, MigrateType), u64)> {
+    let mut plan = Vec::new();
+    let mut placed = 0u64;
+    let deficit = mix.deficit.get(&key).copied().unwrap_or_default();
+    for (order, by_mt) in deficit.iter().enumerate() {
+        let order = Order::new(order as u8).expect("valid order");
+        for (mt, &blocks) in by_mt.iter().enumerate() {
+            let blocks = blocks.min((count - placed) >> order.get());
+            if blocks > 0 {
+                let mt = MigrateType::from_index(mt).expect("PCP type");
+                plan.push(((order, mt), blocks));
+                placed += blocks << order.get();
+            }
+        }
+    }
+    let allocated = mix.allocated_cpu.get(&key).copied().unwrap_or_default();
+    let idle: Vec<(usize, usize)> = (0..4)
+        .flat_map(|slot| (0..3).map(move |mt| (slot, mt)))
+        .filter(|&(slot, mt)| allocated[slot][mt] == 0)
+        .collect();
+    let rest = count - placed;
+    if !idle.is_empty() {
+        let share = rest / idle.len() as u64;
+        for &(slot, mt) in &idle {
+            let order = Order::new(SEED_ORDERS[slot]).expect("valid order");
+            let blocks = share >> order.get();
+            if blocks > 0 {
+                let mt = MigrateType::from_index(mt).expect("PCP type");
+                plan.push(((order, mt), blocks));
+                placed += blocks << order.get();
+            }
+        }
+    }
+    if count > placed {
+        // Rounding leaves < 8 pages per list: onto an idle order-0 list, so that no list
+        // the deficits bound gets more than they say.
+        let mt = idle
+            .iter()
+            .find(|&&(slot, _)| slot == 0)
+            .map_or(MigrateType::Movable, |&(_, mt)| {
+                MigrateType::from_index(mt).expect("PCP type")
+            });
+        plan.push(((Order::ZERO, mt), count - placed));
+    }
+    plan
+}
+
 /// Weights per (order slot, migratetype) for `rule`, or `None` to put everything on
 /// MOVABLE order 0.
 fn seed_weights(mix: &SeedMix, rule: SeedRule, key: (usize, u32)) -> Option<[[u64; 3]; 5]> {
     let mut weights = [[0u64; 3]; SEED_ORDERS.len()];
     match rule {
-        SeedRule::Movable0 => return None,
+        SeedRule::Movable0 | SeedRule::Empties => return None,
         SeedRule::Drains => weights = *mix.drained.get(&key)?,
         SeedRule::Frees => {
             let freed = mix.freed.get(&key)?;
@@ -671,6 +772,9 @@ fn seed_plan(
     cpu: u32,
     count: u64,
 ) -> Vec<((Order, MigrateType), u64)> {
+    if rule == SeedRule::Empties {
+        return empties_plan(mix, (zone, cpu), count);
+    }
     let mut plan = Vec::new();
     let mut placed = 0;
     if let Some(weights) = seed_weights(mix, rule, (zone, cpu)) {

@@ -149,6 +149,7 @@ fn every_seed_rule_places_the_snapshot_count() {
         SeedRule::Drains,
         SeedRule::Movable0,
         SeedRule::Stale,
+        SeedRule::Empties,
     ] {
         let result = replay::replay(&trace, &machine, &[Policy::V6_7], rule).unwrap();
         assert_eq!(
@@ -245,4 +246,51 @@ fn observed_events_are_grouped_into_bursts_per_cpu() {
     assert_eq!((cpu1.drain_events, cpu1.drain_pages), (1, 4));
     assert_eq!(observed.direct_zone_pages, 16);
     assert_eq!(observed.seed.alloc_zone_pages, 4 + 16);
+}
+
+/// `empties`: the kernel refills a list only when it is empty, so a list that the trace
+/// shows refilled after 100 allocations (and 10 frees of blocks allocated in the trace)
+/// started with 90 blocks; the replay then refills at that same allocation, where the
+/// other rules (which put the whole count of 35,214 pages within reach) never do.
+#[test]
+fn empties_seeds_a_refilled_list_with_what_was_taken_before_the_refill() {
+    let zoneinfo = String::from_utf8(data("compile.zoneinfo.txt")).unwrap();
+    let mut text = String::new();
+    let mut ts = 10_000_000u64;
+    let mut line = |event: &str, fields: String| {
+        ts += 1;
+        text += &format!(
+            "  cc-7 [000] ..... {}.{:06}: {event}: page=0 {fields}\n",
+            ts / 1_000_000,
+            ts % 1_000_000
+        );
+    };
+    let alloc =
+        |pfn: u64| format!("pfn={pfn:#x} order=0 migratetype=1 gfp_flags=GFP_HIGHUSER_MOVABLE");
+    for i in 0..100 {
+        line("mm_page_alloc", alloc(0x200000 + i));
+        if i < 10 {
+            line("mm_page_free", format!("pfn={:#x} order=0", 0x200000 + i));
+        }
+    }
+    for i in 0..63 {
+        let fields = format!(
+            "pfn={:#x} order=0 migratetype=1 percpu_refill=1",
+            0x300000 + i
+        );
+        line("mm_page_alloc_zone_locked", fields);
+    }
+    line("mm_page_alloc", alloc(0x300000));
+    let trace = parse::parse_text(&text);
+    assert_eq!(trace.problems.total(), 0);
+    let machine = Machine::from_trace(&trace, Some(&zoneinfo)).unwrap();
+    let refills = |rule| {
+        let result = replay::replay(&trace, &machine, &[Policy::LINUX_6_18], rule).unwrap();
+        assert_eq!(result.observed.per_cpu[0].refill_events, 1);
+        assert_eq!(result.predicted[0].setup.seeded_pcp_pages, 35_214 + 48_890);
+        result.predicted[0].per_cpu[0].refill_events
+    };
+    assert_eq!(refills(SeedRule::Empties), 1);
+    assert_eq!(refills(SeedRule::Frees), 0);
+    assert_eq!(refills(SeedRule::Movable0), 0);
 }
