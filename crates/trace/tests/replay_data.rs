@@ -294,3 +294,38 @@ fn empties_seeds_a_refilled_list_with_what_was_taken_before_the_refill() {
     assert_eq!(refills(SeedRule::Frees), 0);
     assert_eq!(refills(SeedRule::Movable0), 0);
 }
+
+/// The fidelity target of `product.md` on the committed traces, as a regression guard:
+/// under `linux-6.18` with the default seeding rule, total refill pages and drain pages
+/// within 10 % of the kernel's own counts (equal when the kernel's is 0). Figures and
+/// causes of the remaining differences: docs/FIDELITY.md.
+#[test]
+fn linux_6_18_predicts_committed_traces_within_ten_percent() {
+    for name in ["afunix.mmkit.gz", "compile.mmkit.gz"] {
+        let trace = load(name);
+        let machine = Machine::from_trace(&trace, None).expect("snapshots");
+        let result = replay::replay(&trace, &machine, &[Policy::LINUX_6_18], SeedRule::default())
+            .expect("replays");
+        let observed = &result.observed.total;
+        let predicted = &result.predicted[0].total;
+        for (what, kernel, model) in [
+            (
+                "refill pages",
+                observed.refill_pages,
+                predicted.refill_pages,
+            ),
+            ("drain pages", observed.drain_pages, predicted.drain_pages),
+        ] {
+            if kernel == 0 {
+                assert_eq!(model, 0, "{name}: {what}");
+            } else {
+                let error = (model as f64 - kernel as f64) / kernel as f64;
+                assert!(
+                    error.abs() <= 0.10,
+                    "{name}: {what} kernel {kernel}, linux-6.18 {model} ({:+.1} %)",
+                    100.0 * error
+                );
+            }
+        }
+    }
+}
