@@ -194,9 +194,7 @@ const PREFETCH_BATCH: usize = 8;
 fn prefetch_ahead(sim: &Sim, stack: &[Pfn]) {
     let len = stack.len();
     if len % PREFETCH_BATCH == 0 && len >= PREFETCH_BATCH {
-        for &pfn in &stack[len.saturating_sub(2 * PREFETCH_BATCH)..len - PREFETCH_BATCH] {
-            sim.prefetch(pfn);
-        }
+        sim.prefetch(&stack[len.saturating_sub(2 * PREFETCH_BATCH)..len - PREFETCH_BATCH]);
     }
 }
 
@@ -303,7 +301,7 @@ impl Kbuild {
         let victim = midlife_free.then(|| slot.rng.below(slot.pages.len() as u64) as usize);
         if let Some(index) = victim {
             // Its descriptor is cold: let the miss overlap with the allocation.
-            sim.prefetch(slot.pages[index]);
+            sim.prefetch(&slot.pages[index..index + 1]);
         }
         let pfn = self.alloc(sim, cpu, ANON, Order::ZERO)?;
         let slot = &mut self.slots[c];

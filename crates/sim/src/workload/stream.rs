@@ -280,7 +280,7 @@ impl Stream {
                 // The blocks are freed after the copy-out: read their descriptors now so the
                 // misses overlap with it.
                 for &(pfn, _) in &blocks {
-                    sim.prefetch(pfn);
+                    sim.prefetch(&[pfn]);
                 }
                 sim.work(cpu, p.recv_work_ns);
                 for &(pfn, order) in &blocks {
