@@ -185,6 +185,19 @@ impl Kbuild {
     }
 }
 
+/// Blocks of an exit burst whose descriptors are read together ([`Sim::prefetch`]).
+const PREFETCH_BATCH: usize = 8;
+
+/// An exit burst frees `stack` from the top. Every [`PREFETCH_BATCH`] frees, read the
+/// blocks of the batch after the next one: the loads are independent, so their misses are
+/// in flight together, and the batch between gives them time to land.
+fn prefetch_ahead(sim: &Sim, stack: &[Pfn]) {
+    let len = stack.len();
+    if len % PREFETCH_BATCH == 0 && len >= PREFETCH_BATCH {
+        sim.prefetch(&stack[len.saturating_sub(2 * PREFETCH_BATCH)..len - PREFETCH_BATCH]);
+    }
+}
+
 impl Workload for Kbuild {
     fn start(&mut self, sim: &mut Sim) {
         for cpu in 0..self.slots.len() as u32 {
@@ -223,11 +236,17 @@ impl Workload for Kbuild {
             }
             Phase::Run => self.run_step(sim, cpu)?,
             Phase::Exit => match self.slots[c].pages.pop() {
-                Some(pfn) => self.free(sim, cpu, pfn, Order::ZERO)?,
+                Some(pfn) => {
+                    prefetch_ahead(sim, &self.slots[c].pages);
+                    self.free(sim, cpu, pfn, Order::ZERO)?
+                }
                 None => self.slots[c].phase = Phase::ExitTables,
             },
             Phase::ExitTables => match self.slots[c].tables.pop() {
-                Some(pfn) => self.free(sim, cpu, pfn, Order::ZERO)?,
+                Some(pfn) => {
+                    prefetch_ahead(sim, &self.slots[c].tables);
+                    self.free(sim, cpu, pfn, Order::ZERO)?
+                }
                 None => {
                     let order = Order::new(self.params.pgd_order).expect("PGD order");
                     let pgd = self.slots[c]
@@ -280,6 +299,10 @@ impl Kbuild {
         slot.to_fault -= 1;
         let midlife_free = slot.pages.len() > 1 && slot.rng.chance(p.midlife_free_share);
         let victim = midlife_free.then(|| slot.rng.below(slot.pages.len() as u64) as usize);
+        if let Some(index) = victim {
+            // Its descriptor is cold: let the miss overlap with the allocation.
+            sim.prefetch(&slot.pages[index..index + 1]);
+        }
         let pfn = self.alloc(sim, cpu, ANON, Order::ZERO)?;
         let slot = &mut self.slots[c];
         slot.pages.push(pfn);

@@ -277,6 +277,11 @@ impl Stream {
         match pair.queue.front() {
             Some(&(ready, _)) if ready <= now => {
                 let (_, blocks) = pair.queue.pop_front().expect("front exists");
+                // The blocks are freed after the copy-out: read their descriptors now so the
+                // misses overlap with it.
+                for &(pfn, _) in &blocks {
+                    sim.prefetch(&[pfn]);
+                }
                 sim.work(cpu, p.recv_work_ns);
                 for &(pfn, order) in &blocks {
                     sim.touch(
