@@ -212,15 +212,7 @@ impl PageAllocator {
             &summary
         };
         let input = zone.watermark_input(ac.highest_zoneidx, blocks);
-        let marks = zone.watermarks();
-        watermark::watermark_fast(
-            ac.order,
-            mark,
-            flags,
-            marks.stored(WatermarkKind::Min),
-            marks.boost(),
-            &input,
-        )
+        watermark::watermark_fast(ac.order, mark, flags, zone.watermarks(), &input)
     }
 
     /// `rmqueue`: the pageset for orders it caches, else (or when the pageset cannot
