@@ -67,6 +67,7 @@ impl PageAllocator {
         self.alloc_pages_slowpath(&ac)
     }
 
+    #[inline(always)]
     pub(crate) fn prepare_alloc_pages(
         &self,
         caller: Caller,
@@ -197,6 +198,7 @@ impl PageAllocator {
         self.zone_watermark_fast(zone, ac, mark, flags) || flags.contains(AllocFlags::NO_WATERMARKS)
     }
 
+    #[inline(always)]
     pub(crate) fn zone_watermark_fast(
         &self,
         zone: &Zone,
@@ -262,6 +264,7 @@ impl PageAllocator {
     /// `__rmqueue_pcplist`: the list for (migratetype, order), refilled by
     /// `nr_pcp_alloc` blocks when empty; the head block is taken. Shared with the bulk
     /// allocator, which does not touch the free-side detector.
+    #[inline(always)]
     pub(crate) fn rmqueue_pcplist_locked(
         &self,
         zone: &Zone,

@@ -36,6 +36,7 @@ impl PfnList {
         self.len
     }
 
+    #[inline(always)]
     pub(crate) fn push_head(&mut self, mem_map: &MemMap, pfn: Pfn) {
         let raw = pfn.0 as u32;
         let page = mem_map.page(pfn);
@@ -62,6 +63,7 @@ impl PfnList {
         self.len += 1;
     }
 
+    #[inline(always)]
     pub(crate) fn unlink(&mut self, mem_map: &MemMap, pfn: Pfn) {
         let page = mem_map.page(pfn);
         let (prev, next) = (page.prev(), page.next());
