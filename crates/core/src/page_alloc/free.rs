@@ -38,6 +38,7 @@ impl PageAllocator {
 
     /// Check that `pfn` heads an allocated block of `order` and take it (Allocated →
     /// Freeing). Exactly one of two racing frees of a block gets past this.
+    #[inline(always)]
     fn claim_block(&self, caller: Caller, pfn: Pfn, order: Order) -> Result<&Zone, FreeError> {
         if !self.cpu_online(caller.cpu) {
             return Err(FreeError::InvalidCpu(caller.cpu));
@@ -56,6 +57,7 @@ impl PageAllocator {
     }
 
     /// `free_unref_page` for a claimed block.
+    #[inline(always)]
     fn free_unref_page(&self, caller: Caller, zone: &Zone, pfn: Pfn, order: Order) {
         let bypass = self.policy.irq_bypass && caller.in_interrupt();
         if !pcp_allowed_order(order) || bypass {
@@ -87,6 +89,7 @@ impl PageAllocator {
         clippy::too_many_arguments,
         reason = "Linux's signature plus the CPU it implies"
     )]
+    #[inline(always)]
     fn free_unref_page_commit(
         &self,
         cpu: CpuId,
