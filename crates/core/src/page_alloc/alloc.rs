@@ -51,6 +51,7 @@ impl PageAllocator {
     }
 
     /// Allocate for `caller`, preferring `node` (`__alloc_pages` with a preferred nid).
+    #[inline(always)]
     pub fn alloc_pages_node(
         &self,
         caller: Caller,
