@@ -44,7 +44,6 @@ impl PageAllocator {
     /// count of 1.
     pub fn alloc_pages(&self, caller: Caller, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
         let node = self
-            .topology
             .cpu_node(caller.cpu)
             .ok_or(AllocError::InvalidCpu(caller.cpu))?;
         self.alloc_pages_node(caller, gfp, order, node)
@@ -282,8 +281,9 @@ impl PageAllocator {
             let mut locked = zone.lock();
             locked.rmqueue_bulk(order, blocks, mt, flags, pcp, pindex);
         }
-        let pfn = pcp.lists[pindex].first()?;
-        pcp.lists[pindex].unlink(&zone.mem_map, pfn);
+        let list = &mut pcp.lists[pindex];
+        let pfn = list.first()?;
+        list.unlink(&zone.mem_map, pfn);
         pcp.count -= order.pages();
         let page = zone.mem_map.page(pfn);
         debug_assert_eq!(page.state_order(), (PageState::Pcp, order));
