@@ -82,8 +82,7 @@ impl PageAllocator {
             .zonelists
             .get(node as usize)
             .ok_or(AllocError::InvalidNode(node))?;
-        let highest_zoneidx = gfp.zone()?;
-        let mut migratetype = gfp.migratetype()?;
+        let (highest_zoneidx, mut migratetype) = gfp.zone_and_migratetype()?;
         if !self.zones[0].group_by_mobility() {
             migratetype = MigrateType::Unmovable;
         }
