@@ -6,7 +6,7 @@
 //! Callers hold the lock that owns the list.
 
 use super::mem_map::MemMap;
-use crate::page::{Pfn, NO_PFN};
+use crate::page::{Page, Pfn, NO_PFN};
 
 /// A list of blocks linked through their first pages' `next`/`prev`. `head` is where
 /// Linux's `list_add` puts a block, `tail` where `list_add_tail` does.
@@ -38,8 +38,14 @@ impl PfnList {
 
     #[inline(always)]
     pub(crate) fn push_head(&mut self, mem_map: &MemMap, pfn: Pfn) {
+        self.push_head_page(mem_map, pfn, mem_map.page(pfn));
+    }
+
+    /// [`PfnList::push_head`] for a caller that already holds `pfn`'s descriptor.
+    #[inline(always)]
+    pub(crate) fn push_head_page(&mut self, mem_map: &MemMap, pfn: Pfn, page: &Page) {
+        debug_assert!(core::ptr::eq(page, mem_map.page(pfn)));
         let raw = pfn.0 as u32;
-        let page = mem_map.page(pfn);
         page.set_prev(NO_PFN);
         page.set_next(self.head);
         match self.head {
