@@ -282,9 +282,8 @@ impl PageAllocator {
         }
         let list = &mut pcp.lists[pindex];
         let pfn = list.first()?;
-        list.unlink(&zone.mem_map, pfn);
+        let page = list.unlink_page(&zone.mem_map, pfn);
         pcp.count -= order.pages();
-        let page = zone.mem_map.page(pfn);
         debug_assert_eq!(page.state_order(), (PageState::Pcp, order));
         page.set_state(PageState::Allocated, order);
         page.init_refcount(1);

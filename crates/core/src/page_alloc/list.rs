@@ -71,6 +71,12 @@ impl PfnList {
 
     #[inline(always)]
     pub(crate) fn unlink(&mut self, mem_map: &MemMap, pfn: Pfn) {
+        self.unlink_page(mem_map, pfn);
+    }
+
+    /// [`PfnList::unlink`], returning `pfn`'s descriptor for the caller's next step.
+    #[inline(always)]
+    pub(crate) fn unlink_page<'m>(&mut self, mem_map: &'m MemMap, pfn: Pfn) -> &'m Page {
         let page = mem_map.page(pfn);
         let (prev, next) = (page.prev(), page.next());
         match prev {
@@ -87,6 +93,7 @@ impl PfnList {
         page.set_next(NO_PFN);
         page.set_prev(NO_PFN);
         self.len -= 1;
+        page
     }
 
     /// The pfns on the list from head to tail.
