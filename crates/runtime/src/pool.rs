@@ -146,6 +146,10 @@ impl PagePool {
     pub fn caller(&self) -> Caller {
         let nr = self.inner.nr_cpus;
         let first = cpu::current_cpu() % nr;
+        // The CPU we run on is almost always online: test it before the search.
+        if self.inner.allocator.cpu_online(first) {
+            return Caller::task(first);
+        }
         let cpu = (0..nr)
             .map(|i| (first + i) % nr)
             .find(|&c| self.inner.allocator.cpu_online(c))

@@ -44,13 +44,13 @@ impl PageAllocator {
     /// count of 1.
     pub fn alloc_pages(&self, caller: Caller, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
         let node = self
-            .topology
             .cpu_node(caller.cpu)
             .ok_or(AllocError::InvalidCpu(caller.cpu))?;
         self.alloc_pages_node(caller, gfp, order, node)
     }
 
     /// Allocate for `caller`, preferring `node` (`__alloc_pages` with a preferred nid).
+    #[inline(always)]
     pub fn alloc_pages_node(
         &self,
         caller: Caller,
@@ -67,6 +67,7 @@ impl PageAllocator {
         self.alloc_pages_slowpath(&ac)
     }
 
+    #[inline(always)]
     pub(crate) fn prepare_alloc_pages(
         &self,
         caller: Caller,
@@ -81,8 +82,7 @@ impl PageAllocator {
             .zonelists
             .get(node as usize)
             .ok_or(AllocError::InvalidNode(node))?;
-        let highest_zoneidx = gfp.zone()?;
-        let mut migratetype = gfp.migratetype()?;
+        let (highest_zoneidx, mut migratetype) = gfp.zone_and_migratetype()?;
         if !self.zones[0].group_by_mobility() {
             migratetype = MigrateType::Unmovable;
         }
@@ -197,6 +197,7 @@ impl PageAllocator {
         self.zone_watermark_fast(zone, ac, mark, flags) || flags.contains(AllocFlags::NO_WATERMARKS)
     }
 
+    #[inline(always)]
     pub(crate) fn zone_watermark_fast(
         &self,
         zone: &Zone,
@@ -212,15 +213,7 @@ impl PageAllocator {
             &summary
         };
         let input = zone.watermark_input(ac.highest_zoneidx, blocks);
-        let marks = zone.watermarks();
-        watermark::watermark_fast(
-            ac.order,
-            mark,
-            flags,
-            marks.stored(WatermarkKind::Min),
-            marks.boost(),
-            &input,
-        )
+        watermark::watermark_fast(ac.order, mark, flags, zone.watermarks(), &input)
     }
 
     /// `rmqueue`: the pageset for orders it caches, else (or when the pageset cannot
@@ -270,6 +263,7 @@ impl PageAllocator {
     /// `__rmqueue_pcplist`: the list for (migratetype, order), refilled by
     /// `nr_pcp_alloc` blocks when empty; the head block is taken. Shared with the bulk
     /// allocator, which does not touch the free-side detector.
+    #[inline(always)]
     pub(crate) fn rmqueue_pcplist_locked(
         &self,
         zone: &Zone,
@@ -286,10 +280,10 @@ impl PageAllocator {
             let mut locked = zone.lock();
             locked.rmqueue_bulk(order, blocks, mt, flags, pcp, pindex);
         }
-        let pfn = pcp.lists[pindex].first()?;
-        pcp.lists[pindex].unlink(&zone.mem_map, pfn);
+        let list = &mut pcp.lists[pindex];
+        let pfn = list.first()?;
+        let page = list.unlink_page(&zone.mem_map, pfn);
         pcp.count -= order.pages();
-        let page = zone.mem_map.page(pfn);
         debug_assert_eq!(page.state_order(), (PageState::Pcp, order));
         page.set_state(PageState::Allocated, order);
         page.init_refcount(1);

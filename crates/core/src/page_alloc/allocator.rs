@@ -46,6 +46,9 @@ pub struct PageAllocator {
     /// Per node and highest zone type: the first zonelist entry a request may use
     /// (`first_zones_zonelist`), computed once so the fast path does not search.
     pub(crate) preferred_zones: Vec<[Option<usize>; MAX_NR_ZONES]>,
+    /// The node of each CPU (`cpu_to_node`), a table so the fast path does not search
+    /// the topology.
+    cpu_nodes: Vec<NodeId>,
     /// Spanning zones sorted by start pfn, for pfn → zone.
     pfn_ranges: Vec<(u64, u64, usize)>,
     settings: SpinLock<Settings>,
@@ -110,6 +113,13 @@ impl PageAllocator {
             .map(|(i, z)| (z.start_pfn.0, z.start_pfn.0 + z.spanned, i))
             .collect();
         pfn_ranges.sort_unstable();
+        let cpu_nodes = (0..nr_cpus)
+            .map(|cpu| {
+                topology
+                    .cpu_node(cpu)
+                    .expect("CPUs are numbered below nr_cpus")
+            })
+            .collect();
         let allocator = PageAllocator {
             kswapd: (0..topology.nr_nodes())
                 .map(|_| KswapdState::default())
@@ -119,6 +129,7 @@ impl PageAllocator {
             nr_zone_types,
             zonelists,
             preferred_zones,
+            cpu_nodes,
             pfn_ranges,
             scale_max: AtomicU8::new(settings.pcp_batch_scale_max),
             settings: SpinLock::new(settings),
@@ -156,6 +167,12 @@ impl PageAllocator {
         self.setup_per_zone_lowmem_reserve(&settings);
         self.refresh_zone_stat_thresholds();
         self.setup_pcp_cacheinfo();
+    }
+
+    /// The node of `cpu` (`cpu_to_node`), `None` for a CPU the machine does not have.
+    #[inline]
+    pub(crate) fn cpu_node(&self, cpu: CpuId) -> Option<NodeId> {
+        self.cpu_nodes.get(cpu as usize).copied()
     }
 
     /// Whether `cpu` exists and is online.

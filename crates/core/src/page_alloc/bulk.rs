@@ -105,7 +105,6 @@ impl PageAllocator {
         let node = match node {
             Some(node) => node,
             None => self
-                .topology
                 .cpu_node(caller.cpu)
                 .ok_or(AllocError::InvalidCpu(caller.cpu))?,
         };

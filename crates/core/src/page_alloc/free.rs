@@ -17,7 +17,7 @@ use super::pcp::{order_to_pindex, pcp_allowed_order, pindex_to_order, PerCpuPage
 use super::types::{Caller, CpuId, MigrateType, ZoneType, MIGRATE_PCPTYPES};
 use super::watermark::{self, WatermarkKind};
 use super::zone::{DrainReason, Zone, ZoneFlags};
-use crate::page::{Order, PageFlags, PageState, Pfn};
+use crate::page::{Order, Page, PageFlags, PageState, Pfn};
 use crate::sync::SpinLockGuard;
 
 /// Pages freed under one pageset lock hold in a batched free (`SWAP_CLUSTER_MAX`).
@@ -30,15 +30,22 @@ impl PageAllocator {
     /// allocated, already free, wrong order, inside another block, outside every zone,
     /// misaligned) is refused with an error and changes nothing.
     pub fn free_pages(&self, caller: Caller, pfn: Pfn, order: Order) -> Result<(), FreeError> {
-        let zone = self.claim_block(caller, pfn, order)?;
-        free_pages_prepare(zone, pfn);
-        self.free_unref_page(caller, zone, pfn, order);
+        let (zone, page) = self.claim_block(caller, pfn, order)?;
+        free_pages_prepare(page);
+        self.free_unref_page(caller, zone, pfn, page, order);
         Ok(())
     }
 
     /// Check that `pfn` heads an allocated block of `order` and take it (Allocated →
-    /// Freeing). Exactly one of two racing frees of a block gets past this.
-    fn claim_block(&self, caller: Caller, pfn: Pfn, order: Order) -> Result<&Zone, FreeError> {
+    /// Freeing). Exactly one of two racing frees of a block gets past this. Returns the
+    /// zone and the head page, so the paths after it do not look the page up again.
+    #[inline(always)]
+    fn claim_block(
+        &self,
+        caller: Caller,
+        pfn: Pfn,
+        order: Order,
+    ) -> Result<(&Zone, &Page), FreeError> {
         if !self.cpu_online(caller.cpu) {
             return Err(FreeError::InvalidCpu(caller.cpu));
         }
@@ -52,11 +59,12 @@ impl PageAllocator {
         {
             return Err(diagnose_bad_free(zone, pfn, order, state, found));
         }
-        Ok(zone)
+        Ok((zone, page))
     }
 
     /// `free_unref_page` for a claimed block.
-    fn free_unref_page(&self, caller: Caller, zone: &Zone, pfn: Pfn, order: Order) {
+    #[inline(always)]
+    fn free_unref_page(&self, caller: Caller, zone: &Zone, pfn: Pfn, page: &Page, order: Order) {
         let bypass = self.policy.irq_bypass && caller.in_interrupt();
         if !pcp_allowed_order(order) || bypass {
             if bypass && pcp_allowed_order(order) {
@@ -69,9 +77,8 @@ impl PageAllocator {
             return free_one_page(zone, pfn, order, mt);
         };
         match zone.pagesets[caller.cpu as usize].try_lock() {
-            Some(mut pcp) => {
-                self.free_unref_page_commit(caller.cpu, zone, &mut pcp, pfn, order, mt, pcp_mt)
-            }
+            Some(mut pcp) => self
+                .free_unref_page_commit(caller.cpu, zone, &mut pcp, pfn, page, order, mt, pcp_mt),
             None => {
                 zone.events.pcp_lock_contended.fetch_add(1, Relaxed);
                 free_one_page(zone, pfn, order, mt);
@@ -87,12 +94,14 @@ impl PageAllocator {
         clippy::too_many_arguments,
         reason = "Linux's signature plus the CPU it implies"
     )]
+    #[inline(always)]
     fn free_unref_page_commit(
         &self,
         cpu: CpuId,
         zone: &Zone,
         pcp: &mut PerCpuPages,
         pfn: Pfn,
+        page: &Page,
         order: Order,
         mt: MigrateType,
         pcp_mt: MigrateType,
@@ -101,11 +110,10 @@ impl PageAllocator {
         let scale_max = self.scale_max.load(Relaxed);
         pcp.on_free(policy);
         zone.pcp_vm_events[cpu as usize].count_free(order.pages());
-        let page = zone.mem_map.page(pfn);
         page.set_state(PageState::Pcp, order);
         page.set_cached_migratetype(mt as u8);
         let pindex = order_to_pindex(pcp_mt, order);
-        pcp.lists[pindex].push_head(&zone.mem_map, pfn);
+        pcp.lists[pindex].push_head_page(&zone.mem_map, pfn, page);
         pcp.count += order.pages();
         let free_high = pcp.free_high(policy, order, scale_max);
         let high = pcp.nr_pcp_high(policy, zone.flags(), free_high, scale_max);
@@ -136,7 +144,7 @@ impl PageAllocator {
         let mut claimed: Vec<&Zone> = Vec::with_capacity(pfns.len());
         for (index, &pfn) in pfns.iter().enumerate() {
             match self.claim_block(caller, pfn, Order::ZERO) {
-                Ok(zone) => claimed.push(zone),
+                Ok((zone, _)) => claimed.push(zone),
                 Err(err) => {
                     self.unclaim(&pfns[..index], &claimed);
                     let err = match err {
@@ -153,7 +161,8 @@ impl PageAllocator {
         let mut held: Option<(&Zone, SpinLockGuard<'_, PerCpuPages>)> = None;
         let mut batch = 0;
         for (&pfn, &zone) in pfns.iter().zip(&claimed) {
-            free_pages_prepare(zone, pfn);
+            let page = zone.mem_map.page(pfn);
+            free_pages_prepare(page);
             if bypass {
                 // Seed 001: each page of an interrupt-context batch goes to
                 // `__free_pages_ok`, as a single free from that context does.
@@ -180,7 +189,7 @@ impl PageAllocator {
                 }
             }
             let (_, pcp) = held.as_mut().expect("a pageset lock is held here");
-            self.free_unref_page_commit(caller.cpu, zone, pcp, pfn, Order::ZERO, mt, pcp_mt);
+            self.free_unref_page_commit(caller.cpu, zone, pcp, pfn, page, Order::ZERO, mt, pcp_mt);
             batch += 1;
         }
         Ok(())
@@ -197,8 +206,7 @@ impl PageAllocator {
 }
 
 /// `free_pages_prepare`: a free page carries no flags and no memcg.
-fn free_pages_prepare(zone: &Zone, pfn: Pfn) {
-    let page = zone.mem_map.page(pfn);
+fn free_pages_prepare(page: &Page) {
     page.set_flags(PageFlags::empty());
     page.set_memcg_id(0);
 }

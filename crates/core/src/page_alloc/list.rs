@@ -6,7 +6,7 @@
 //! Callers hold the lock that owns the list.
 
 use super::mem_map::MemMap;
-use crate::page::{Pfn, NO_PFN};
+use crate::page::{Page, Pfn, NO_PFN};
 
 /// A list of blocks linked through their first pages' `next`/`prev`. `head` is where
 /// Linux's `list_add` puts a block, `tail` where `list_add_tail` does.
@@ -36,9 +36,16 @@ impl PfnList {
         self.len
     }
 
+    #[inline(always)]
     pub(crate) fn push_head(&mut self, mem_map: &MemMap, pfn: Pfn) {
+        self.push_head_page(mem_map, pfn, mem_map.page(pfn));
+    }
+
+    /// [`PfnList::push_head`] for a caller that already holds `pfn`'s descriptor.
+    #[inline(always)]
+    pub(crate) fn push_head_page(&mut self, mem_map: &MemMap, pfn: Pfn, page: &Page) {
+        debug_assert!(core::ptr::eq(page, mem_map.page(pfn)));
         let raw = pfn.0 as u32;
-        let page = mem_map.page(pfn);
         page.set_prev(NO_PFN);
         page.set_next(self.head);
         match self.head {
@@ -62,7 +69,14 @@ impl PfnList {
         self.len += 1;
     }
 
+    #[inline(always)]
     pub(crate) fn unlink(&mut self, mem_map: &MemMap, pfn: Pfn) {
+        self.unlink_page(mem_map, pfn);
+    }
+
+    /// [`PfnList::unlink`], returning `pfn`'s descriptor for the caller's next step.
+    #[inline(always)]
+    pub(crate) fn unlink_page<'m>(&mut self, mem_map: &'m MemMap, pfn: Pfn) -> &'m Page {
         let page = mem_map.page(pfn);
         let (prev, next) = (page.prev(), page.next());
         match prev {
@@ -79,6 +93,7 @@ impl PfnList {
         page.set_next(NO_PFN);
         page.set_prev(NO_PFN);
         self.len -= 1;
+        page
     }
 
     /// The pfns on the list from head to tail.

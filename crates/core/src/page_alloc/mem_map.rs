@@ -63,16 +63,17 @@ impl MemMap {
     }
 
     /// The descriptor of `pfn`, if the zone spans it.
+    #[inline]
     pub fn get(&self, pfn: Pfn) -> Option<&Page> {
-        if self.spans(pfn) {
-            Some(&self.pages[(pfn.0 - self.start_pfn) as usize])
-        } else {
-            None
-        }
+        // One unsigned comparison: a pfn below `start_pfn` wraps to an offset far beyond
+        // any slice, so `get` refuses it as it refuses one past the end.
+        let offset = usize::try_from(pfn.0.wrapping_sub(self.start_pfn)).ok()?;
+        self.pages.get(offset)
     }
 
     /// The descriptor of `pfn`. Panics when the zone does not span it: callers reach here
     /// only with pfns already checked, so anything else is corruption.
+    #[inline]
     pub fn page(&self, pfn: Pfn) -> &Page {
         self.get(pfn)
             .unwrap_or_else(|| panic!("{pfn:?} is outside the zone"))

@@ -196,6 +196,7 @@ impl PerCpuPages {
 
     /// The `free_high` decision for a block of `order` just added (so `count` includes
     /// it), and the `PREV_FREE_HIGH_ORDER` bookkeeping. Then, with patch 9, count the free.
+    #[inline(always)]
     pub(crate) fn free_high(&mut self, policy: &PcpPolicy, order: Order, scale_max: u8) -> bool {
         let cheap_high = (1..=PAGE_ALLOC_COSTLY_ORDER).contains(&order.get());
         // Only cheap high orders read it, so an order-0 free does not evaluate it.
@@ -232,6 +233,7 @@ impl PerCpuPages {
 
     /// The drain threshold after a free (`nr_pcp_high`); with patch 7 it also retunes
     /// `high`. The pageset drains when `count ≥` the result.
+    #[inline(always)]
     pub(crate) fn nr_pcp_high(
         &mut self,
         policy: &PcpPolicy,

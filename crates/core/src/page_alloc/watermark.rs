@@ -222,13 +222,15 @@ pub fn watermark_ok(order: Order, mark: u64, flags: AllocFlags, zone: &Watermark
 }
 
 /// `zone_watermark_fast`: an order-0 shortcut that needs no free-list walk, then the full
-/// check; an order-0 `__GFP_HIGH` request at the min watermark ignores the boost.
+/// check; an order-0 `__GFP_HIGH` request at the min watermark ignores the boost. The
+/// stored min and the boost are read from `watermarks` only in that last case, as Linux
+/// reads `z->watermark_boost` only there.
+#[inline]
 pub fn watermark_fast(
     order: Order,
     mark: u64,
     flags: AllocFlags,
-    unboosted_min: u64,
-    boost: u64,
+    watermarks: &Watermarks,
     zone: &WatermarkInput<'_>,
 ) -> bool {
     if order == Order::ZERO {
@@ -243,10 +245,10 @@ pub fn watermark_fast(
     }
     if order == Order::ZERO
         && flags.contains(AllocFlags::MIN_RESERVE)
-        && boost != 0
+        && watermarks.boost() != 0
         && flags.wmark() == WatermarkKind::Min
     {
-        return watermark_ok(order, unboosted_min, flags, zone);
+        return watermark_ok(order, watermarks.stored(WatermarkKind::Min), flags, zone);
     }
     false
 }
