@@ -1026,7 +1026,7 @@ impl Memory {
         anon: bool,
         delta: i64,
     ) {
-        let allocator = self.allocator.clone();
+        let allocator = &self.allocator;
         let allocator = allocator.page_allocator();
         let zone = allocator.find_zone(folio.pfn).expect("in a zone");
         let memcg = MemcgId(folio.head(zone.mem_map()).memcg_id());
@@ -1068,7 +1068,7 @@ impl Memory {
         if head.flags().contains(PageFlags::LRU) {
             self.lru_del(caller, folio);
         }
-        let allocator = self.allocator.clone();
+        let allocator = &self.allocator;
         let allocator = allocator.page_allocator();
         let head = folio.head(allocator.find_zone(folio.pfn).expect("zone").mem_map());
         let memcg = MemcgId(head.memcg_id());

@@ -50,6 +50,7 @@ impl Memory {
             return Ok(false);
         }
         let info = self.folios[&folio.pfn];
+        // An owned handle: the loop below mutates `self` while it reads the mem_map.
         let allocator = self.allocator.clone();
         let allocator = allocator.page_allocator();
         let mem_map = allocator.find_zone(folio.pfn).expect("in a zone").mem_map();
@@ -139,7 +140,7 @@ impl Memory {
             }
             Mapping::File(file) => {
                 self.try_to_unmap(caller, folio, None);
-                let allocator = self.allocator.clone();
+                let allocator = &self.allocator;
                 let allocator = allocator.page_allocator();
                 let head = folio.head(allocator.find_zone(folio.pfn).expect("zone").mem_map());
                 if head.flags().contains(PageFlags::DIRTY) {

@@ -87,6 +87,8 @@ impl Memory {
         swap: Option<&[SwapEntry]>,
     ) -> u64 {
         let (targets, index, anon) = self.rmap_targets(folio);
+        // One owned handle per folio (not per page): the loop mutates `self` while it
+        // reads the mem_map.
         let allocator = self.allocator.clone();
         let allocator = allocator.page_allocator();
         let mem_map = allocator

@@ -641,7 +641,7 @@ impl Memory {
     fn lru_insert(&mut self, caller: Caller, folio: Folio, at_tail: bool) {
         let node = self.node_of(folio.pfn) as usize;
         let memcg = MemcgId(folio.head(self.mem_map(folio.pfn)).memcg_id());
-        let allocator = self.allocator.clone();
+        let allocator = &self.allocator;
         let allocator = allocator.page_allocator();
         let lruvec = &mut self.memcgs.group_mut(memcg).lruvecs[node];
         if at_tail {
@@ -658,7 +658,7 @@ impl Memory {
     pub(super) fn lru_del(&mut self, caller: Caller, folio: Folio) {
         let node = self.node_of(folio.pfn) as usize;
         let memcg = MemcgId(folio.head(self.mem_map(folio.pfn)).memcg_id());
-        let allocator = self.allocator.clone();
+        let allocator = &self.allocator;
         let allocator = allocator.page_allocator();
         let lru = self.memcgs.group_mut(memcg).lruvecs[node].del(allocator, folio);
         self.memcgs
