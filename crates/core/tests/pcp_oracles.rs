@@ -1367,6 +1367,42 @@ fn reclaim_active_stops_refill_growth_only_in_patch7() {
     }
 }
 
+/// §2.8 on the pageset fast path: an order-0 allocation served from a list that still has
+/// pages must flag the zone BELOW_HIGH when it finds free ≤ high, exactly as one that
+/// refills does. Order-4 blocks (never cached on pagesets) bring the zone just below its
+/// high watermark; the flag their checks may have set is cleared, as a drain that found
+/// the zone above high would have, so only the next allocation can set it.
+#[test]
+fn below_high_is_set_by_an_allocation_from_a_full_list() {
+    for name in ["patch7", "patch8", "v6.7"] {
+        let policy = preset(name);
+        let allocator = oracle_machine(policy, LLC_FHB_SET);
+        let zone = normal(&allocator);
+        let high_wmark = zone.wmark(WatermarkKind::High) as i64;
+        allocator
+            .alloc_pages(Caller::task(0), MOVABLE, Order::ZERO)
+            .expect("a fresh zone has room");
+        let order4 = Order::new(4).unwrap();
+        while zone.free_pages() > high_wmark {
+            allocator
+                .alloc_pages(Caller::task(1), MOVABLE, order4)
+                .expect("above the min watermark");
+        }
+        let free = zone.free_pages();
+        assert!(free > high_wmark - 16 && free > zone.wmark(WatermarkKind::Low) as i64);
+        zone.clear_flag(ZoneFlags::BELOW_HIGH);
+        allocator
+            .alloc_pages(Caller::task(0), MOVABLE, Order::ZERO)
+            .expect("CPU 0's list has pages");
+        assert_eq!(zone.free_pages(), free, "{name}: served from the pageset");
+        assert_eq!(
+            zone.flags().contains(ZoneFlags::BELOW_HIGH),
+            policy.pcp.below_high,
+            "{name}"
+        );
+    }
+}
+
 /// §1.7/§2.8: from patch 8 an allocation that finds the zone at or below its high
 /// watermark (4405 + 881 = 5286) sets BELOW_HIGH; only a free that drains, leaving the zone
 /// above the high watermark, clears it. Patch 7 never sets it.

@@ -143,9 +143,13 @@ impl PagePool {
     /// cpu::pin_thread(None);
     /// # Ok::<(), mmkit_runtime::PoolError>(())
     /// ```
+    #[inline]
     pub fn caller(&self) -> Caller {
         let nr = self.inner.nr_cpus;
-        let first = cpu::current_cpu() % nr;
+        let cpu = cpu::current_cpu();
+        // A pool usually has a pageset for every CPU the machine has; the division that
+        // folds larger CPU numbers costs more than the rest of this function.
+        let first = if cpu < nr { cpu } else { cpu % nr };
         // The CPU we run on is almost always online: test it before the search.
         if self.inner.allocator.cpu_online(first) {
             return Caller::task(first);

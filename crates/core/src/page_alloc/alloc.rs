@@ -59,6 +59,9 @@ impl PageAllocator {
         node: NodeId,
     ) -> Result<Pfn, AllocError> {
         let ac = self.prepare_alloc_pages(caller, gfp, order, node)?;
+        if let Some(pfn) = self.alloc_pcp_fast(&ac) {
+            return Ok(pfn);
+        }
         let flags =
             AllocFlags::empty().with_wmark(WatermarkKind::Low) | self.alloc_flags_nofragment(&ac);
         if let Some(pfn) = self.get_page_from_freelist(&ac, flags) {
@@ -104,6 +107,58 @@ impl PageAllocator {
             zonelist,
             preferred,
         })
+    }
+
+    /// The common case of the first `get_page_from_freelist` pass, for order 0: the
+    /// preferred zone passes its watermark check and the caller's pageset list has a page.
+    /// Everything that pass would decide is decided here before anything changes, so a
+    /// request this cannot serve (a higher order, a zone below its mark, a busy pageset,
+    /// an empty list, an interrupt that bypasses the pagesets) goes to the general path
+    /// exactly as if this had not run. What it does on success is what that pass does:
+    /// `zone_allows` for the first zone, then `rmqueue` → `rmqueue_pcplist`, through the
+    /// same functions; it only skips the zonelist walk, the allocation-flag computation
+    /// (which matters only to a refill or a fallback) and the higher-order checks.
+    #[inline(always)]
+    fn alloc_pcp_fast(&self, ac: &AllocContext<'_>) -> Option<Pfn> {
+        if ac.order != Order::ZERO || (self.policy.irq_bypass && ac.caller.in_interrupt()) {
+            return None;
+        }
+        let zone = &self.zones[ac.preferred];
+        if !zone.is_managed() {
+            return None;
+        }
+        // `zone_allows` with the first pass's flags (no reserve rights): patch 8 checks a
+        // zone not flagged BELOW_HIGH against its high mark and flags it if that fails, a
+        // side effect left to the general path; otherwise the low mark.
+        let zone_flags = zone.flags();
+        let kind = if self.policy.pcp.below_high && !zone_flags.contains(ZoneFlags::BELOW_HIGH) {
+            WatermarkKind::High
+        } else {
+            WatermarkKind::Low
+        };
+        let input = zone.watermark_input(ac.highest_zoneidx, &[]);
+        if !watermark::order0_above(zone.wmark(kind), AllocFlags::empty(), &input) {
+            return None;
+        }
+        let pindex = order_to_pindex(ac.migratetype, Order::ZERO);
+        let mut pcp = zone.pagesets[ac.caller.cpu as usize].try_lock()?;
+        if pcp.lists[pindex].is_empty() {
+            return None;
+        }
+        pcp.on_alloc(&self.policy.pcp);
+        let pfn = self.rmqueue_pcplist_locked(
+            zone,
+            &mut pcp,
+            Order::ZERO,
+            ac.migratetype,
+            AllocFlags::empty(),
+        )?;
+        zone.pcp_vm_events[ac.caller.cpu as usize].count_alloc(1);
+        drop(pcp);
+        if ac.gfp.contains(Gfp::KSWAPD_RECLAIM) {
+            self.wake_if_boosted(zone);
+        }
+        Some(pfn)
     }
 
     /// `alloc_flags_nofragment`: a request whose preferred zone is Normal avoids splitting
@@ -229,15 +284,22 @@ impl PageAllocator {
         } else {
             self.rmqueue_buddy(zone, ac, flags)
         }?;
-        // Test before clearing, as Linux does: an atomic read-modify-write on every
-        // allocation would cost more than the rest of the fast path.
-        if flags.contains(AllocFlags::KSWAPD)
-            && zone.flags().contains(ZoneFlags::BOOSTED_WATERMARK)
+        if flags.contains(AllocFlags::KSWAPD) {
+            self.wake_if_boosted(zone);
+        }
+        Some(pfn)
+    }
+
+    /// The end of `rmqueue`: a fallback that boosted the watermarks wakes kswapd once.
+    /// Test before clearing, as Linux does: an atomic read-modify-write on every
+    /// allocation would cost more than the rest of the fast path.
+    #[inline(always)]
+    fn wake_if_boosted(&self, zone: &Zone) {
+        if zone.flags().contains(ZoneFlags::BOOSTED_WATERMARK)
             && zone.clear_flag(ZoneFlags::BOOSTED_WATERMARK)
         {
             self.wakeup_kswapd(zone.node, Order::ZERO, zone.zone_type);
         }
-        Some(pfn)
     }
 
     /// `rmqueue_pcplist`: take a block from the caller's pageset, refilling the list from
@@ -308,7 +370,7 @@ impl PageAllocator {
         let pfn = pfn?;
         let page = zone.mem_map.page(pfn);
         if page.cached_migratetype() != MigrateType::Isolate as u8 {
-            zone.nr_free_pages.fetch_sub(order.pages() as i64, Relaxed);
+            locked.mod_free_pages(-(order.pages() as i64));
         }
         page.set_state(PageState::Allocated, order);
         page.init_refcount(1);
@@ -452,11 +514,11 @@ impl ZoneLocked<'_> {
             got += 1;
         }
         let pages = got << order.get();
-        zone.nr_free_pages.fetch_sub(pages as i64, Relaxed);
+        self.mod_free_pages(-(pages as i64));
         pcp.count += pages;
         pcp.zone_touched = true;
-        zone.events.pcp_refills.fetch_add(1, Relaxed);
-        zone.events.pcp_refill_pages.fetch_add(pages, Relaxed);
+        Self::count_locked(&zone.events.pcp_refills, 1);
+        Self::count_locked(&zone.events.pcp_refill_pages, pages);
         got
     }
 }

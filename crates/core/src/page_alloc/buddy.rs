@@ -8,7 +8,7 @@
 //! `unreserve_highatomic_pageblock`. CMA, page isolation for offlining and compaction
 //! capture are not modelled.
 
-use core::sync::atomic::Ordering::Relaxed;
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::free_area::{self, FreeArea, ListEnd};
 use super::gfp::AllocFlags;
@@ -40,6 +40,21 @@ impl<'a> ZoneLocked<'a> {
         self.zone
     }
 
+    /// Change `NR_FREE_PAGES` by `delta`. Every writer holds the zone lock, so this is a
+    /// load and a store (`__mod_zone_page_state`), not a locked read-modify-write: on the
+    /// refill and drain paths that is one serialising instruction less per block.
+    #[inline(always)]
+    pub(crate) fn mod_free_pages(&self, delta: i64) {
+        let free = &self.zone.nr_free_pages;
+        free.store(free.load(Relaxed) + delta, Relaxed);
+    }
+
+    /// Add `n` to an event counter only the zone lock's holder writes.
+    #[inline(always)]
+    pub(crate) fn count_locked(counter: &AtomicU64, n: u64) {
+        counter.store(counter.load(Relaxed) + n, Relaxed);
+    }
+
     pub(crate) fn area(&self) -> &FreeArea {
         &self.area
     }
@@ -60,9 +75,7 @@ impl<'a> ZoneLocked<'a> {
     pub(crate) fn free_one_page(&mut self, pfn: Pfn, order: Order, mt: MigrateType, end: ListEnd) {
         debug_assert!(pfn.is_aligned(order));
         if mt != MigrateType::Isolate {
-            self.zone
-                .nr_free_pages
-                .fetch_add(order.pages() as i64, Relaxed);
+            self.mod_free_pages(order.pages() as i64);
         }
         // The head gives up its own state now: if it merges into a lower buddy it becomes
         // a tail page of the merged block, and `add` below marks whichever pfn heads it.
@@ -90,12 +103,7 @@ impl<'a> ZoneLocked<'a> {
             merges += 1;
         }
         if merges != 0 {
-            // The zone lock makes this the only writer: a load and a store, not a locked
-            // read-modify-write.
-            let events = &self.zone.events;
-            events
-                .buddy_merges
-                .store(events.buddy_merges.load(Relaxed) + merges, Relaxed);
+            Self::count_locked(&self.zone.events.buddy_merges, merges);
         }
         let end = match end {
             ListEnd::Tail => ListEnd::Tail,
@@ -128,8 +136,8 @@ impl<'a> ZoneLocked<'a> {
             self.expand(pfn, order, current, mt);
             self.zone.mem_map.page(pfn).set_cached_migratetype(mt as u8);
             let events = &self.zone.events;
-            events.alloc_zone_locked.fetch_add(order.pages(), Relaxed);
-            events.alloc_zone_locked_events.fetch_add(1, Relaxed);
+            Self::count_locked(&events.alloc_zone_locked, order.pages());
+            Self::count_locked(&events.alloc_zone_locked_events, 1);
             return Some(pfn);
         }
         None
@@ -405,9 +413,7 @@ impl ZoneLocked<'_> {
             head = keep;
         }
         debug_assert_eq!(head, pfn);
-        self.zone
-            .nr_free_pages
-            .fetch_sub(order.pages() as i64, Relaxed);
+        self.mod_free_pages(-(order.pages() as i64));
         Some(mt)
     }
 }

@@ -289,8 +289,8 @@ impl ZoneLocked<'_> {
             }
         }
         pcp.zone_touched = true;
-        zone.events.pcp_drains[reason as usize].fetch_add(1, Relaxed);
-        zone.events.pcp_drain_pages[reason as usize].fetch_add(freed, Relaxed);
+        Self::count_locked(&zone.events.pcp_drains[reason as usize], 1);
+        Self::count_locked(&zone.events.pcp_drain_pages[reason as usize], freed);
         freed
     }
 }

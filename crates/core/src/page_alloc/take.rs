@@ -95,8 +95,7 @@ impl PageAllocator {
         ]
         .into_iter()
         .find_map(|mt| locked.rmqueue_smallest(order, mt))?;
-        zone.nr_free_pages
-            .fetch_sub(order.pages() as i64, core::sync::atomic::Ordering::Relaxed);
+        locked.mod_free_pages(-(order.pages() as i64));
         drop(locked);
         let page = zone.mem_map.page(pfn);
         page.set_state(PageState::Allocated, order);

@@ -233,12 +233,8 @@ pub fn watermark_fast(
     watermarks: &Watermarks,
     zone: &WatermarkInput<'_>,
 ) -> bool {
-    if order == Order::ZERO {
-        let reserved = unusable_free(order, flags, zone.reserved_highatomic);
-        let usable = zone.free_pages - zone.free_pages.min(reserved);
-        if usable > (mark + zone.lowmem_reserve) as i64 {
-            return true;
-        }
+    if order == Order::ZERO && order0_above(mark, flags, zone) {
+        return true;
     }
     if watermark_ok(order, mark, flags, zone) {
         return true;
@@ -251,6 +247,15 @@ pub fn watermark_fast(
         return watermark_ok(order, watermarks.stored(WatermarkKind::Min), flags, zone);
     }
     false
+}
+
+/// The order-0 shortcut at the start of `zone_watermark_fast`: the free pages the caller
+/// may use are above `mark` plus the lowmem reserve.
+#[inline(always)]
+pub fn order0_above(mark: u64, flags: AllocFlags, zone: &WatermarkInput<'_>) -> bool {
+    let reserved = unusable_free(Order::ZERO, flags, zone.reserved_highatomic);
+    let usable = zone.free_pages - zone.free_pages.min(reserved);
+    usable > (mark + zone.lowmem_reserve) as i64
 }
 
 /// `mult_frac(x, n, d)`: x × n / d without overflowing x × n.
