@@ -495,12 +495,25 @@ impl Sim {
     /// block count; `added` blocks were put on the pageset by the call.
     fn charge_drains(&mut self, slot: usize, cpu: u32, before: &DrainCounters, added: u64) {
         let after = read_drain_counters(self.zone(slot));
-        let drains = after.drains - before.drains;
-        let held = &mut self.pcp_blocks[slot][cpu as usize];
-        if drains == 0 {
-            *held += added;
+        if after.drains == before.drains {
+            self.pcp_blocks[slot][cpu as usize] += added;
             return;
         }
+        self.charge_drained(slot, cpu, before, &after, added);
+    }
+
+    /// [`Self::charge_drains`] when there were drains. Kept out of line: most frees drain
+    /// nothing, and their path stays short.
+    #[inline(never)]
+    fn charge_drained(
+        &mut self,
+        slot: usize,
+        cpu: u32,
+        before: &DrainCounters,
+        after: &DrainCounters,
+        added: u64,
+    ) {
+        let drains = after.drains - before.drains;
         self.free_high += after.free_high - before.free_high;
         let now = self.pageset_blocks(slot, cpu);
         let drained = (self.pcp_blocks[slot][cpu as usize] + added).saturating_sub(now);
@@ -529,7 +542,11 @@ impl Sim {
             self.work(cpu, self.cost.alloc_hit_ns);
         }
         for slot in 0..self.zones.len() {
-            let zone_blocks = self.zone(slot).events().alloc_zone_locked_events.load(Relaxed);
+            let zone_blocks = self
+                .zone(slot)
+                .events()
+                .alloc_zone_locked_events
+                .load(Relaxed);
             if zone_blocks != before[slot].zone_blocks {
                 let after = read_alloc_counters(self.zone(slot));
                 self.charge_zone_blocks(slot, cpu, order, &before[slot], &after);
