@@ -541,15 +541,15 @@ impl Sim {
         if pcp_order {
             self.work(cpu, self.cost.alloc_hit_ns);
         }
-        for slot in 0..self.zones.len() {
+        for (slot, before) in before[..self.zones.len()].iter().enumerate() {
             let zone_blocks = self
                 .zone(slot)
                 .events()
                 .alloc_zone_locked_events
                 .load(Relaxed);
-            if zone_blocks != before[slot].zone_blocks {
+            if zone_blocks != before.zone_blocks {
                 let after = read_alloc_counters(self.zone(slot));
-                self.charge_zone_blocks(slot, cpu, order, &before[slot], &after);
+                self.charge_zone_blocks(slot, cpu, order, before, &after);
             }
         }
         if pcp_order {
@@ -612,8 +612,8 @@ impl Sim {
         let t = self.clock[c];
         let before = self.drain_snapshot();
         self.allocator.vmstat_tick(cpu);
-        for slot in 0..self.zones.len() {
-            self.charge_drains(slot, cpu, &before[slot], 0);
+        for (slot, before) in before[..self.zones.len()].iter().enumerate() {
+            self.charge_drains(slot, cpu, before, 0);
         }
         // The tick's work is charged to the CPU only if it was busy past the tick time.
         self.clock[c] = self.clock[c].max(t);
