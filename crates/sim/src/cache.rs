@@ -48,11 +48,13 @@ const _: () = assert!(core::mem::size_of::<Stamp>() == 16);
 
 impl Stamp {
     fn new(cpu: u32, cpu_lines: u64, socket_lines: u64) -> Stamp {
-        assert!(cpu < NEVER, "CPU {cpu} does not fit a stamp");
-        assert!(
-            cpu_lines <= CPU_LINES_MASK,
-            "CPU line counter overflows a stamp"
-        );
+        check_stamp_fits(cpu, cpu_lines);
+        Stamp::packed(cpu, cpu_lines, socket_lines)
+    }
+
+    /// A stamp whose fields [`check_stamp_fits`] checked already.
+    fn packed(cpu: u32, cpu_lines: u64, socket_lines: u64) -> Stamp {
+        debug_assert!(cpu < NEVER && cpu_lines <= CPU_LINES_MASK);
         Stamp {
             socket_lines,
             cpu_lines_cpu: (cpu as u64) << CPU_SHIFT | cpu_lines,
@@ -66,6 +68,16 @@ impl Stamp {
     fn cpu_lines(&self) -> u64 {
         self.cpu_lines_cpu & CPU_LINES_MASK
     }
+}
+
+/// Panics unless `cpu` and a CPU line counter up to `cpu_lines` fit a [`Stamp`]. The
+/// counters only grow, so checking the largest value a call will stamp covers the call.
+fn check_stamp_fits(cpu: u32, cpu_lines: u64) {
+    assert!(cpu < NEVER, "CPU {cpu} does not fit a stamp");
+    assert!(
+        cpu_lines <= CPU_LINES_MASK,
+        "CPU line counter overflows a stamp"
+    );
 }
 
 impl Default for Stamp {
@@ -97,12 +109,43 @@ impl CacheCounts {
     }
 }
 
-/// The per-pfn stamps and the counters.
+/// The caches' sizes and which socket each CPU is on: what classifying a touch needs
+/// besides the stamp and the counters.
 #[derive(Debug)]
-pub struct CacheModel {
+struct Geometry {
     private_lines: u64,
     llc_lines: u64,
     cpu_socket: Vec<u32>,
+}
+
+impl Geometry {
+    /// Classify a page `cpu` is about to touch, `cpu_lines` and `socket_lines` being the
+    /// CPU's and its socket's counters now.
+    fn classify(&self, cpu: u32, cpu_lines: u64, socket_lines: u64, stamp: &Stamp) -> CacheClass {
+        let stamp_cpu = stamp.cpu();
+        if stamp_cpu == NEVER {
+            return CacheClass::Cold;
+        }
+        if stamp_cpu == cpu && cpu_lines - stamp.cpu_lines() <= self.private_lines {
+            return CacheClass::L2;
+        }
+        if self.cpu_socket[stamp_cpu as usize] == self.cpu_socket[cpu as usize]
+            && socket_lines - stamp.socket_lines <= self.llc_lines
+        {
+            return if stamp_cpu == cpu {
+                CacheClass::Llc
+            } else {
+                CacheClass::LlcRemote
+            };
+        }
+        CacheClass::Cold
+    }
+}
+
+/// The per-pfn stamps and the counters.
+#[derive(Debug)]
+pub struct CacheModel {
+    geometry: Geometry,
     cpu_touched: Vec<u64>,
     socket_touched: Vec<u64>,
     /// Per zone, indexed by pfn − zone start; grown on demand.
@@ -123,42 +166,30 @@ impl CacheModel {
     ) -> CacheModel {
         let sockets = cpu_socket.iter().max().map_or(1, |s| *s as usize + 1);
         CacheModel {
-            private_lines: l2_bytes / 64,
-            llc_lines: (llc_bytes as f64 * cost.llc_share) as u64 / 64,
             cpu_touched: vec![0; cpu_socket.len()],
             socket_touched: vec![0; sockets],
-            cpu_socket,
+            geometry: Geometry {
+                private_lines: l2_bytes / 64,
+                llc_lines: (llc_bytes as f64 * cost.llc_share) as u64 / 64,
+                cpu_socket,
+            },
             stamps: (0..zones).map(|_| Vec::new()).collect(),
             counts: CacheCounts::default(),
         }
     }
 
-    /// Classify a page `cpu` is about to touch.
-    fn classify(&self, cpu: u32, stamp: &Stamp) -> CacheClass {
-        let stamp_cpu = stamp.cpu();
-        if stamp_cpu == NEVER {
-            return CacheClass::Cold;
+    /// Grow zone `zone`'s stamps to cover offsets below `end`.
+    fn cover(&mut self, zone: usize, end: usize) {
+        if self.stamps[zone].len() < end {
+            self.stamps[zone].resize(end.next_power_of_two(), Stamp::default());
         }
-        let socket = self.cpu_socket[cpu as usize];
-        if stamp_cpu == cpu
-            && self.cpu_touched[cpu as usize] - stamp.cpu_lines() <= self.private_lines
-        {
-            return CacheClass::L2;
-        }
-        if self.cpu_socket[stamp_cpu as usize] == socket
-            && self.socket_touched[socket as usize] - stamp.socket_lines <= self.llc_lines
-        {
-            return if stamp_cpu == cpu {
-                CacheClass::Llc
-            } else {
-                CacheClass::LlcRemote
-            };
-        }
-        CacheClass::Cold
     }
 
     /// `cpu` touches `lines` lines of each of `pages` pages starting at offset `first` of
     /// zone `zone`. Returns the time it takes.
+    ///
+    /// The counters are kept in locals, checked once, and the stamps borrowed once for the
+    /// block: this runs after every allocation.
     pub fn touch(
         &mut self,
         cpu: u32,
@@ -169,31 +200,35 @@ impl CacheModel {
         cost: &CostModel,
     ) -> u64 {
         let end = (first + pages) as usize;
-        if self.stamps[zone].len() < end {
-            self.stamps[zone].resize(end.next_power_of_two(), Stamp::default());
-        }
+        self.cover(zone, end);
+        let socket = self.geometry.cpu_socket[cpu as usize] as usize;
+        let lines64 = lines as u64;
+        let mut cpu_lines = self.cpu_touched[cpu as usize];
+        let mut socket_lines = self.socket_touched[socket];
+        check_stamp_fits(cpu, cpu_lines + pages * lines64);
+        let CacheModel {
+            geometry,
+            stamps,
+            counts,
+            ..
+        } = self;
         let mut ns = 0;
-        let socket = self.cpu_socket[cpu as usize] as usize;
-        for offset in first as usize..end {
-            let stamp = self.stamps[zone][offset];
-            let class = self.classify(cpu, &stamp);
-            let lines64 = lines as u64;
+        for stamp in &mut stamps[zone][first as usize..end] {
+            let class = geometry.classify(cpu, cpu_lines, socket_lines, stamp);
             let (counter, page_ns) = match class {
-                CacheClass::L2 => (&mut self.counts.l2_lines, cost.touch_l2_ns),
-                CacheClass::Llc => (&mut self.counts.llc_lines, cost.touch_llc_ns),
-                CacheClass::LlcRemote => (&mut self.counts.llc_remote_lines, cost.touch_llc_ns),
-                CacheClass::Cold => (&mut self.counts.cold_lines, cost.touch_cold_ns),
+                CacheClass::L2 => (&mut counts.l2_lines, cost.touch_l2_ns),
+                CacheClass::Llc => (&mut counts.llc_lines, cost.touch_llc_ns),
+                CacheClass::LlcRemote => (&mut counts.llc_remote_lines, cost.touch_llc_ns),
+                CacheClass::Cold => (&mut counts.cold_lines, cost.touch_cold_ns),
             };
             *counter += lines64;
             ns += page_ns * lines64 / LINES_PER_PAGE as u64;
-            self.cpu_touched[cpu as usize] += lines64;
-            self.socket_touched[socket] += lines64;
-            self.stamps[zone][offset] = Stamp::new(
-                cpu,
-                self.cpu_touched[cpu as usize],
-                self.socket_touched[socket],
-            );
+            cpu_lines += lines64;
+            socket_lines += lines64;
+            *stamp = Stamp::packed(cpu, cpu_lines, socket_lines);
         }
+        self.cpu_touched[cpu as usize] = cpu_lines;
+        self.socket_touched[socket] = socket_lines;
         ns
     }
 
@@ -201,10 +236,8 @@ impl CacheModel {
     /// touched now (§3.3: "on free (or last touch) stamp the page"), without touching.
     pub fn stamp(&mut self, cpu: u32, zone: usize, first: u64, pages: u64) {
         let end = (first + pages) as usize;
-        if self.stamps[zone].len() < end {
-            self.stamps[zone].resize(end.next_power_of_two(), Stamp::default());
-        }
-        let socket = self.cpu_socket[cpu as usize] as usize;
+        self.cover(zone, end);
+        let socket = self.geometry.cpu_socket[cpu as usize] as usize;
         let stamp = Stamp::new(
             cpu,
             self.cpu_touched[cpu as usize],

@@ -151,25 +151,55 @@ struct ZoneLock {
     last_cpu: Option<u32>,
 }
 
+/// The zone counters an allocation's cost depends on, read before and after the call.
 #[derive(Clone, Copy, Default)]
-struct Counters {
+struct AllocCounters {
+    zone_blocks: u64,
     refills: u64,
     refill_pages: u64,
-    zone_blocks: u64,
-    merges: u64,
-    drains: [u64; DrainReason::COUNT],
 }
 
-fn read_counters(zone: &Zone) -> Counters {
+fn read_alloc_counters(zone: &Zone) -> AllocCounters {
     let e = zone.events();
-    Counters {
+    AllocCounters {
+        zone_blocks: e.alloc_zone_locked_events.load(Relaxed),
         refills: e.pcp_refills.load(Relaxed),
         refill_pages: e.pcp_refill_pages.load(Relaxed),
-        zone_blocks: e.alloc_zone_locked_events.load(Relaxed),
-        merges: e.buddy_merges.load(Relaxed),
-        drains: core::array::from_fn(|r| e.pcp_drains[r].load(Relaxed)),
     }
 }
+
+/// The zone counters a free's or a tick's cost depends on: drains (summed over reasons,
+/// since every drain costs the same; `free_high` kept apart for the table) and merges.
+#[derive(Clone, Copy, Default)]
+struct DrainCounters {
+    drains: u64,
+    free_high: u64,
+    merges: u64,
+}
+
+fn read_drain_counters(zone: &Zone) -> DrainCounters {
+    let e = zone.events();
+    // Named rather than iterated: five plain loads and adds, where the iterator's sum cost
+    // six times that on every free. A new reason fails to compile here, a reordered one
+    // at the assertion below.
+    const _: () = assert!(DrainReason::FreeHigh as usize == 1);
+    let [free, free_high, decay, numa_expire, explicit] = &e.pcp_drains;
+    let free_high = free_high.load(Relaxed);
+    DrainCounters {
+        drains: free.load(Relaxed)
+            + free_high
+            + decay.load(Relaxed)
+            + numa_expire.load(Relaxed)
+            + explicit.load(Relaxed),
+        free_high,
+        merges: e.buddy_merges.load(Relaxed),
+    }
+}
+
+/// Most zones with memory a simulated machine has (one per node; the machines have two):
+/// the counter snapshots taken around every call live on the stack, in arrays of this
+/// size ([`Sim::new`] asserts it).
+const MAX_ZONES: usize = 4;
 
 const KIND_TICK: u8 = 0;
 const KIND_SAMPLE: u8 = 1;
@@ -238,7 +268,6 @@ pub struct Sim {
     free_high: u64,
     options: SimOptions,
     tick_ns: u64,
-    snapshot_buffer: Vec<Counters>,
 }
 
 impl Sim {
@@ -255,6 +284,11 @@ impl Sim {
             .filter(|(_, z)| z.managed() > 0)
             .map(|(i, z)| (i, z.start_pfn().0, z.start_pfn().0 + z.spanned()))
             .collect();
+        assert!(
+            zones.len() <= MAX_ZONES,
+            "{} zones with memory are too many to simulate",
+            zones.len()
+        );
         let cost = CostModel::SERVER;
         let nr_cpus = machine.nr_cpus();
         // Event keys and cache stamps hold a CPU number in 16 bits.
@@ -291,7 +325,6 @@ impl Sim {
             free_high: 0,
             options,
             tick_ns,
-            snapshot_buffer: Vec::new(),
         }
     }
 
@@ -426,37 +459,62 @@ impl Sim {
         self.clock[cpu as usize] = end;
     }
 
-    /// Every simulated zone's counters, in `self.snapshot_buffer` (reused: this runs around
-    /// every allocation, and a heap allocation per call would be a large share of its
-    /// cost). Take the buffer with [`Self::take_snapshot`] and give it back after use.
-    fn take_snapshot(&mut self) -> Vec<Counters> {
-        let mut snapshot = core::mem::take(&mut self.snapshot_buffer);
-        snapshot.clear();
+    /// The simulated zone in `slot`.
+    fn zone(&self, slot: usize) -> &Zone {
+        &self.allocator.zones()[self.zones[slot].0]
+    }
+
+    /// Every simulated zone's allocation counters, in slot order. On the stack: this runs
+    /// around every allocation.
+    fn alloc_snapshot(&self) -> [AllocCounters; MAX_ZONES] {
         let zones = self.allocator.zones();
-        snapshot.extend(self.zones.iter().map(|&(i, _, _)| read_counters(&zones[i])));
+        let mut snapshot = [AllocCounters::default(); MAX_ZONES];
+        for (counters, &(i, _, _)) in snapshot.iter_mut().zip(&self.zones) {
+            *counters = read_alloc_counters(&zones[i]);
+        }
+        snapshot
+    }
+
+    /// Every simulated zone's drain counters, in slot order.
+    fn drain_snapshot(&self) -> [DrainCounters; MAX_ZONES] {
+        let zones = self.allocator.zones();
+        let mut snapshot = [DrainCounters::default(); MAX_ZONES];
+        for (counters, &(i, _, _)) in snapshot.iter_mut().zip(&self.zones) {
+            *counters = read_drain_counters(&zones[i]);
+        }
         snapshot
     }
 
     fn pageset_blocks(&self, slot: usize, cpu: u32) -> u64 {
-        let zone = &self.allocator.zones()[self.zones[slot].0];
+        let zone = self.zone(slot);
         let pcp = zone.pageset(cpu).expect("every CPU has a pageset");
         (0..NR_PCP_LISTS).map(|p| pcp.list_len(p)).sum()
     }
 
     /// Charge the drains zone `slot` did since `before`, resynchronising the pageset's
     /// block count; `added` blocks were put on the pageset by the call.
-    fn charge_drains(&mut self, slot: usize, cpu: u32, before: &Counters, added: u64) {
-        let after = read_counters(&self.allocator.zones()[self.zones[slot].0]);
-        let drains: u64 = (0..DrainReason::COUNT)
-            .map(|r| after.drains[r] - before.drains[r])
-            .sum();
-        let held = &mut self.pcp_blocks[slot][cpu as usize];
-        if drains == 0 {
-            *held += added;
+    fn charge_drains(&mut self, slot: usize, cpu: u32, before: &DrainCounters, added: u64) {
+        let after = read_drain_counters(self.zone(slot));
+        if after.drains == before.drains {
+            self.pcp_blocks[slot][cpu as usize] += added;
             return;
         }
-        self.free_high += after.drains[DrainReason::FreeHigh as usize]
-            - before.drains[DrainReason::FreeHigh as usize];
+        self.charge_drained(slot, cpu, before, &after, added);
+    }
+
+    /// [`Self::charge_drains`] when there were drains. Kept out of line: most frees drain
+    /// nothing, and their path stays short.
+    #[inline(never)]
+    fn charge_drained(
+        &mut self,
+        slot: usize,
+        cpu: u32,
+        before: &DrainCounters,
+        after: &DrainCounters,
+        added: u64,
+    ) {
+        let drains = after.drains - before.drains;
+        self.free_high += after.free_high - before.free_high;
         let now = self.pageset_blocks(slot, cpu);
         let drained = (self.pcp_blocks[slot][cpu as usize] + added).saturating_sub(now);
         self.pcp_blocks[slot][cpu as usize] = now;
@@ -469,44 +527,31 @@ impl Sim {
 
     /// Allocate a block of `order` on `cpu` (`Caller::task(cpu)`), charging its cost.
     pub fn alloc(&mut self, cpu: u32, gfp: Gfp, order: Order) -> Result<Pfn, SimError> {
-        let before = self.take_snapshot();
-        let pfn = match self.allocator.alloc_pages(Caller::task(cpu), gfp, order) {
-            Ok(pfn) => pfn,
-            Err(_) => {
-                self.snapshot_buffer = before;
-                return Err(SimError::OutOfMemory {
-                    cpu,
-                    order: order.get(),
-                });
-            }
-        };
+        let before = self.alloc_snapshot();
+        let pfn = self
+            .allocator
+            .alloc_pages(Caller::task(cpu), gfp, order)
+            .map_err(|_| SimError::OutOfMemory {
+                cpu,
+                order: order.get(),
+            })?;
         self.stats.alloc_calls += 1;
         self.stats.pages_allocated += order.pages();
         let pcp_order = pcp_allowed_order(order);
         if pcp_order {
             self.work(cpu, self.cost.alloc_hit_ns);
         }
-        for (slot, before) in before.iter().enumerate() {
-            let after = read_counters(&self.allocator.zones()[self.zones[slot].0]);
-            if after.zone_blocks == before.zone_blocks {
-                continue;
-            }
-            let refill_blocks = (after.refill_pages - before.refill_pages) >> order.get();
-            if after.refills > before.refills {
-                self.acquire(
-                    slot,
-                    cpu,
-                    self.cost.hold_ns(refill_blocks, 0),
-                    refill_blocks,
-                );
-                self.pcp_blocks[slot][cpu as usize] += refill_blocks;
-            }
-            let direct = after.zone_blocks - before.zone_blocks - refill_blocks;
-            for _ in 0..direct {
-                self.acquire(slot, cpu, self.cost.hold_ns(1, 0), 1);
+        for (slot, before) in before[..self.zones.len()].iter().enumerate() {
+            let zone_blocks = self
+                .zone(slot)
+                .events()
+                .alloc_zone_locked_events
+                .load(Relaxed);
+            if zone_blocks != before.zone_blocks {
+                let after = read_alloc_counters(self.zone(slot));
+                self.charge_zone_blocks(slot, cpu, order, before, &after);
             }
         }
-        self.snapshot_buffer = before;
         if pcp_order {
             let slot = self.zone_slot(pfn);
             let held = &mut self.pcp_blocks[slot][cpu as usize];
@@ -515,10 +560,36 @@ impl Sim {
         Ok(pfn)
     }
 
+    /// Charge the blocks an allocation of `order` took from zone `slot`: a refill's, in one
+    /// hold, and each direct buddy allocation's, in a hold of its own.
+    fn charge_zone_blocks(
+        &mut self,
+        slot: usize,
+        cpu: u32,
+        order: Order,
+        before: &AllocCounters,
+        after: &AllocCounters,
+    ) {
+        let refill_blocks = (after.refill_pages - before.refill_pages) >> order.get();
+        if after.refills > before.refills {
+            self.acquire(
+                slot,
+                cpu,
+                self.cost.hold_ns(refill_blocks, 0),
+                refill_blocks,
+            );
+            self.pcp_blocks[slot][cpu as usize] += refill_blocks;
+        }
+        let direct = after.zone_blocks - before.zone_blocks - refill_blocks;
+        for _ in 0..direct {
+            self.acquire(slot, cpu, self.cost.hold_ns(1, 0), 1);
+        }
+    }
+
     /// Free the block at `pfn` on `cpu`, charging its cost.
     pub fn free(&mut self, cpu: u32, pfn: Pfn, order: Order) -> Result<(), SimError> {
         let slot = self.zone_slot(pfn);
-        let before = read_counters(&self.allocator.zones()[self.zones[slot].0]);
+        let before = read_drain_counters(self.zone(slot));
         self.allocator
             .free_pages(Caller::task(cpu), pfn, order)
             .map_err(|e| SimError::BadFree(e.to_string()))?;
@@ -529,8 +600,8 @@ impl Sim {
             self.work(cpu, self.cost.free_hit_ns);
             self.charge_drains(slot, cpu, &before, 1);
         } else {
-            let after = read_counters(&self.allocator.zones()[self.zones[slot].0]);
-            let hold = self.cost.hold_ns(1, after.merges - before.merges);
+            let merges = self.zone(slot).events().buddy_merges.load(Relaxed);
+            let hold = self.cost.hold_ns(1, merges - before.merges);
             self.acquire(slot, cpu, hold, 1);
         }
         Ok(())
@@ -539,12 +610,11 @@ impl Sim {
     fn vmstat_tick(&mut self, cpu: u32) {
         let c = cpu as usize;
         let t = self.clock[c];
-        let before = self.take_snapshot();
+        let before = self.drain_snapshot();
         self.allocator.vmstat_tick(cpu);
-        for (slot, counters) in before.iter().enumerate() {
-            self.charge_drains(slot, cpu, counters, 0);
+        for (slot, before) in before[..self.zones.len()].iter().enumerate() {
+            self.charge_drains(slot, cpu, before, 0);
         }
-        self.snapshot_buffer = before;
         // The tick's work is charged to the CPU only if it was busy past the tick time.
         self.clock[c] = self.clock[c].max(t);
     }
