@@ -75,7 +75,8 @@ struct PageallocArgs {
     #[arg(long, value_enum, default_value = "page")]
     touch: TouchArg,
     /// Only these allocators, comma-separated (mmkit, mmkit-bulk, mmkit-handle,
-    /// mmkit-cache, buddy, talc, mimalloc, jemalloc, snmalloc, system).
+    /// mmkit-cache, buddy, talc, mimalloc, jemalloc, snmalloc, system), and the reference
+    /// rows "floor: spinlock", "floor: lifo" (on by default, order 0 only).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Print JSON instead of tables.
@@ -175,7 +176,7 @@ fn pagealloc(args: &PageallocArgs) -> Result<(), CliError> {
         sample_pages: args.sample_pages,
     };
     config.cells().map_err(|e| CliError::usage(e.to_string()))?;
-    let names = peers::select(&args.only).map_err(|e| CliError::usage(e.to_string()))?;
+    let names = peers::select_pagealloc(&args.only).map_err(|e| CliError::usage(e.to_string()))?;
     let params = BuildParams {
         arena_bytes: config.arena_bytes(),
         cpus: 1,
