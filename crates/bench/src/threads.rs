@@ -21,7 +21,9 @@
 //!
 //! Latency: one operation in `sample_every` (a single alloc or free, or one bulk call)
 //! is timed with `rdtsc`, less an empty pair's cost; the others run untimed, so the
-//! clock costs little. Throughput is pages freed ÷ wall time from the start barrier to
+//! clock costs little. A `sample_every` that divides an allocator's batch period (64:
+//! the page_pool cache's refill and its recyclers' flush) times the same operation of
+//! every batch and skews the percentiles; `mmkit bench threads` defaults to 61. Throughput is pages freed ÷ wall time from the start barrier to
 //! the last thread's exit.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
