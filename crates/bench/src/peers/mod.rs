@@ -191,25 +191,43 @@ fn high_max(pool: &mmkit_runtime::PagePool) -> Option<u64> {
 /// Parse a comma-separated list of names (`--only`); empty means every available one.
 /// Keeps report order.
 pub fn select(only: &[String]) -> Result<Vec<&'static str>, BenchError> {
-    select_from(&available(), only)
+    if only.is_empty() {
+        return Ok(available());
+    }
+    check_names(only, &[])?;
+    Ok(chosen(NAMES, only))
 }
 
 /// [`select`] for `pagealloc`: the floors ([`floor::NAMES`]) too, after the allocators.
 pub fn select_pagealloc(only: &[String]) -> Result<Vec<&'static str>, BenchError> {
-    let mut names = available();
-    names.extend_from_slice(floor::NAMES);
-    select_from(&names, only)
+    if only.is_empty() {
+        let mut names = available();
+        names.extend_from_slice(floor::NAMES);
+        return Ok(names);
+    }
+    check_names(only, floor::NAMES)?;
+    let mut names = chosen(NAMES, only);
+    names.extend(chosen(floor::NAMES, only));
+    Ok(names)
 }
 
-fn select_from(names: &[&'static str], only: &[String]) -> Result<Vec<&'static str>, BenchError> {
-    if only.is_empty() {
-        return Ok(names.to_vec());
-    }
+/// The names of `from` that `only` asks for, in `from`'s order.
+fn chosen(from: &[&'static str], only: &[String]) -> Vec<&'static str> {
+    from.iter()
+        .copied()
+        .filter(|n| only.iter().any(|o| o == n))
+        .collect()
+}
+
+/// Every name of `only` is a contestant this build has, or one of `extra`.
+fn check_names(only: &[String], extra: &[&str]) -> Result<(), BenchError> {
     for name in only {
-        if !NAMES.contains(&name.as_str()) && !names.contains(&name.as_str()) {
+        if !NAMES.contains(&name.as_str()) && !extra.contains(&name.as_str()) {
+            let mut known = available();
+            known.extend_from_slice(extra);
             return Err(BenchError::new(format!(
                 "unknown allocator {name:?}: use {}",
-                names.join(", ")
+                known.join(", ")
             )));
         }
         if not_built().contains(&name.as_str()) {
@@ -218,9 +236,5 @@ fn select_from(names: &[&'static str], only: &[String]) -> Result<Vec<&'static s
             )));
         }
     }
-    Ok(names
-        .iter()
-        .copied()
-        .filter(|n| only.iter().any(|o| o == n))
-        .collect())
+    Ok(())
 }
