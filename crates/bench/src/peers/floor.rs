@@ -70,7 +70,7 @@ impl FloorKind {
 ///
 /// `stack[..top]` holds distinct pfns of `arena`, each a page that no [`FloorPage`]
 /// owns; every other pfn of the arena is owned by exactly one live `FloorPage`. `top`
-/// and `stack` are used by one thread at a time: only through a [`Sampling`], made only
+/// and `stack` are used by one thread at a time: only through a `Sampling`, made only
 /// while `sampling` is held.
 pub struct Floor {
     kind: FloorKind,
@@ -141,7 +141,7 @@ impl Sampling<'_> {
 /// # Invariants
 ///
 /// `addr .. addr + 4096` is page `pfn` of the arena of the floor that `'a` borrows,
-/// popped from its stack and owned by this value alone (made only by [`Sampling`]'s
+/// popped from its stack and owned by this value alone (made only by `Sampling`'s
 /// `alloc`, not `Clone`).
 pub struct FloorPage<'a> {
     pfn: u32,
