@@ -529,7 +529,9 @@ fn per_page_target(
 
 fn faster_than_peers(results: &[CellResult]) -> TargetCheck {
     let target = "mmkit (order 0) faster than every peer in the same run, every N".to_owned();
-    let peer = |r: &&CellResult| !r.allocator.starts_with("mmkit") && r.order == 0;
+    let peer = |r: &&CellResult| {
+        !r.allocator.starts_with("mmkit") && !crate::peers::is_floor(r.allocator) && r.order == 0
+    };
     let peers: Vec<&CellResult> = results.iter().filter(peer).collect();
     if peers.is_empty()
         || !results

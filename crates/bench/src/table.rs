@@ -93,7 +93,7 @@ pub fn pagealloc(report: &PageallocReport, cycles: bool) -> String {
         report.method.arena_bytes >> 20
     );
     for a in &report.allocators {
-        let _ = writeln!(out, "  {:<13} {}", a.name, a.setup);
+        let _ = writeln!(out, "  {:<15} {}", a.name, a.setup);
     }
     let names: Vec<&str> = report.allocators.iter().map(|a| a.name).collect();
     for &order in &report.method.config.orders {

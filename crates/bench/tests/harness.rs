@@ -187,7 +187,7 @@ fn mmkit_cache_refuses_a_thread_that_did_not_enter() {
         let adapter = &adapter;
         let stolen = s
             .spawn(move || {
-                // Entered nothing: allocating panics; freeing recycles to slot 0's ring.
+                // Entered nothing: allocating panics; freeing goes straight to the pool.
                 adapter.free(page);
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     adapter.alloc(Order::ZERO).map(|p| adapter.free(p))

@@ -1,12 +1,14 @@
 //! Every contestant hands out 4 KiB-aligned blocks of the size asked for, takes them back,
 //! and passes its own audit.
 
-use mmkit_bench::contestant::{block_bytes, Block, Contestant};
+use mmkit_bench::contestant::{block_bytes, Block, Contestant, Touch};
+use mmkit_bench::pagealloc::CellSpec;
 use mmkit_bench::peers::buddy::Buddy;
 use mmkit_bench::peers::global_alloc::GlobalAllocPeer;
 use mmkit_bench::peers::mmkit::{Mmkit, MmkitHandle};
 use mmkit_bench::peers::talc::Talc;
 use mmkit_bench::peers::{self, BuildParams};
+use mmkit_bench::threads::{Pattern, ThreadsConfig};
 use mmkit_core::Order;
 
 const ARENA_BYTES: usize = 64 << 20;
@@ -124,4 +126,49 @@ fn every_available_name_builds_and_unknown_names_are_refused() {
         peers::select(&["talc".to_owned(), "mmkit".to_owned()]).unwrap(),
         vec!["mmkit", "talc"]
     );
+}
+
+#[test]
+fn the_floors_run_pagealloc_only_and_count_in_no_target() {
+    let params = BuildParams {
+        arena_bytes: ARENA_BYTES,
+        cpus: 1,
+    };
+    for &name in peers::floor::NAMES {
+        let floor = peers::build(name, &params).unwrap();
+        assert_eq!(floor.name(), name);
+        assert!(peers::is_floor(name));
+        assert!(floor.supports(Order::ZERO) && !floor.supports(Order::new(1).unwrap()));
+        let spec = CellSpec {
+            order: Order::ZERO,
+            n: 200,
+            rounds: 3,
+            touch: Touch::Page,
+            overhead_cycles: 0,
+        };
+        assert_eq!(floor.pagealloc_sample(&spec).unwrap().blocks, 600);
+        floor.audit().expect("every page back on the stack");
+        let threads = ThreadsConfig {
+            threads: 2,
+            pattern: Pattern::Remote,
+            seconds: 0.01,
+            batch: 16,
+            sample_every: 4,
+            touch: Touch::Page,
+            overhead_cycles: 0,
+        };
+        assert!(floor.threads(&threads).is_err());
+    }
+    assert!(!peers::is_floor("mmkit"));
+    let pagealloc = peers::select_pagealloc(&[]).unwrap();
+    assert!(peers::floor::NAMES.iter().all(|f| pagealloc.contains(f)));
+    assert_eq!(
+        peers::select_pagealloc(&["floor: lifo".to_owned(), "mmkit".to_owned()]).unwrap(),
+        vec!["mmkit", "floor: lifo"]
+    );
+    assert!(peers::select(&["floor: lifo".to_owned()]).is_err());
+    assert!(!peers::select(&[])
+        .unwrap()
+        .iter()
+        .any(|n| peers::is_floor(n)));
 }

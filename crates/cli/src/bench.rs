@@ -75,7 +75,8 @@ struct PageallocArgs {
     #[arg(long, value_enum, default_value = "page")]
     touch: TouchArg,
     /// Only these allocators, comma-separated (mmkit, mmkit-bulk, mmkit-handle,
-    /// mmkit-cache, buddy, talc, mimalloc, jemalloc, snmalloc, system).
+    /// mmkit-cache, buddy, talc, mimalloc, jemalloc, snmalloc, system), and the reference
+    /// rows "floor: spinlock", "floor: lifo" (on by default, order 0 only).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Print JSON instead of tables.
@@ -118,8 +119,10 @@ struct ThreadsArgs {
     /// Pages per batch (16 pages = one 64 KiB AF_UNIX message).
     #[arg(long, default_value_t = 16)]
     batch: usize,
-    /// Time one operation in this many.
-    #[arg(long, default_value_t = 64)]
+    /// Time one operation in this many. The default is prime, so that the timed operation
+    /// does not land on the same place of a power-of-two batch every time (with 64, every
+    /// timed mmkit-cache free was the one that flushes a 64-page batch to the ring).
+    #[arg(long, default_value_t = 61)]
     sample_every: u64,
     /// What the benchmark writes into each page and reads back.
     #[arg(long, value_enum, default_value = "page")]
@@ -175,7 +178,7 @@ fn pagealloc(args: &PageallocArgs) -> Result<(), CliError> {
         sample_pages: args.sample_pages,
     };
     config.cells().map_err(|e| CliError::usage(e.to_string()))?;
-    let names = peers::select(&args.only).map_err(|e| CliError::usage(e.to_string()))?;
+    let names = peers::select_pagealloc(&args.only).map_err(|e| CliError::usage(e.to_string()))?;
     let params = BuildParams {
         arena_bytes: config.arena_bytes(),
         cpus: 1,

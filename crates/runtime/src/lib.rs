@@ -22,7 +22,8 @@
 //!
 //! For the hottest page users there is a [`PoolCache`]: Linux's `page_pool` recycling
 //! cache, one owner thread allocating from a small array without atomics and other
-//! threads giving pages back through a [`Recycler`]'s lock-free ring.
+//! threads giving pages back, a batch of up to 64 at a time, through a [`Recycler`] and a
+//! lock-free ring.
 //!
 //! The same crate runs Linux's percpu allocator on real memory: [`PercpuPool`] hands out
 //! per-CPU areas, and [`PerCpu`] is a typed handle to one, e.g. per-CPU counters

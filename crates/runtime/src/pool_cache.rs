@@ -1,7 +1,7 @@
 //! A page_pool-style recycling cache in front of the [`PagePool`]: one owner thread
 //! allocates from a small array without any atomic read-modify-write, and other threads
-//! give pages back through a bounded lock-free ring that the owner drains before it goes
-//! to the allocator.
+//! give pages back in batches through a bounded lock-free ring that the owner drains
+//! before it goes to the allocator.
 //!
 //! Linux counterpart: `net/core/page_pool.c`, the allocator of network drivers' receive
 //! pages. A [`PoolCache`] is one `struct page_pool` as its NAPI context sees it: the
@@ -10,25 +10,43 @@
 //! `ptr_ring` (`page_pool_refill_alloc_cache`), then from the page allocator's bulk API
 //! (`__page_pool_alloc_pages_slow` → `alloc_pages_bulk_array`, here
 //! [`PagePool::alloc_bulk_gfp`]). A [`Recycler`] is what `page_pool_put_page` does outside
-//! the NAPI context: push into the `ptr_ring` (`page_pool_recycle_in_ring`), and when the
-//! ring is full, give the page back to the allocator (`page_pool_return_page`). The owner's
-//! own frees go into the array (`page_pool_recycle_in_cache`), then, when it is full, into
-//! the ring like any other.
+//! the NAPI context: put the page into the `ptr_ring` (`page_pool_recycle_in_ring`), and
+//! when the ring is full, give it back to the allocator (`page_pool_return_page`). The
+//! owner's own frees go into the array (`page_pool_recycle_in_cache`).
 //!
 //! Where we differ:
-//! - The ring is crossbeam's `ArrayQueue` (a bounded lock-free multi-producer queue,
-//!   Vyukov's design: one compare-and-swap per push and per pop) instead of `ptr_ring`
-//!   (a spinlock on each side). Any thread may recycle, and recyclers never wait for
-//!   each other behind a lock; we did not write our own ring because a tested crate
-//!   exists and the ring is not on the owner's fast path (it is touched once per
-//!   [`CACHE_REFILL`] allocations).
+//! - **The ring carries batches, not pages.** Linux's `ptr_ring` has one entry per page:
+//!   `page_pool_put_page_bulk` takes the producer lock once per bulk but stores each
+//!   page, and `page_pool_refill_alloc_cache` takes the consumer lock once per refill but
+//!   consumes each page. Our ring is crossbeam's `ArrayQueue` (Vyukov's bounded lock-free
+//!   queue: one compare-and-swap per push and per pop), so an entry per page would cost
+//!   a compare-and-swap per page on each side, a contended cache line that the owner and
+//!   the recyclers pass back and forth. Instead a [`Recycler`] is a per-thread handle with
+//!   a buffer of up to [`CACHE_REFILL`] pages: it pushes the whole buffer as one ring
+//!   element when it fills, on [`Recycler::flush`] and on drop, and the owner's refill
+//!   pops one element. Cross-thread give-back costs O(1) atomic operations per batch
+//!   (the push, the pop and one relaxed counter update), not per page. The ring holds
+//!   `ring_size.div_ceil(CACHE_REFILL)` batches: `ring_size` pages when they are full.
+//!   What Linux gets from a lock held across a loop, we get from a larger element.
+//! - The ring is lock-free and multi-producer: any thread may recycle, and recyclers
+//!   never wait for each other behind a lock (`ptr_ring` has a spinlock on each side).
+//!   We did not write our own ring because a tested crate exists.
+//! - When the owner frees into a full array, the [`CACHE_REFILL`] oldest pages of the
+//!   array move to the ring as one batch and the freed page goes into the array; Linux
+//!   sends the freed page alone to the ring (`page_pool_recycle_in_cache` fails, then
+//!   `page_pool_recycle_in_ring`). The hot pages stay with the owner either way.
+//! - When the ring is full, a batch goes back to the allocator in one batched free
+//!   ([`PagePool::free_batch`], Linux's `free_unref_page_list`) at order 0.
 //! - The pool is order-fixed like Linux's (`pool->p.order`): order 0 refills in bulk;
 //!   a higher order allocates one block per slow call (`slow_high_order`), as Linux does.
 //! - No DMA mapping, no `pp_frag`, no NUMA check of recycled pages, no page refcounts:
-//!   a page is owned by exactly one party (the cache, the ring, or one user).
-//! - Pages sitting in the cache or the ring are *allocated* as far as the core is
-//!   concerned (the page allocator handed them out), as in Linux; `PagePool::verify()`
-//!   counts them as allocated until the cache and its last recycler are gone.
+//!   a page is owned by exactly one party (the cache, the ring, one recycler's buffer,
+//!   or one user).
+//! - Pages sitting in the cache, the ring or a recycler's buffer are *allocated* as far
+//!   as the core is concerned (the page allocator handed them out), as in Linux;
+//!   `PagePool::verify()` counts them as allocated until they reach the pool: a
+//!   recycler's buffer when it is flushed after the cache is gone (or the ring is full),
+//!   the array and the ring when the cache and its last recycler are gone.
 //!
 //! Ownership follows the rest of the runtime. The safe API hands out [`PageBlock`]s:
 //! [`PoolCache::free`] and [`Recycler::recycle`] consume them, so a page cannot be given
@@ -53,10 +71,14 @@ use crate::{PageBlock, PagePool, PoolError};
 pub const CACHE_SIZE: usize = 128;
 
 /// Pages one refill moves into the array, from the ring or from the allocator
-/// (`PP_ALLOC_CACHE_REFILL`).
+/// (`PP_ALLOC_CACHE_REFILL`); also the most pages one ring element (a batch) carries.
 pub const CACHE_REFILL: usize = 64;
 
 const _: () = assert!(CACHE_REFILL <= CACHE_SIZE, "a refill fits an empty array");
+const _: () = assert!(
+    CACHE_REFILL > 0,
+    "a spill makes room in a full array for the freed page"
+);
 
 /// How a [`PoolCache`] is set up (Linux: `struct page_pool_params`).
 #[derive(Clone, Copy, Debug)]
@@ -67,8 +89,9 @@ pub struct PoolCacheConfig {
     pub gfp: Gfp,
     /// The order of every block (Linux: `pool->p.order`). Order 0 refills in bulk.
     pub order: Order,
-    /// Slots of the recycle ring (Linux: `pool->p.pool_size`, usually the NIC's RX ring
-    /// size). Default 1024.
+    /// Pages the recycle ring holds when its batches are full (Linux: `pool->p.pool_size`,
+    /// usually the NIC's RX ring size): `ring_size.div_ceil(CACHE_REFILL)` batches.
+    /// Default 1024 (16 batches).
     pub ring_size: usize,
 }
 
@@ -86,8 +109,10 @@ impl Default for PoolCacheConfig {
 /// `alloc_stats` and `recycle_stats`).
 ///
 /// Every allocation is counted once, in `alloc_fast`, `alloc_refill`, `alloc_slow` or
-/// `alloc_slow_high_order`; every page given back is counted once, in `recycle_cached`,
-/// `recycle_ring` or `recycle_released`.
+/// `alloc_slow_high_order`. Every page given back is counted once in `recycle_cached`,
+/// `recycle_ring` or `recycle_released`, except the pages the owner moved from a full
+/// array on to the ring, which are counted again in `recycle_cache_full` too (see
+/// [`PoolCacheStats::frees`]). A recycler counts its pages when it flushes them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PoolCacheStats {
     /// Allocations served from the array (`fast`).
@@ -102,15 +127,20 @@ pub struct PoolCacheStats {
     pub alloc_refill: u64,
     /// Pages moved from the ring into the array (no Linux counter).
     pub pages_from_ring: u64,
+    /// Batches popped from the ring (no Linux counter).
+    pub batches_from_ring: u64,
     /// Blocks taken from the [`PagePool`] (no Linux counter).
     pub blocks_from_pool: u64,
     /// Frees by the owner that went into the array (`cached`).
     pub recycle_cached: u64,
-    /// Frees by the owner that found the array full and went on to the ring
-    /// (`cache_full`); each is counted again in `recycle_ring` or `recycle_released`.
+    /// Pages the owner moved out of a full array on to the ring, [`CACHE_REFILL`] at a
+    /// time, to make room for a free (Linux's `cache_full` counts the frees that found
+    /// the array full); each is counted again in `recycle_ring` or `recycle_released`.
     pub recycle_cache_full: u64,
     /// Pages pushed into the ring, by the owner or a recycler (`ring`).
     pub recycle_ring: u64,
+    /// Batches pushed into the ring (no Linux counter).
+    pub recycle_ring_batches: u64,
     /// Pages that found the ring full and went back to the [`PagePool`] (`ring_full`);
     /// each is counted again in `recycle_released`.
     pub recycle_ring_full: u64,
@@ -125,32 +155,91 @@ impl PoolCacheStats {
         self.alloc_fast + self.alloc_refill + self.alloc_slow + self.alloc_slow_high_order
     }
 
-    /// Blocks given back, by any path.
+    /// Blocks given back, by any path (pages still in a recycler's buffer are not yet
+    /// counted).
     pub fn frees(&self) -> u64 {
-        self.recycle_cached + self.recycle_ring + self.recycle_released
+        self.recycle_cached + self.recycle_ring + self.recycle_released - self.recycle_cache_full
     }
 }
 
-/// The counters recyclers write: shared, so relaxed atomics.
+/// The counters recyclers write: shared, so relaxed atomics, updated once per batch.
+/// On cache lines of their own, so that the recyclers' updates do not evict what the
+/// owner reads on every free (`Shared::nr_pages`).
 #[derive(Default)]
+#[repr(align(128))]
 struct RecycleCounters {
     ring: AtomicU64,
+    ring_batches: AtomicU64,
     ring_full: AtomicU64,
     released: AtomicU64,
+}
+
+/// Up to [`CACHE_REFILL`] blocks that travel through the ring as one element.
+///
+/// # Invariants
+///
+/// `len <= CACHE_REFILL`; every pfn of `pfns[..len]` starts an allocated block of the
+/// cache's order that this batch owns. The entries past `len` are stale numbers that
+/// own nothing.
+struct Batch {
+    len: usize,
+    pfns: [Pfn; CACHE_REFILL],
+}
+
+impl Batch {
+    const EMPTY: Batch = Batch {
+        len: 0,
+        pfns: [Pfn(0); CACHE_REFILL],
+    };
+
+    /// The owned pfns.
+    fn pfns(&self) -> &[Pfn] {
+        &self.pfns[..self.len]
+    }
+
+    fn is_full(&self) -> bool {
+        self.len == CACHE_REFILL
+    }
+
+    /// Take ownership of `pfn`. The caller checks there is room.
+    #[inline]
+    fn push(&mut self, pfn: Pfn) {
+        debug_assert!(!self.is_full());
+        self.pfns[self.len] = pfn;
+        self.len += 1;
+    }
+
+    /// A batch owning `pfns` (at most [`CACHE_REFILL`]).
+    fn from_slice(pfns: &[Pfn]) -> Batch {
+        let mut batch = Batch::EMPTY;
+        batch.pfns[..pfns.len()].copy_from_slice(pfns);
+        batch.len = pfns.len();
+        batch
+    }
+}
+
+/// Where [`Shared::recycle_batch`] put a batch.
+enum Recycled {
+    /// Into the ring.
+    Ring,
+    /// To the pool: the ring was full.
+    RingFull,
+    /// To the pool: the cache is gone.
+    OwnerGone,
 }
 
 /// What a cache and its recyclers share.
 ///
 /// # Invariants
 ///
-/// Every pfn in `ring` starts an allocated block of `order` of `pool` that nobody else
-/// owns: the ring owns it until it is popped.
+/// Every batch in `ring` owns its pfns (see [`Batch`]); no batch in it is empty. The ring
+/// owns a batch until it is popped.
 struct Shared<'pool> {
     pool: &'pool PagePool,
     order: Order,
     /// Pages in the arena, for the raw API's bounds check.
     nr_pages: u64,
-    ring: ArrayQueue<Pfn>,
+    ring: ArrayQueue<Batch>,
     /// Set when the [`PoolCache`] drops: recycled pages then go straight to the pool.
     owner_gone: AtomicBool,
     counters: RecycleCounters,
@@ -171,22 +260,44 @@ impl Shared<'_> {
         Ok(())
     }
 
-    /// Recycle an owned page from any thread: the ring, or the pool when the ring is
-    /// full or the owner is gone. The pool's refusal is returned.
-    fn recycle(&self, pfn: Pfn) -> Result<(), PoolError> {
-        if !self.owner_gone.load(Ordering::Acquire) {
-            match self.ring.push(pfn) {
-                Ok(()) => {
-                    self.counters.ring.fetch_add(1, Ordering::Relaxed);
-                    return Ok(());
-                }
-                Err(_) => {
-                    self.counters.ring_full.fetch_add(1, Ordering::Relaxed);
-                }
+    /// Put a non-empty batch into the ring; when the ring is full or the owner is gone,
+    /// give it back to the pool. One push whatever the batch's size.
+    fn recycle_batch(&self, batch: Batch) -> Recycled {
+        debug_assert!(batch.len > 0);
+        if self.owner_gone.load(Ordering::Acquire) {
+            self.release_all(batch.pfns());
+            return Recycled::OwnerGone;
+        }
+        match self.ring.push(batch) {
+            Ok(()) => Recycled::Ring,
+            Err(batch) => {
+                self.release_all(batch.pfns());
+                Recycled::RingFull
             }
         }
-        self.counters.released.fetch_add(1, Ordering::Relaxed);
-        self.pool.free_pfn(pfn, self.order)
+    }
+
+    /// [`Shared::recycle_batch`] for a recycler, counted in the shared counters: one or
+    /// two relaxed updates per batch.
+    fn recycle_batch_counted(&self, batch: Batch) {
+        let pages = batch.len as u64;
+        if pages == 0 {
+            return;
+        }
+        let c = &self.counters;
+        match self.recycle_batch(batch) {
+            Recycled::Ring => {
+                c.ring.fetch_add(pages, Ordering::Relaxed);
+                c.ring_batches.fetch_add(1, Ordering::Relaxed);
+            }
+            Recycled::RingFull => {
+                c.ring_full.fetch_add(pages, Ordering::Relaxed);
+                c.released.fetch_add(pages, Ordering::Relaxed);
+            }
+            Recycled::OwnerGone => {
+                c.released.fetch_add(pages, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Give owned pages back to the pool: batched at order 0, one by one otherwise, and
@@ -208,9 +319,9 @@ impl Shared<'_> {
 
     /// Empty the ring into the pool.
     fn drain_ring(&self) {
-        let mut pfns = Vec::with_capacity(self.ring.len());
-        while let Some(pfn) = self.ring.pop() {
-            pfns.push(pfn);
+        let mut pfns = Vec::with_capacity(self.ring.len() * CACHE_REFILL);
+        while let Some(batch) = self.ring.pop() {
+            pfns.extend_from_slice(batch.pfns());
         }
         self.release_all(&pfns);
     }
@@ -218,8 +329,8 @@ impl Shared<'_> {
 
 impl Drop for Shared<'_> {
     fn drop(&mut self) {
-        // The last of the cache and its recyclers: pages recycled after the cache dropped
-        // (racing with its drain) are still here.
+        // The last of the cache and its recyclers: batches recycled after the cache
+        // dropped (racing with its drain) are still here.
         self.drain_ring();
     }
 }
@@ -233,10 +344,12 @@ struct OwnerCounters {
     alloc_empty: u64,
     alloc_refill: u64,
     pages_from_ring: u64,
+    batches_from_ring: u64,
     blocks_from_pool: u64,
     recycle_cached: u64,
     recycle_cache_full: u64,
     recycle_ring: u64,
+    recycle_ring_batches: u64,
     recycle_ring_full: u64,
     recycle_released: u64,
 }
@@ -250,11 +363,13 @@ struct OwnerCounters {
 ///
 /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(2).build()?;
 /// let mut cache = PoolCache::new(&pool, PoolCacheConfig::default())?;
-/// let recycler = cache.recycler();
+/// let mut recycler = cache.recycler();
 /// let mut page = cache.alloc()?;                 // refills 64 pages in one bulk call
 /// page[0] = 1;
 /// std::thread::scope(|s| {
-///     s.spawn(move || recycler.recycle(page));   // another thread gives it back
+///     s.spawn(move || {
+///         recycler.recycle(page);                // another thread gives it back,
+///     });                                        // flushed to the ring when dropped
 /// });
 /// let again = cache.alloc()?;                    // from the array: no atomics
 /// cache.free(again);
@@ -284,7 +399,7 @@ impl std::fmt::Debug for PoolCache<'_> {
         f.debug_struct("PoolCache")
             .field("order", &self.order)
             .field("cached", &self.cache.len())
-            .field("ring", &self.shared.ring.len())
+            .field("ring_batches", &self.shared.ring.len())
             .finish_non_exhaustive()
     }
 }
@@ -303,7 +418,7 @@ impl<'pool> PoolCache<'pool> {
                 pool,
                 order: config.order,
                 nr_pages,
-                ring: ArrayQueue::new(config.ring_size),
+                ring: ArrayQueue::new(config.ring_size.div_ceil(CACHE_REFILL)),
                 owner_gone: AtomicBool::new(false),
                 counters: RecycleCounters::default(),
             }),
@@ -316,10 +431,11 @@ impl<'pool> PoolCache<'pool> {
         })
     }
 
-    /// A handle other threads give pages back through.
+    /// A handle one other thread gives pages back through, with an empty buffer.
     pub fn recycler(&self) -> Recycler<'pool> {
         Recycler {
             shared: Arc::clone(&self.shared),
+            buffer: Batch::EMPTY,
         }
     }
 
@@ -333,8 +449,15 @@ impl<'pool> PoolCache<'pool> {
         self.cache.len()
     }
 
-    /// Pages in the ring now.
+    /// Pages in the ring now, from the counters: exact when no recycler is flushing, a
+    /// moment's estimate while one is.
     pub fn ring_len(&self) -> usize {
+        let s = self.stats();
+        s.recycle_ring.saturating_sub(s.pages_from_ring) as usize
+    }
+
+    /// Batches in the ring now.
+    pub fn ring_batches(&self) -> usize {
         self.shared.ring.len()
     }
 
@@ -345,9 +468,9 @@ impl<'pool> PoolCache<'pool> {
         Ok(PageBlock::new(self.shared.pool, pfn, self.order))
     }
 
-    /// Give a block back on the owner's thread: into the array, or the ring when the
-    /// array is full, or the pool when both are. A block of another pool or order is
-    /// simply dropped (its own pool frees it).
+    /// Give a block back on the owner's thread: into the array (moving a batch of the
+    /// oldest pages on to the ring, or to the pool, when the array is full). A block of
+    /// another pool or order is simply dropped (its own pool frees it).
     pub fn free(&mut self, block: PageBlock<'pool>) {
         if !std::ptr::eq(block.pool(), self.shared.pool) {
             drop(block);
@@ -359,9 +482,7 @@ impl<'pool> PoolCache<'pool> {
             return;
         }
         let pfn = block.into_raw();
-        if let Err(e) = self.put(pfn) {
-            panic!("the pool refused a page a handle owned: {e}");
-        }
+        self.put(pfn);
     }
 
     /// A block for a caller that frees it with [`PoolCache::free_raw`] or
@@ -376,19 +497,16 @@ impl<'pool> PoolCache<'pool> {
         self.alloc_slow()
     }
 
-    /// The array is empty: refill it from the ring, else from the pool.
+    /// The array is empty: refill it with one batch from the ring, else from the pool.
     #[cold]
     #[inline(never)]
     fn alloc_slow(&mut self) -> Result<Pfn, PoolError> {
-        let mut moved = 0;
-        while moved < CACHE_REFILL {
-            let Some(pfn) = self.shared.ring.pop() else {
-                break;
-            };
-            self.cache.push(pfn);
-            moved += 1;
+        debug_assert!(self.cache.is_empty());
+        if let Some(batch) = self.shared.ring.pop() {
+            self.cache.extend_from_slice(batch.pfns());
+            self.counters.pages_from_ring += batch.len as u64;
+            self.counters.batches_from_ring += 1;
         }
-        self.counters.pages_from_ring += moved as u64;
         if let Some(pfn) = self.cache.pop() {
             self.counters.alloc_refill += 1;
             return Ok(pfn);
@@ -416,15 +534,15 @@ impl<'pool> PoolCache<'pool> {
     }
 
     /// Give back a raw block on the owner's thread (Linux: `page_pool_put_page` with
-    /// `allow_direct`): into the array, or the ring when the array is full, or the pool
-    /// when both are.
+    /// `allow_direct`): into the array, as [`PoolCache::free`].
     ///
     /// Detected, refused with an error and changing nothing: a pfn outside the arena, or
     /// not aligned to the cache's order; in builds with debug assertions, a pfn already in
     /// the array (a scan of up to 128 entries). Detected when the page reaches the pool
-    /// (the pool refuses; at drop time the page is skipped): a block that is not allocated
-    /// or of another order. Not detected in release builds: a page freed twice while
-    /// both copies sit in the array or the ring; it would then be handed out twice.
+    /// (the pool refuses and the page is skipped; builds with debug assertions panic): a
+    /// block that is not allocated or of another order. Not detected in release builds: a
+    /// page freed twice while both copies sit in the array, the ring or a recycler's
+    /// buffer; it would then be handed out twice.
     ///
     /// # Safety
     ///
@@ -437,35 +555,48 @@ impl<'pool> PoolCache<'pool> {
         if cfg!(debug_assertions) && self.cache.contains(&pfn) {
             return Err(PoolError::Free(FreeError::NotAllocated { pfn }));
         }
-        self.put(pfn)
+        self.put(pfn);
+        Ok(())
     }
 
-    /// Keep an owned page: array, ring, or pool.
+    /// Keep an owned page in the array, spilling first if it is full.
     #[inline]
-    fn put(&mut self, pfn: Pfn) -> Result<(), PoolError> {
-        if self.cache.len() < CACHE_SIZE {
-            self.cache.push(pfn);
-            self.counters.recycle_cached += 1;
-            return Ok(());
+    fn put(&mut self, pfn: Pfn) {
+        if self.cache.len() == CACHE_SIZE {
+            self.spill();
         }
-        self.counters.recycle_cache_full += 1;
-        match self.shared.ring.push(pfn) {
-            Ok(()) => {
-                self.counters.recycle_ring += 1;
-                Ok(())
+        self.cache.push(pfn);
+        self.counters.recycle_cached += 1;
+    }
+
+    /// The array is full: move its [`CACHE_REFILL`] oldest pages to the ring as one
+    /// batch, or to the pool when the ring is full.
+    #[cold]
+    #[inline(never)]
+    fn spill(&mut self) {
+        let batch = Batch::from_slice(&self.cache[..CACHE_REFILL]);
+        self.cache.drain(..CACHE_REFILL);
+        let pages = batch.len as u64;
+        let c = &mut self.counters;
+        c.recycle_cache_full += pages;
+        match self.shared.recycle_batch(batch) {
+            Recycled::Ring => {
+                c.recycle_ring += pages;
+                c.recycle_ring_batches += 1;
             }
-            Err(pfn) => {
-                self.counters.recycle_ring_full += 1;
-                self.counters.recycle_released += 1;
-                self.shared.pool.free_pfn(pfn, self.order)
+            Recycled::RingFull | Recycled::OwnerGone => {
+                c.recycle_ring_full += pages;
+                c.recycle_released += pages;
             }
         }
     }
 
-    /// The counters of this cache and its recyclers.
+    /// The counters of this cache and its recyclers (pages in a recycler's buffer are
+    /// counted when it flushes).
     pub fn stats(&self) -> PoolCacheStats {
         let c = &self.counters;
         let shared = &self.shared.counters;
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         PoolCacheStats {
             alloc_fast: c.alloc_fast,
             alloc_slow: c.alloc_slow,
@@ -473,12 +604,14 @@ impl<'pool> PoolCache<'pool> {
             alloc_empty: c.alloc_empty,
             alloc_refill: c.alloc_refill,
             pages_from_ring: c.pages_from_ring,
+            batches_from_ring: c.batches_from_ring,
             blocks_from_pool: c.blocks_from_pool,
             recycle_cached: c.recycle_cached,
             recycle_cache_full: c.recycle_cache_full,
-            recycle_ring: c.recycle_ring + shared.ring.load(Ordering::Relaxed),
-            recycle_ring_full: c.recycle_ring_full + shared.ring_full.load(Ordering::Relaxed),
-            recycle_released: c.recycle_released + shared.released.load(Ordering::Relaxed),
+            recycle_ring: c.recycle_ring + load(&shared.ring),
+            recycle_ring_batches: c.recycle_ring_batches + load(&shared.ring_batches),
+            recycle_ring_full: c.recycle_ring_full + load(&shared.ring_full),
+            recycle_released: c.recycle_released + load(&shared.released),
         }
     }
 }
@@ -493,29 +626,52 @@ impl Drop for PoolCache<'_> {
     }
 }
 
-/// How other threads give a [`PoolCache`]'s pages back (Linux: `page_pool_put_page`
-/// outside the NAPI context, into the `ptr_ring`). Cheap to clone; any number of threads
-/// may use one. When the ring is full, or the cache is gone, a page goes back to the
-/// [`PagePool`] with its normal free. The last of the cache and its recyclers to drop
-/// returns whatever is left in the ring.
-#[derive(Clone)]
+/// How one other thread gives a [`PoolCache`]'s pages back (Linux: `page_pool_put_page`
+/// outside the NAPI context, into the `ptr_ring`).
+///
+/// A recycler keeps up to [`CACHE_REFILL`] pages in a buffer of its own and moves them
+/// into the ring as one batch when the buffer fills, on [`Recycler::flush`] and when it
+/// drops: one ring push per batch. When the ring is full, or the cache is gone, the
+/// batch goes back to the [`PagePool`] in one batched free. The last of the cache and
+/// its recyclers to drop returns whatever is left in the ring.
+///
+/// It is a per-thread handle: giving back takes `&mut self`, so one thread at a time
+/// uses it. It is `Send` (a thread may take it along) and `Sync` (a shared reference
+/// only reads its order and buffer length). Each thread that gives pages back takes its
+/// own: [`Clone`] makes another handle to the same cache with an *empty* buffer (the
+/// pages in a buffer have one owner, the recycler that holds them).
+///
+/// Pages in a buffer are allocated as far as the pool is concerned, and not yet counted
+/// in [`PoolCache::stats`]; a thread that goes idle for a while should flush.
 pub struct Recycler<'pool> {
     shared: Arc<Shared<'pool>>,
+    buffer: Batch,
+}
+
+impl Clone for Recycler<'_> {
+    fn clone(&self) -> Self {
+        Recycler {
+            shared: Arc::clone(&self.shared),
+            buffer: Batch::EMPTY,
+        }
+    }
 }
 
 impl std::fmt::Debug for Recycler<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Recycler")
             .field("order", &self.shared.order)
-            .field("ring", &self.shared.ring.len())
+            .field("buffered", &self.buffer.len)
+            .field("ring_batches", &self.shared.ring.len())
             .finish_non_exhaustive()
     }
 }
 
 impl<'pool> Recycler<'pool> {
-    /// Give a block back from any thread. A block of another pool or order is simply
-    /// dropped (its own pool frees it).
-    pub fn recycle(&self, block: PageBlock<'pool>) {
+    /// Give a block back from this recycler's thread: into the buffer, which goes on to
+    /// the ring when full. A block of another pool or order is simply dropped (its own
+    /// pool frees it).
+    pub fn recycle(&mut self, block: PageBlock<'pool>) {
         let shared = &*self.shared;
         if !std::ptr::eq(block.pool(), shared.pool) {
             drop(block);
@@ -527,30 +683,61 @@ impl<'pool> Recycler<'pool> {
             return;
         }
         let pfn = block.into_raw();
-        if let Err(e) = shared.recycle(pfn) {
-            panic!("the pool refused a page a handle owned: {e}");
-        }
+        self.put(pfn);
     }
 
-    /// Give a raw block back from any thread: into the ring, or to the pool when the ring
-    /// is full or the cache is gone.
+    /// Give a raw block back from this recycler's thread: into the buffer, which goes on
+    /// to the ring when full.
     ///
     /// Detected, refused with an error and changing nothing: a pfn outside the arena or
     /// not aligned to the order. Detected only when the page reaches the pool (ring full
-    /// or cache gone): a block that is not allocated or of another order. Not detected: a
-    /// page recycled twice while a copy sits in the ring or the cache.
+    /// or cache gone; the pool refuses and the page is skipped, builds with debug
+    /// assertions panic): a block that is not allocated or of another order. Not
+    /// detected: a page recycled twice while a copy sits in a buffer, the ring or the
+    /// cache.
     ///
     /// # Safety
     ///
     /// As for [`PoolCache::free_raw`]: the caller owns the block, of this cache's order
     /// and pool, and does not use its memory afterwards.
-    pub unsafe fn recycle_raw(&self, pfn: Pfn) -> Result<(), PoolError> {
+    pub unsafe fn recycle_raw(&mut self, pfn: Pfn) -> Result<(), PoolError> {
         self.shared.check_raw(pfn)?;
-        self.shared.recycle(pfn)
+        self.put(pfn);
+        Ok(())
+    }
+
+    /// Keep an owned page in the buffer; flush when it is full.
+    #[inline]
+    fn put(&mut self, pfn: Pfn) {
+        self.buffer.push(pfn);
+        if self.buffer.is_full() {
+            self.flush();
+        }
+    }
+
+    /// Move the buffered pages into the ring as one batch (to the pool when the ring is
+    /// full or the cache is gone). Nothing happens when the buffer is empty.
+    pub fn flush(&mut self) {
+        if self.buffer.len == 0 {
+            return;
+        }
+        let batch = std::mem::replace(&mut self.buffer, Batch::EMPTY);
+        self.shared.recycle_batch_counted(batch);
+    }
+
+    /// Pages in this recycler's buffer now.
+    pub fn buffered(&self) -> usize {
+        self.buffer.len
     }
 
     /// The order of the blocks this recycler takes.
     pub fn order(&self) -> Order {
         self.shared.order
+    }
+}
+
+impl Drop for Recycler<'_> {
+    fn drop(&mut self) {
+        self.flush();
     }
 }

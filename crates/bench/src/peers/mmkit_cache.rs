@@ -13,8 +13,11 @@
 //! plain load, that the calling thread holds the slot it uses. The hot loop takes no
 //! lock. A block remembers the slot it came from: freed on that slot's thread it goes
 //! back into that cache; freed on another thread (the remote patterns' consumer) it goes
-//! through the producer's [`Recycler`] into its ring, as a socket reader's frees reach a
-//! NIC's page_pool.
+//! into that thread's own [`Recycler`] for the producer's cache, which moves 64 pages at a
+//! time into the producer's ring, as a socket reader's frees reach a NIC's page_pool.
+//! Each slot holds one recycler per cache (a recycler is a per-thread handle with a
+//! buffer), used only by the slot's thread. A thread that entered no slot frees straight
+//! to the pool.
 //!
 //! A [`PoolCache`] borrows its [`PagePool`], so the adapter, [`MmkitCache`], borrows the
 //! pool too, and the runner, [`CacheEntry`], which owns the pool, builds a fresh adapter
@@ -43,7 +46,7 @@ thread_local! {
 }
 
 /// How `mmkit-cache` is set up, in words.
-const DESCRIPTION: &str = "page_pool-style recycling (PoolCache per thread, not the PCP path) over PagePool::alloc_bulk_gfp(GFP_KERNEL|__GFP_MOVABLE), 64 pages per refill; remote frees through the producer's Recycler ring (1024 slots)";
+const DESCRIPTION: &str = "page_pool-style recycling (PoolCache per thread, not the PCP path) over PagePool::alloc_bulk_gfp(GFP_KERNEL|__GFP_MOVABLE), 64 pages per refill; remote frees through a per-thread Recycler, 64 pages per ring element (ring of 1024 pages)";
 
 /// This thread's token and the slot it entered last.
 #[inline(always)]
@@ -51,18 +54,24 @@ fn current() -> (usize, usize) {
     SLOT.with(|slot| (slot as *const Cell<usize> as usize, slot.get()))
 }
 
-/// One benchmark thread's cache.
+/// What one benchmark thread uses alone: its cache, and its recyclers into every cache
+/// (`recyclers[i]` gives pages back to slot `i`'s cache; its own is unused).
+struct Local<'pool> {
+    cache: PoolCache<'pool>,
+    recyclers: Box<[Recycler<'pool>]>,
+}
+
+/// One benchmark thread's cache and recyclers.
 ///
 /// # Invariants
 ///
-/// `cache` is accessed only by the live thread whose token is in `owner`, or through
+/// `local` is accessed only by the live thread whose token is in `owner`, or through
 /// `&mut` to the whole adapter (construction and drop). `owner` changes only from 0 to a
 /// token.
 #[repr(align(128))]
 struct Slot<'pool> {
     owner: AtomicUsize,
-    cache: UnsafeCell<PoolCache<'pool>>,
-    recycler: Recycler<'pool>,
+    local: UnsafeCell<Local<'pool>>,
 }
 
 /// One [`PoolCache`] per benchmark thread over a borrowed pool.
@@ -73,10 +82,10 @@ pub struct MmkitCache<'pool> {
     slots: Box<[Slot<'pool>]>,
 }
 
-// SAFETY: the only field that is not `Sync` is each slot's `UnsafeCell<PoolCache>`, and
-// by the `Slot` invariant one thread at a time touches a cache (the one that claimed the
-// slot); `PoolCache` is `Send`, so that thread may be another than the one that built it.
-// The recyclers are `Sync`.
+// SAFETY: the only field that is not `Sync` is each slot's `UnsafeCell<Local>`, and by
+// the `Slot` invariant one thread at a time touches it (the one that claimed the slot);
+// `PoolCache` and `Recycler` are `Send`, so that thread may be another than the one that
+// built them.
 unsafe impl Sync for MmkitCache<'_> {}
 
 impl<'pool> MmkitCache<'pool> {
@@ -87,18 +96,21 @@ impl<'pool> MmkitCache<'pool> {
             gfp: Gfp::KERNEL | Gfp::MOVABLE,
             ..PoolCacheConfig::default()
         };
-        let slots = (0..threads.max(1))
-            .map(|_| {
-                let cache = PoolCache::new(pool, config)?;
-                let recycler = cache.recycler();
-                Ok(Slot {
-                    owner: AtomicUsize::new(0),
-                    cache: UnsafeCell::new(cache),
-                    recycler,
-                })
+        let caches = (0..threads.max(1))
+            .map(|_| PoolCache::new(pool, config))
+            .collect::<Result<Vec<_>, PoolError>>()?;
+        let recyclers: Vec<Box<[Recycler<'pool>]>> = caches
+            .iter()
+            .map(|_| caches.iter().map(PoolCache::recycler).collect())
+            .collect();
+        let slots = caches
+            .into_iter()
+            .zip(recyclers)
+            .map(|(cache, recyclers)| Slot {
+                owner: AtomicUsize::new(0),
+                local: UnsafeCell::new(Local { cache, recyclers }),
             })
-            .collect::<Result<Vec<_>, PoolError>>()?
-            .into_boxed_slice();
+            .collect();
         Ok(MmkitCache {
             pool,
             base: pool.pfn_to_addr(Pfn(0))?,
@@ -106,21 +118,22 @@ impl<'pool> MmkitCache<'pool> {
         })
     }
 
-    /// The cache of slot `index` if the thread with `token` holds it.
+    /// The cache and recyclers of slot `index` if the thread with `token` holds it.
     #[inline(always)]
     #[expect(
         clippy::mut_from_ref,
         reason = "the slot's owner check makes it exclusive"
     )]
-    fn owned(&self, index: usize, token: usize) -> Option<&mut PoolCache<'pool>> {
+    fn owned(&self, index: usize, token: usize) -> Option<&mut Local<'pool>> {
         let slot = self.slots.get(index)?;
         if slot.owner.load(Ordering::Relaxed) != token {
             return None;
         }
         // SAFETY: the live thread with `token` (the caller: tokens come from `current()`)
-        // owns the slot, so by the `Slot` invariant no other thread touches the cache; the
-        // `&mut` lives only for the caller's one alloc or free on this thread.
-        Some(unsafe { &mut *slot.cache.get() })
+        // owns the slot, so by the `Slot` invariant no other thread touches its cache and
+        // recyclers; the `&mut` lives only for the caller's one alloc or free on this
+        // thread.
+        Some(unsafe { &mut *slot.local.get() })
     }
 
     /// Panic unless `page` is a block of this pool.
@@ -174,10 +187,10 @@ impl<'pool> Contestant for MmkitCache<'pool> {
     fn alloc(&self, order: Order) -> Option<CachePage<'_>> {
         assert_eq!(order, Order::ZERO, "mmkit-cache is an order-0 cache");
         let (token, index) = current();
-        let cache = self
+        let local = self
             .owned(index, token)
             .expect("a thread allocates from mmkit-cache only after enter_thread");
-        let pfn = cache.alloc_raw().ok()?;
+        let pfn = local.cache.alloc_raw().ok()?;
         Some(CachePage {
             pfn,
             addr: self.base + pfn.0 as usize * PAGE_SIZE,
@@ -190,23 +203,17 @@ impl<'pool> Contestant for MmkitCache<'pool> {
     fn free<'a>(&'a self, page: CachePage<'a>) {
         self.check_owner(&page);
         let (token, index) = current();
-        let own = if page.slot as usize == index {
-            self.owned(index, token)
-        } else {
-            None
-        };
-        let result = if let Some(cache) = own {
+        let from = page.slot as usize;
+        let result = match self.owned(index, token) {
             // SAFETY: `page` owns the block (its invariant), it is this pool's (checked),
             // of order 0 like every cache here, and it is consumed, so nothing touches the
             // memory afterwards.
-            unsafe { cache.free_raw(page.pfn) }
-        } else {
-            // SAFETY: as above; the recycler is the cache's that handed the page out.
-            unsafe {
-                self.slots[page.slot as usize]
-                    .recycler
-                    .recycle_raw(page.pfn)
-            }
+            Some(local) if from == index => unsafe { local.cache.free_raw(page.pfn) },
+            // SAFETY: as above; `recyclers[from]` gives back to the cache that handed the
+            // page out.
+            Some(local) => unsafe { local.recyclers[from].recycle_raw(page.pfn) },
+            // SAFETY: as above; an order-0 block of this pool, freed once.
+            None => unsafe { self.pool.free_raw(page.pfn, Order::ZERO) },
         };
         if let Err(e) = result {
             panic!("mmkit-cache refused a page it handed out: {e}");

@@ -15,8 +15,13 @@
 //! | `buddy` | `buddy_system_allocator::LockedFrameAllocator` over an arena |
 //! | `talc` | `talc::TalcLock` over an arena |
 //! | `mimalloc`, `jemalloc`, `snmalloc`, `system` | `GlobalAlloc::alloc(4096 << order, align 4096)` |
+//!
+//! And two reference rows of `pagealloc` that are not contestants ([`floor`]): `floor:
+//! spinlock` and `floor: lifo`, the cost of a bare LIFO of pfns with and without one
+//! lock per operation. They count in no target and are not in `threads`.
 
 pub mod buddy;
+pub mod floor;
 pub mod global_alloc;
 pub mod mmkit;
 pub mod mmkit_cache;
@@ -44,6 +49,11 @@ pub const NAMES: &[&str] = &[
 
 /// The reference for ratios.
 pub const REFERENCE: &str = "mmkit";
+
+/// Whether `name` is a reference row (a floor), not an allocator: it counts in no target.
+pub fn is_floor(name: &str) -> bool {
+    floor::NAMES.contains(&name)
+}
 
 /// Names of peers left out of this build (their crate's feature is off).
 pub fn not_built() -> Vec<&'static str> {
@@ -82,6 +92,11 @@ pub struct BuildParams {
 /// Build the contestant called `name`.
 pub fn build(name: &str, params: &BuildParams) -> Result<Box<dyn Runner>, BenchError> {
     let failed = |e: String| BenchError::new(format!("cannot set up {name}: {e}"));
+    if let Some(kind) = floor::FloorKind::from_name(name) {
+        return Ok(Box::new(
+            floor::Floor::new(kind, params.arena_bytes).map_err(failed)?,
+        ));
+    }
     let runner: Box<dyn Runner> = match name {
         "mmkit" | "mmkit-bulk" => {
             let contestant = mmkit::Mmkit::new(params.arena_bytes, params.cpus)
@@ -179,11 +194,40 @@ pub fn select(only: &[String]) -> Result<Vec<&'static str>, BenchError> {
     if only.is_empty() {
         return Ok(available());
     }
+    check_names(only, &[])?;
+    Ok(chosen(NAMES, only))
+}
+
+/// [`select`] for `pagealloc`: the floors ([`floor::NAMES`]) too, after the allocators.
+pub fn select_pagealloc(only: &[String]) -> Result<Vec<&'static str>, BenchError> {
+    if only.is_empty() {
+        let mut names = available();
+        names.extend_from_slice(floor::NAMES);
+        return Ok(names);
+    }
+    check_names(only, floor::NAMES)?;
+    let mut names = chosen(NAMES, only);
+    names.extend(chosen(floor::NAMES, only));
+    Ok(names)
+}
+
+/// The names of `from` that `only` asks for, in `from`'s order.
+fn chosen(from: &[&'static str], only: &[String]) -> Vec<&'static str> {
+    from.iter()
+        .copied()
+        .filter(|n| only.iter().any(|o| o == n))
+        .collect()
+}
+
+/// Every name of `only` is a contestant this build has, or one of `extra`.
+fn check_names(only: &[String], extra: &[&str]) -> Result<(), BenchError> {
     for name in only {
-        if !NAMES.contains(&name.as_str()) {
+        if !NAMES.contains(&name.as_str()) && !extra.contains(&name.as_str()) {
+            let mut known = available();
+            known.extend_from_slice(extra);
             return Err(BenchError::new(format!(
                 "unknown allocator {name:?}: use {}",
-                available().join(", ")
+                known.join(", ")
             )));
         }
         if not_built().contains(&name.as_str()) {
@@ -192,9 +236,5 @@ pub fn select(only: &[String]) -> Result<Vec<&'static str>, BenchError> {
             )));
         }
     }
-    Ok(NAMES
-        .iter()
-        .copied()
-        .filter(|n| only.iter().any(|o| o == n))
-        .collect())
+    Ok(())
 }
