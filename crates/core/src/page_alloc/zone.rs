@@ -17,7 +17,7 @@ use super::pcp_sizing::PcpLimits;
 use super::types::{MigrateType, NodeId, ZoneType, MAX_NR_ZONES};
 use super::watermark::{WatermarkInput, WatermarkKind, Watermarks};
 use crate::page::{Order, Pfn, NR_PAGE_ORDERS};
-use crate::sync::SpinLock;
+use crate::sync::{CachePadded, SpinLock};
 use crate::topology::ZoneSpec;
 
 bitflags::bitflags! {
@@ -73,10 +73,9 @@ pub struct ZoneEvents {
 
 /// One CPU's `PGALLOC`/`PGFREE` for a zone, as Linux keeps vm events per CPU. Written only
 /// by the holder of that CPU's pageset lock, so a relaxed load and store (no locked
-/// read-modify-write) is exact; readers sum without locks. A cache line each, so CPUs do
-/// not share one.
+/// read-modify-write) is exact; readers sum without locks. Kept in a [`CachePadded`]
+/// slot, so CPUs do not share a line.
 #[derive(Debug, Default)]
-#[repr(align(64))]
 pub(crate) struct PcpVmEvents {
     pgalloc: AtomicU64,
     pgfree: AtomicU64,
@@ -172,9 +171,9 @@ pub struct Zone {
     pub(crate) group_by_mobility: AtomicBool,
     pub(crate) events: ZoneEvents,
     /// One pageset per CPU (`zone->per_cpu_pageset`).
-    pub(crate) pagesets: Box<[SpinLock<PerCpuPages>]>,
+    pub(crate) pagesets: Box<[CachePadded<SpinLock<PerCpuPages>>]>,
     /// Per-CPU `PGALLOC`/`PGFREE` of the pageset paths.
-    pub(crate) pcp_vm_events: Box<[PcpVmEvents]>,
+    pub(crate) pcp_vm_events: Box<[CachePadded<PcpVmEvents>]>,
     /// The limits every pageset gets (`pageset_batch`, `pageset_high_min/max`).
     pub(crate) pcp_limits: SpinLock<PcpLimits>,
     /// Nesting depth of `zone_pcp_disable`.
@@ -205,9 +204,11 @@ impl Zone {
             group_by_mobility: AtomicBool::new(true),
             events: ZoneEvents::default(),
             pagesets: (0..nr_cpus)
-                .map(|_| SpinLock::new(PerCpuPages::default()))
+                .map(|_| CachePadded(SpinLock::new(PerCpuPages::default())))
                 .collect(),
-            pcp_vm_events: (0..nr_cpus).map(|_| PcpVmEvents::default()).collect(),
+            pcp_vm_events: (0..nr_cpus)
+                .map(|_| CachePadded(PcpVmEvents::default()))
+                .collect(),
             pcp_limits: SpinLock::new(PcpLimits::default()),
             pcp_disabled: AtomicU32::new(0),
         };
