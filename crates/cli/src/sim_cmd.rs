@@ -54,6 +54,11 @@ pub struct SimArgs {
     /// (workloads.md §3.1 gives 20–80); default: the model's 50.
     #[arg(long, value_name = "NS")]
     pub merge_ns: Option<u64>,
+    /// Machine sensitivity: memory per node in GiB (default: the model's 32). The low
+    /// watermark per node, hence `high`, stays the seed machine's; `high_max` (managed / 8
+    /// / CPUs of the node) grows with it. The seed machines had 128 GiB per node.
+    #[arg(long, value_name = "GIB")]
+    pub node_gib: Option<u64>,
 }
 
 /// Parse a workload name.
@@ -242,6 +247,14 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
             )));
         }
         spec.cost.merge_ns = ns;
+    }
+    if let Some(gib) = args.node_gib {
+        if !(1..=512).contains(&gib) {
+            return Err(CliError::usage(format!(
+                "--node-gib {gib}: simulate 1 to 512 GiB per node (each GiB costs 4 MiB of descriptors)"
+            )));
+        }
+        spec.node_bytes = Some(gib << 30);
     }
     let jobs: Vec<(RunSpec, Policy)> = policies.iter().map(|p| (spec.clone(), *p)).collect();
     let results = run_all(&jobs, args.threads, args.json)?;

@@ -78,3 +78,30 @@ fn sim_refuses_unknown_workloads_and_presets() {
         .code(2)
         .stderr(contains("unknown policy"));
 }
+
+#[test]
+fn node_gib_sizes_the_machine_and_bad_sizes_are_refused() {
+    let out = sim(&[
+        "--workload",
+        "unix",
+        "--policies",
+        "base",
+        "--node-gib",
+        "4",
+        "--json",
+    ])
+    .output()
+    .unwrap();
+    assert!(out.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let run = &json["runs"][0];
+    assert_eq!(run["machine"]["node_pages"], 4u64 << 18);
+    // The drained pages are reported by reason, beside the drain counts.
+    assert_eq!(run["pcp_drain_pages"].as_array().unwrap().len(), 5);
+    for bad in ["0", "513"] {
+        sim(&["--workload", "unix", "--node-gib", bad])
+            .assert()
+            .failure()
+            .stderr(contains("--node-gib"));
+    }
+}

@@ -112,6 +112,8 @@ pub struct RunResult {
     pub pcp_refills: u64,
     /// Drains by reason: free, free_high, decay, numa_expire, explicit.
     pub pcp_drains: [u64; DrainReason::COUNT],
+    /// Pages those drains gave back to the zones, by the same reasons.
+    pub pcp_drain_pages: [u64; DrainReason::COUNT],
     /// Seed-comparable cache miss rate, in %.
     pub cache_miss_pct: f64,
     /// Lines touched by class.
@@ -227,6 +229,8 @@ fn result(
         .collect();
     let sum = |f: &dyn Fn(&mmkit_core::Zone) -> u64| zones.iter().map(|z| f(z)).sum::<u64>();
     let pcp_drains = core::array::from_fn(|r| sum(&|z| z.events().pcp_drains[r].load(Relaxed)));
+    let pcp_drain_pages =
+        core::array::from_fn(|r| sum(&|z| z.events().pcp_drain_pages[r].load(Relaxed)));
     let pageset = zones[0].pageset(0).expect("CPU 0 has a pageset");
     let stats = sim.stats;
     let series = sim.series.clone();
@@ -255,6 +259,7 @@ fn result(
         pgalloc: sum(&|z| z.pgalloc()),
         pcp_refills: sum(&|z| z.events().pcp_refills.load(Relaxed)),
         pcp_drains,
+        pcp_drain_pages,
         cache_miss_pct: sim.cache.miss_rate_pct(&sim.cost),
         cache: sim.cache.counts,
         pcp_pages_peak: series.pcp_pages.iter().copied().max().unwrap_or(0),
