@@ -1,13 +1,15 @@
 //! The simulated machine: sockets (one NUMA node each), CPUs, memory per node, caches, and
 //! how its zones are sized so that the pagesets get the seed machine's limits.
 //!
-//! The seed machines had 256 GB; a simulated mem_map that size would take gigabytes and
-//! seconds to build per run. We simulate a smaller Normal zone per node and set
-//! `vm.min_free_kbytes` explicitly so that the low watermark — from which v6.6 sizes
-//! `pcp->high` (`high = low / CPUs of the node`) and v6.7 `high_min` — equals what the
-//! seed machine had. `batch` (63) depends only on the zone being ≥ 688 MiB. `high_max`
-//! (`managed / 8 / CPUs`) is smaller than on the seed machine; EXPERIMENTS.md says what
-//! that changes.
+//! The seed machines had 256 GB (128 GiB per node). The kbuild machine simulates that
+//! memory: `high_max` (`managed / 8 / CPUs`) caps how much a pageset holds from patch 7
+//! on, and kbuild's exit bursts depend on it (1 GiB of descriptors per run, built in
+//! ≈ 0.2 s). The netperf/lmbench machine still simulates 32 GiB per node (its runs are
+//! bounded by time, and its `high_max` is 4× smaller than the seed's; EXPERIMENTS.md says
+//! what that changes). Both set `vm.min_free_kbytes` explicitly so that the low watermark —
+//! from which v6.6 sizes `pcp->high` (`high = low / CPUs of the node`) and v6.7
+//! `high_min` — equals what the seed machine had. `batch` (63) depends only on the zone
+//! being ≥ 688 MiB.
 
 use mmkit_core::page_alloc::watermark;
 use mmkit_core::settings::MinFreeKbytes;
@@ -42,13 +44,13 @@ impl MachineSpec {
     /// The kbuild machine: 2-socket Sapphire Rapids, 224 CPUs, 105 MiB LLC and 2 MiB L2
     /// per core. The seed says its pagesets had `high` 367 with batch 63, so the low
     /// watermark per node is 367 × 112 + 56 = 41,160 pages (the middle of the range that
-    /// divides to 367). Simulated memory: 32 GiB per node.
+    /// divides to 367). Simulated memory: the seed machine's, 128 GiB per node.
     pub fn spr_224() -> MachineSpec {
         MachineSpec {
             name: "spr-2s-224".into(),
             sockets: 2,
             cpus_per_socket: 112,
-            node_pages: 32 * GIB_PAGES,
+            node_pages: 128 * GIB_PAGES,
             llc_bytes: 105 << 20,
             l2_bytes: 2 << 20,
             low_wmark_pages: Some(367 * 112 + 56),
