@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use mmkit_core::page::PAGE_SIZE;
 use mmkit_core::page_alloc::verify::{VerifyError, ZoneCensus};
-use mmkit_core::page_alloc::{Caller, DrainAll, Gfp, NodeId, ZoneId};
+use mmkit_core::page_alloc::{AllocError, Caller, CpuId, DrainAll, FreeError, Gfp, NodeId, ZoneId};
 use mmkit_core::views::{buddyinfo, zoneinfo};
 use mmkit_core::{Order, PageAllocator, Pfn, Settings};
 
@@ -15,6 +15,25 @@ use crate::cpu;
 use crate::fault::{FaultConfig, FaultInjector};
 use crate::reclaim::Reclaim;
 use crate::PoolError;
+
+/// How many times a call is retried on another CPU when its CPU goes offline under it.
+const HOTPLUG_RETRIES: u32 = 8;
+
+/// The CPU an allocation was refused for, if that is why it failed.
+fn alloc_refused_cpu(e: &AllocError) -> Option<CpuId> {
+    match e {
+        AllocError::InvalidCpu(cpu) => Some(*cpu),
+        _ => None,
+    }
+}
+
+/// The CPU a free was refused for, if that is why it failed.
+fn free_refused_cpu(e: &FreeError) -> Option<CpuId> {
+    match e {
+        FreeError::InvalidCpu(cpu) => Some(*cpu),
+        _ => None,
+    }
+}
 
 /// State shared by the pool handle and its background threads.
 pub(crate) struct Inner {
@@ -161,6 +180,35 @@ impl PagePool {
         Caller::task(cpu)
     }
 
+    /// Run `op` for the current task on the CPU [`PagePool::caller`] picks, and again if
+    /// the core refused that CPU because it went offline in between. The runtime's CPU
+    /// hotplug does not stop the threads that run "on" a CPU (Linux migrates a task off a
+    /// CPU before it goes), so a CPU seen online here can be offline by the time the core
+    /// checks it; the core refuses such a call before it changes anything, so retrying
+    /// on a CPU that is online is what the task would have done. Bounded, in case every
+    /// CPU keeps going away.
+    #[inline]
+    fn as_task<T, E>(
+        &self,
+        mut op: impl FnMut(Caller) -> Result<T, E>,
+        refused_cpu: impl Fn(&E) -> Option<CpuId>,
+    ) -> Result<T, E> {
+        let mut retries = 0;
+        loop {
+            let caller = self.caller();
+            match op(caller) {
+                Err(e)
+                    if retries < HOTPLUG_RETRIES
+                        && refused_cpu(&e) == Some(caller.cpu)
+                        && !self.inner.allocator.cpu_online(caller.cpu) =>
+                {
+                    retries += 1;
+                }
+                done => return done,
+            }
+        }
+    }
+
     /// Allocate a block of 2^`order` pages for user data (`GFP_USER | __GFP_MOVABLE`:
     /// movable, may block for drains). The block is freed when the handle drops.
     ///
@@ -219,7 +267,11 @@ impl PagePool {
         if self.inner.fault.should_fail(order) {
             return Err(PoolError::Injected);
         }
-        let result = self.inner.allocator.alloc_pages(self.caller(), gfp, order);
+        let allocator = &self.inner.allocator;
+        let result = self.as_task(
+            |caller| allocator.alloc_pages(caller, gfp, order),
+            alloc_refused_cpu,
+        );
         self.kick_kswapd();
         Ok(result?)
     }
@@ -239,14 +291,7 @@ impl PagePool {
     /// # Ok::<(), mmkit_runtime::PoolError>(())
     /// ```
     pub fn alloc_bulk(&self, out: &mut [Option<Pfn>]) -> Result<usize, PoolError> {
-        let filled = self.inner.allocator.alloc_pages_bulk_array(
-            self.caller(),
-            Gfp::USER | Gfp::MOVABLE,
-            None,
-            out,
-        )?;
-        self.kick_kswapd();
-        Ok(filled)
+        self.alloc_bulk_gfp(Gfp::USER | Gfp::MOVABLE, out)
     }
 
     /// [`PagePool::alloc_bulk`] with the caller's GFP flags (zone, mobility, reserve
@@ -264,10 +309,11 @@ impl PagePool {
     /// # Ok::<(), mmkit_runtime::PoolError>(())
     /// ```
     pub fn alloc_bulk_gfp(&self, gfp: Gfp, out: &mut [Option<Pfn>]) -> Result<usize, PoolError> {
-        let filled = self
-            .inner
-            .allocator
-            .alloc_pages_bulk_array(self.caller(), gfp, None, out)?;
+        let allocator = &self.inner.allocator;
+        let filled = self.as_task(
+            |caller| allocator.alloc_pages_bulk_array(caller, gfp, None, out),
+            alloc_refused_cpu,
+        )?;
         self.kick_kswapd();
         Ok(filled)
     }
@@ -313,10 +359,12 @@ impl PagePool {
 
     /// The batched free behind [`PagePool::free_batch`] and [`PagePool::free_blocks`].
     pub(crate) fn free_pfns_batch(&self, pfns: &[Pfn]) -> Result<(), PoolError> {
-        self.inner
-            .allocator
-            .free_pages_batch(self.caller(), pfns)
-            .map_err(|(_, e)| PoolError::Free(e))
+        let allocator = &self.inner.allocator;
+        self.as_task(
+            |caller| allocator.free_pages_batch(caller, pfns),
+            |(_, e)| free_refused_cpu(e),
+        )
+        .map_err(|(_, e)| PoolError::Free(e))
     }
 
     pub(crate) fn free_pfn(&self, pfn: Pfn, order: Order) -> Result<(), PoolError> {
@@ -325,12 +373,20 @@ impl PagePool {
                 self.inner.arena.base() as usize + pfn.0 as usize * PAGE_SIZE,
             ));
         }
-        Ok(self.inner.allocator.free_pages(self.caller(), pfn, order)?)
+        let allocator = &self.inner.allocator;
+        Ok(self.as_task(
+            |caller| allocator.free_pages(caller, pfn, order),
+            free_refused_cpu,
+        )?)
     }
 
     /// Free a block whose handle dropped. The handle owned it, so refusal is corruption.
     pub(crate) fn free_handle(&self, pfn: Pfn, order: Order) {
-        if let Err(e) = self.inner.allocator.free_pages(self.caller(), pfn, order) {
+        let allocator = &self.inner.allocator;
+        if let Err(e) = self.as_task(
+            |caller| allocator.free_pages(caller, pfn, order),
+            free_refused_cpu,
+        ) {
             panic!("freeing a block owned by a handle failed: {e}");
         }
     }

@@ -404,3 +404,51 @@ fn impossible_pools_are_refused() {
         Err(PoolError::Settings(_))
     ));
 }
+
+/// A thread running "on" CPU 1 keeps allocating and dropping handles while another thread
+/// takes CPU 1 offline and back: the runtime's hotplug does not stop the first thread, so
+/// its CPU can go offline between choosing it and the core's check. Each call must land
+/// on an online CPU instead of failing (an allocation error, or a panic in a handle's drop
+/// as before the fix), and every page must be accounted for afterwards.
+#[test]
+fn calls_survive_their_cpu_going_offline_under_them() {
+    let pool = PagePool::builder()
+        .memory_bytes(16 << 20)
+        .cpus(2)
+        .background(false)
+        .build()
+        .unwrap();
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // Stop the toggling thread however this one ends, so a panic fails the test
+            // instead of leaving the other thread spinning.
+            struct Done<'a>(&'a AtomicBool);
+            impl Drop for Done<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, Relaxed);
+                }
+            }
+            let _done = Done(&done);
+            cpu::pin_thread(Some(1));
+            for i in 0..4_000u64 {
+                let mut block = pool
+                    .alloc(order((i % 2) as u8))
+                    .expect("memory is plentiful");
+                block[0] = i as u8;
+                if i % 64 == 0 {
+                    let pages = pool.alloc_bulk_blocks(8).expect("memory is plentiful");
+                    pool.free_blocks(pages);
+                }
+            }
+            cpu::pin_thread(None);
+        });
+        s.spawn(|| {
+            while !done.load(Relaxed) {
+                pool.set_cpu_online(1, false);
+                pool.set_cpu_online(1, true);
+            }
+        });
+    });
+    pool.verify().expect("every page accounted for");
+}
