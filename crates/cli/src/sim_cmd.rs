@@ -54,9 +54,9 @@ pub struct SimArgs {
     /// (workloads.md §3.1 gives 20–80); default: the model's 50.
     #[arg(long, value_name = "NS")]
     pub merge_ns: Option<u64>,
-    /// Machine sensitivity: memory per node in GiB (default: kbuild 128, the seed
-    /// machine's; netperf and unix 32). The low watermark per node, hence `high`, stays the
-    /// seed machine's; `high_max` (managed / 8 / CPUs of the node) follows the memory.
+    /// Machine sensitivity: memory per node in GiB (default: the seed machines' 128). The
+    /// low watermark per node, hence `high`, stays the seed machine's; `high_max`
+    /// (managed / 8 / CPUs of the node) follows the memory.
     #[arg(long, value_name = "GIB")]
     pub node_gib: Option<u64>,
 }

@@ -1,15 +1,13 @@
 //! The simulated machine: sockets (one NUMA node each), CPUs, memory per node, caches, and
 //! how its zones are sized so that the pagesets get the seed machine's limits.
 //!
-//! The seed machines had 256 GB (128 GiB per node). The kbuild machine simulates that
-//! memory: `high_max` (`managed / 8 / CPUs`) caps how much a pageset holds from patch 7
-//! on, and kbuild's exit bursts depend on it (1 GiB of descriptors per run, built in
-//! ≈ 0.2 s). The netperf/lmbench machine still simulates 32 GiB per node (its runs are
-//! bounded by time, and its `high_max` is 4× smaller than the seed's; EXPERIMENTS.md says
-//! what that changes). Both set `vm.min_free_kbytes` explicitly so that the low watermark —
-//! from which v6.6 sizes `pcp->high` (`high = low / CPUs of the node`) and v6.7
-//! `high_min` — equals what the seed machine had. `batch` (63) depends only on the zone
-//! being ≥ 688 MiB.
+//! The seed machines had 256 GB, and we simulate that memory, 128 GiB per node:
+//! `high_max` (`managed / 8 / CPUs`) caps how much a pageset holds from patch 7 on, and
+//! kbuild's exit bursts depend on it (1 GiB of descriptors per run, built in ≈ 0.2 s).
+//! Both machines set `vm.min_free_kbytes` explicitly so that the low watermark — from
+//! which v6.6 sizes `pcp->high` (`high = low / CPUs of the node`) and v6.7 `high_min` —
+//! equals what the seed machine had. `batch` (63) depends only on the zone being
+//! ≥ 688 MiB.
 
 use mmkit_core::page_alloc::watermark;
 use mmkit_core::settings::MinFreeKbytes;
@@ -65,7 +63,7 @@ impl MachineSpec {
             name: "icl-2s-128".into(),
             sockets: 2,
             cpus_per_socket: 64,
-            node_pages: 32 * GIB_PAGES,
+            node_pages: 128 * GIB_PAGES,
             llc_bytes: 48 << 20,
             l2_bytes: 1280 << 10,
             low_wmark_pages: Some(linux_low_wmark_pages(128 * GIB_PAGES, 2)),

@@ -27,7 +27,7 @@ pub struct RunSpec {
     pub seed: u64,
     /// Size of the run: 1 is the default scale, smaller is faster.
     pub scale: f64,
-    /// Memory per node in bytes; `None`: the machine's (kbuild 128 GiB, netperf and unix 32).
+    /// Memory per node in bytes; `None`: the machine's (the seed's 128 GiB).
     pub node_bytes: Option<u64>,
     /// Walk the allocator and check page conservation every this many steps.
     pub verify_every: Option<u64>,
