@@ -37,8 +37,8 @@ pub struct SimArgs {
     /// Seed of every random choice of the workload.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Size of the run: 1 = the seed's scale (kbuild: 8 processes per CPU; netperf and
-    /// unix: 400 ms of virtual time); smaller is faster.
+    /// Size of the run: 1 = the default scale (kbuild: 48 processes per CPU, more makes
+    /// the build longer; netperf and unix: 400 ms of virtual time); smaller is faster.
     #[arg(long, default_value_t = 1.0)]
     pub scale: f64,
     /// Print JSON instead of a table.
