@@ -19,22 +19,6 @@ use crate::PoolError;
 /// How many times a call is retried on another CPU when its CPU goes offline under it.
 const HOTPLUG_RETRIES: u32 = 8;
 
-/// The CPU an allocation was refused for, if that is why it failed.
-fn alloc_refused_cpu(e: &AllocError) -> Option<CpuId> {
-    match e {
-        AllocError::InvalidCpu(cpu) => Some(*cpu),
-        _ => None,
-    }
-}
-
-/// The CPU a free was refused for, if that is why it failed.
-fn free_refused_cpu(e: &FreeError) -> Option<CpuId> {
-    match e {
-        FreeError::InvalidCpu(cpu) => Some(*cpu),
-        _ => None,
-    }
-}
-
 /// State shared by the pool handle and its background threads.
 pub(crate) struct Inner {
     pub(crate) allocator: PageAllocator,
@@ -180,33 +164,49 @@ impl PagePool {
         Caller::task(cpu)
     }
 
-    /// Run `op` for the current task on the CPU [`PagePool::caller`] picks, and again if
-    /// the core refused that CPU because it went offline in between. The runtime's CPU
-    /// hotplug does not stop the threads that run "on" a CPU (Linux migrates a task off a
-    /// CPU before it goes), so a CPU seen online here can be offline by the time the core
-    /// checks it; the core refuses such a call before it changes anything, so retrying
-    /// on a CPU that is online is what the task would have done. Bounded, in case every
-    /// CPU keeps going away.
-    #[inline]
-    fn as_task<T, E>(
+    /// After the core refused `caller`'s CPU (`refused`): whether to try again, and on
+    /// which CPU. The runtime's CPU hotplug does not stop the threads that run "on" a CPU
+    /// (Linux migrates a task off a CPU before it goes), so a CPU that
+    /// [`PagePool::caller`] saw online can be offline when the core checks it; the core
+    /// refuses such a call before it changes anything, so running it again on the CPU
+    /// `caller()` picks now is what the task would have done. Bounded by `retries`, in
+    /// case every CPU keeps going away. Out of line: a fast path only tests for the refusal
+    /// and loops back to its one call into the core.
+    #[cold]
+    #[inline(never)]
+    fn retry_after_hotplug(&self, caller: &mut Caller, refused: CpuId, retries: &mut u32) -> bool {
+        if refused != caller.cpu
+            || self.inner.allocator.cpu_online(refused)
+            || *retries == HOTPLUG_RETRIES
+        {
+            // Refused for another reason (a CPU the pool does not have), or for too long.
+            return false;
+        }
+        *retries += 1;
+        *caller = self.caller();
+        true
+    }
+
+    /// [`PagePool::alloc_raw`] after the core refused the caller's CPU: again while
+    /// [`PagePool::retry_after_hotplug`] says so.
+    #[cold]
+    #[inline(never)]
+    fn alloc_after_hotplug(
         &self,
-        mut op: impl FnMut(Caller) -> Result<T, E>,
-        refused_cpu: impl Fn(&E) -> Option<CpuId>,
-    ) -> Result<T, E> {
+        mut caller: Caller,
+        refused: CpuId,
+        gfp: Gfp,
+        order: Order,
+    ) -> Result<Pfn, AllocError> {
         let mut retries = 0;
-        loop {
-            let caller = self.caller();
-            match op(caller) {
-                Err(e)
-                    if retries < HOTPLUG_RETRIES
-                        && refused_cpu(&e) == Some(caller.cpu)
-                        && !self.inner.allocator.cpu_online(caller.cpu) =>
-                {
-                    retries += 1;
-                }
+        let mut refused = refused;
+        while self.retry_after_hotplug(&mut caller, refused, &mut retries) {
+            match self.inner.allocator.alloc_pages(caller, gfp, order) {
+                Err(AllocError::InvalidCpu(cpu)) => refused = cpu,
                 done => return done,
             }
         }
+        Err(AllocError::InvalidCpu(refused))
     }
 
     /// Allocate a block of 2^`order` pages for user data (`GFP_USER | __GFP_MOVABLE`:
@@ -267,11 +267,11 @@ impl PagePool {
         if self.inner.fault.should_fail(order) {
             return Err(PoolError::Injected);
         }
-        let allocator = &self.inner.allocator;
-        let result = self.as_task(
-            |caller| allocator.alloc_pages(caller, gfp, order),
-            alloc_refused_cpu,
-        );
+        let caller = self.caller();
+        let result = match self.inner.allocator.alloc_pages(caller, gfp, order) {
+            Err(AllocError::InvalidCpu(cpu)) => self.alloc_after_hotplug(caller, cpu, gfp, order),
+            done => done,
+        };
         self.kick_kswapd();
         Ok(result?)
     }
@@ -309,11 +309,18 @@ impl PagePool {
     /// # Ok::<(), mmkit_runtime::PoolError>(())
     /// ```
     pub fn alloc_bulk_gfp(&self, gfp: Gfp, out: &mut [Option<Pfn>]) -> Result<usize, PoolError> {
-        let allocator = &self.inner.allocator;
-        let filled = self.as_task(
-            |caller| allocator.alloc_pages_bulk_array(caller, gfp, None, out),
-            alloc_refused_cpu,
-        )?;
+        let (mut caller, mut retries) = (self.caller(), 0);
+        let filled = loop {
+            match self
+                .inner
+                .allocator
+                .alloc_pages_bulk_array(caller, gfp, None, out)
+            {
+                Err(AllocError::InvalidCpu(cpu))
+                    if self.retry_after_hotplug(&mut caller, cpu, &mut retries) => {}
+                done => break done,
+            }
+        }?;
         self.kick_kswapd();
         Ok(filled)
     }
@@ -359,11 +366,14 @@ impl PagePool {
 
     /// The batched free behind [`PagePool::free_batch`] and [`PagePool::free_blocks`].
     pub(crate) fn free_pfns_batch(&self, pfns: &[Pfn]) -> Result<(), PoolError> {
-        let allocator = &self.inner.allocator;
-        self.as_task(
-            |caller| allocator.free_pages_batch(caller, pfns),
-            |(_, e)| free_refused_cpu(e),
-        )
+        let (mut caller, mut retries) = (self.caller(), 0);
+        loop {
+            match self.inner.allocator.free_pages_batch(caller, pfns) {
+                Err((_, FreeError::InvalidCpu(cpu)))
+                    if self.retry_after_hotplug(&mut caller, cpu, &mut retries) => {}
+                done => break done,
+            }
+        }
         .map_err(|(_, e)| PoolError::Free(e))
     }
 
@@ -373,20 +383,44 @@ impl PagePool {
                 self.inner.arena.base() as usize + pfn.0 as usize * PAGE_SIZE,
             ));
         }
-        let allocator = &self.inner.allocator;
-        Ok(self.as_task(
-            |caller| allocator.free_pages(caller, pfn, order),
-            free_refused_cpu,
-        )?)
+        Ok(self.free_pages_as_task(pfn, order)?)
+    }
+
+    /// `free_pages` from the current task (see [`PagePool::retry_after_hotplug`]).
+    #[inline(always)]
+    fn free_pages_as_task(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        let caller = self.caller();
+        match self.inner.allocator.free_pages(caller, pfn, order) {
+            Err(FreeError::InvalidCpu(cpu)) => self.free_after_hotplug(caller, cpu, pfn, order),
+            done => done,
+        }
+    }
+
+    /// [`PagePool::free_pages_as_task`] after the core refused the caller's CPU: again
+    /// while [`PagePool::retry_after_hotplug`] says so.
+    #[cold]
+    #[inline(never)]
+    fn free_after_hotplug(
+        &self,
+        mut caller: Caller,
+        refused: CpuId,
+        pfn: Pfn,
+        order: Order,
+    ) -> Result<(), FreeError> {
+        let mut retries = 0;
+        let mut refused = refused;
+        while self.retry_after_hotplug(&mut caller, refused, &mut retries) {
+            match self.inner.allocator.free_pages(caller, pfn, order) {
+                Err(FreeError::InvalidCpu(cpu)) => refused = cpu,
+                done => return done,
+            }
+        }
+        Err(FreeError::InvalidCpu(refused))
     }
 
     /// Free a block whose handle dropped. The handle owned it, so refusal is corruption.
     pub(crate) fn free_handle(&self, pfn: Pfn, order: Order) {
-        let allocator = &self.inner.allocator;
-        if let Err(e) = self.as_task(
-            |caller| allocator.free_pages(caller, pfn, order),
-            free_refused_cpu,
-        ) {
+        if let Err(e) = self.free_pages_as_task(pfn, order) {
             panic!("freeing a block owned by a handle failed: {e}");
         }
     }

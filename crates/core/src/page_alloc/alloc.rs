@@ -42,6 +42,7 @@ impl PageAllocator {
     /// Allocate a block of 2^`order` pages for `caller`, preferring the caller's node
     /// (`alloc_pages`). The block's first page is marked allocated with a reference
     /// count of 1.
+    #[inline(always)]
     pub fn alloc_pages(&self, caller: Caller, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
         let node = self
             .cpu_node(caller.cpu)

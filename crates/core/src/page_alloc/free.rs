@@ -29,6 +29,7 @@ impl PageAllocator {
     /// pageset is busy); other orders go straight to the zone. A bad free (never
     /// allocated, already free, wrong order, inside another block, outside every zone,
     /// misaligned) is refused with an error and changes nothing.
+    #[inline(always)]
     pub fn free_pages(&self, caller: Caller, pfn: Pfn, order: Order) -> Result<(), FreeError> {
         let (zone, page) = self.claim_block(caller, pfn, order)?;
         free_pages_prepare(page);
