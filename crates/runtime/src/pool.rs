@@ -188,7 +188,10 @@ impl PagePool {
     }
 
     /// [`PagePool::alloc_raw`] after the core refused the caller's CPU: again while
-    /// [`PagePool::retry_after_hotplug`] says so.
+    /// [`PagePool::retry_after_hotplug`] says so. Written out for allocation and for
+    /// free (`free_after_hotplug`) rather than once over a closure: the generic form,
+    /// tried twice, cost +24 instructions per allocation and +42 per free on the fast
+    /// paths (`crates/bench/callgrind-check.sh`).
     #[cold]
     #[inline(never)]
     fn alloc_after_hotplug(
