@@ -145,7 +145,12 @@ fn balance_pgdat(inner: &Inner, node: NodeId) {
             node,
             nr_to_reclaim: deficit.max(SWAP_CLUSTER_MAX),
         };
-        if inner.reclaim.reclaim(&cx) == 0 {
+        // A reclaim round makes many calls as one CPU (the hook picks it): keep it online.
+        let reclaimed = {
+            let _hotplug = inner.cpus_read_lock();
+            inner.reclaim.reclaim(&cx)
+        };
+        if reclaimed == 0 {
             break;
         }
     }

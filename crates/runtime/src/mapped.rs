@@ -136,10 +136,15 @@ impl crate::Reclaim for KswapdHook {
         };
         let mut guard = state.lock().unwrap_or_else(|e| e.into_inner());
         let State { memory, io } = &mut *guard;
-        // kswapd runs on its node: charge its per-CPU counters to the node's first CPU.
+        // kswapd runs on its node: charge its per-CPU counters to the node's first online
+        // CPU (the kswapd thread holds the CPU hotplug lock for reading: it stays online),
+        // or to any online CPU if the node has none left.
         let topology = cx.allocator.topology();
+        let online = |c: &u32| cx.allocator.cpu_online(*c);
         let cpu = (0..topology.nr_cpus())
+            .filter(online)
             .find(|&c| topology.cpu_node(c) == Some(cx.node))
+            .or_else(|| (0..topology.nr_cpus()).find(online))
             .unwrap_or(0);
         let caller = mmkit_core::page_alloc::Caller::task(cpu);
         memory
@@ -310,14 +315,14 @@ impl MappedMemory {
 
     /// Remove the mapping at `start`.
     pub fn munmap(&self, mm: MmId, start: Vpn) -> Result<(), MmError> {
-        let caller = self.pool.caller();
+        let (_hotplug, caller) = self.pool.caller_for_operation();
         self.lock().memory.munmap(caller, mm, start)
     }
 
     /// Copy bytes from address `addr` (page `addr / 4096`) of `mm` into `buf`, faulting
     /// pages in as needed.
     pub fn read(&self, mm: MmId, addr: u64, buf: &mut [u8]) -> Result<(), MmError> {
-        let caller = self.pool.caller();
+        let (_hotplug, caller) = self.pool.caller_for_operation();
         let mut state = self.lock();
         let State { memory, io } = &mut *state;
         let mut done = 0;
@@ -338,7 +343,7 @@ impl MappedMemory {
 
     /// Copy `data` to address `addr` of `mm`, faulting pages in and dirtying them.
     pub fn write(&self, mm: MmId, addr: u64, data: &[u8]) -> Result<(), MmError> {
-        let caller = self.pool.caller();
+        let (_hotplug, caller) = self.pool.caller_for_operation();
         let mut state = self.lock();
         let State { memory, io } = &mut *state;
         let mut done = 0;
@@ -363,7 +368,7 @@ impl MappedMemory {
         start: Vpn,
         pages: u64,
     ) -> Result<PageoutOutcome, MmError> {
-        let caller = self.pool.caller();
+        let (_hotplug, caller) = self.pool.caller_for_operation();
         let mut state = self.lock();
         let State { memory, io } = &mut *state;
         memory.madvise_pageout(caller, mm, start, pages, io)
@@ -371,7 +376,7 @@ impl MappedMemory {
 
     /// Write `pages` to `memory.reclaim` of `memcg`.
     pub fn memory_reclaim(&self, memcg: MemcgId, pages: u64) -> Result<ReclaimOutcome, MmError> {
-        let caller = self.pool.caller();
+        let (_hotplug, caller) = self.pool.caller_for_operation();
         let mut state = self.lock();
         let State { memory, io } = &mut *state;
         memory.memory_reclaim(caller, memcg, pages, io)
@@ -379,7 +384,7 @@ impl MappedMemory {
 
     /// Set `memory.max` of `memcg`, reclaiming down to it.
     pub fn set_memory_max(&self, memcg: MemcgId, pages: u64) -> Result<(), MmError> {
-        let caller = self.pool.caller();
+        let (_hotplug, caller) = self.pool.caller_for_operation();
         let mut state = self.lock();
         let State { memory, io } = &mut *state;
         memory.set_memory_max(caller, memcg, pages, io)

@@ -27,6 +27,20 @@ pub(crate) struct Inner {
     pub(crate) fault: FaultInjector,
     pub(crate) reclaim: Arc<dyn Reclaim>,
     pub(crate) kswapd_runs: std::sync::atomic::AtomicU64,
+    /// `cpu_hotplug_lock`: [`PagePool::set_cpu_online`] takes it for writing; work that
+    /// picks a CPU once and then makes many calls into the core as that CPU (the mapping
+    /// layer's operations, kswapd's reclaim rounds) holds it for reading, so its CPU
+    /// cannot go offline halfway through. Single allocations and frees do not take it:
+    /// they pick the CPU per call and retry on another if the core refuses the first.
+    pub(crate) cpu_hotplug: std::sync::RwLock<()>,
+}
+
+impl Inner {
+    /// `cpus_read_lock`: keep every CPU's online state as it is while the guard lives.
+    pub(crate) fn cpus_read_lock(&self) -> std::sync::RwLockReadGuard<'_, ()> {
+        // The lock guards no data, so a panic while it was held leaves nothing to repair.
+        self.cpu_hotplug.read().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl Inner {
@@ -46,6 +60,7 @@ impl Inner {
             fault: injector,
             reclaim,
             kswapd_runs: Default::default(),
+            cpu_hotplug: Default::default(),
         }
     }
 }
@@ -162,6 +177,16 @@ impl PagePool {
             .find(|&c| self.inner.allocator.cpu_online(c))
             .unwrap_or(first);
         Caller::task(cpu)
+    }
+
+    /// The caller for an operation that makes many calls into the core as one CPU, with
+    /// the CPU hotplug lock held for reading so that the CPU stays online until the guard
+    /// drops (Linux's `cpus_read_lock`; the mapping layer holds it across a fault, an
+    /// unmap or a reclaim). Take it before any lock the operation needs: hotplug takes
+    /// it for writing and then the core's locks.
+    pub(crate) fn caller_for_operation(&self) -> (std::sync::RwLockReadGuard<'_, ()>, Caller) {
+        let guard = self.inner.cpus_read_lock();
+        (guard, self.caller())
     }
 
     /// After the core refused `caller`'s CPU (`refused`): whether to try again, and on
@@ -568,6 +593,11 @@ impl PagePool {
     /// # Ok::<(), mmkit_runtime::PoolError>(())
     /// ```
     pub fn set_cpu_online(&self, cpu: u32, online: bool) -> bool {
+        let _hotplug = self
+            .inner
+            .cpu_hotplug
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
         if online {
             self.inner.allocator.cpu_online_event(cpu)
         } else {

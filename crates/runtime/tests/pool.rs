@@ -446,6 +446,15 @@ fn calls_survive_their_cpu_going_offline_under_them() {
         s.spawn(|| {
             while !done.load(Relaxed) {
                 pool.set_cpu_online(1, false);
+                // A call that saw CPU 1 online before it went down must not have left a
+                // page on its drained pagesets.
+                let stranded: u64 = pool
+                    .allocator()
+                    .zones()
+                    .iter()
+                    .map(|zone| zone.pageset(1).map_or(0, |pcp| pcp.count))
+                    .sum();
+                assert_eq!(stranded, 0, "pages left on the offline CPU's pagesets");
                 pool.set_cpu_online(1, true);
             }
         });

@@ -120,7 +120,7 @@ impl PageAllocator {
     /// same functions; it only skips the zonelist walk, the allocation-flag computation
     /// (which matters only to a refill or a fallback) and the higher-order checks.
     #[inline(always)]
-    fn alloc_pcp_fast(&self, ac: &AllocContext<'_>) -> Option<Pfn> {
+    pub(super) fn alloc_pcp_fast(&self, ac: &AllocContext<'_>) -> Option<Pfn> {
         if ac.order != Order::ZERO || (self.policy.irq_bypass && ac.caller.in_interrupt()) {
             return None;
         }
@@ -142,7 +142,7 @@ impl PageAllocator {
             return None;
         }
         let pindex = order_to_pindex(ac.migratetype, Order::ZERO);
-        let mut pcp = zone.pagesets[ac.caller.cpu as usize].try_lock()?;
+        let mut pcp = zone.pcp_trylock(ac.caller.cpu).ok()?;
         if pcp.lists[pindex].is_empty() {
             return None;
         }
@@ -305,16 +305,20 @@ impl PageAllocator {
 
     /// `rmqueue_pcplist`: take a block from the caller's pageset, refilling the list from
     /// the zone when it is empty. A pageset that is busy (try-lock failed: a remote drain,
-    /// or re-entry from an interrupt) sends the request to the zone instead.
+    /// or re-entry from an interrupt) or whose CPU just went offline sends the request to
+    /// the zone instead.
     fn rmqueue_pcplist(
         &self,
         zone: &Zone,
         ac: &AllocContext<'_>,
         flags: AllocFlags,
     ) -> Option<Pfn> {
-        let Some(mut pcp) = zone.pagesets[ac.caller.cpu as usize].try_lock() else {
-            zone.events.pcp_lock_contended.fetch_add(1, Relaxed);
-            return None;
+        let mut pcp = match zone.pcp_trylock(ac.caller.cpu) {
+            Ok(pcp) => pcp,
+            Err(refused) => {
+                refused.count(zone);
+                return None;
+            }
         };
         pcp.on_alloc(&self.policy.pcp);
         let pfn = self.rmqueue_pcplist_locked(zone, &mut pcp, ac.order, ac.migratetype, flags)?;

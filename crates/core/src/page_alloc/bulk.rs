@@ -8,7 +8,6 @@
 //! one ordinary allocation, so a call returns at least one page when memory allows.
 
 use alloc::vec::Vec;
-use core::sync::atomic::Ordering::Relaxed;
 
 use super::allocator::PageAllocator;
 use super::error::AllocError;
@@ -157,9 +156,12 @@ impl PageAllocator {
         let Some(zone) = chosen else {
             return Ok(None);
         };
-        let Some(mut pcp) = zone.pagesets[caller.cpu as usize].try_lock() else {
-            zone.events.pcp_lock_contended.fetch_add(1, Relaxed);
-            return Ok(None);
+        let mut pcp = match zone.pcp_trylock(caller.cpu) {
+            Ok(pcp) => pcp,
+            Err(refused) => {
+                refused.count(zone);
+                return Ok(None);
+            }
         };
         let mut taken = 0;
         while taken < wanted {

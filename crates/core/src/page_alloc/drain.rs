@@ -340,6 +340,11 @@ impl PageAllocator {
         }
         self.online[cpu as usize].store(false, Relaxed);
         self.nr_online.fetch_sub(1, Relaxed);
+        // Close the pagesets before draining them: a task that checked the CPU online
+        // before the store above may still be on its way to one (`Zone::pcp_trylock`).
+        for zone in self.zones.iter() {
+            zone.pagesets[cpu as usize].lock().offline = true;
+        }
         self.drain_pages(cpu);
         self.setup_pcp_cacheinfo();
         self.update_pcp_limits(&self.settings(), 0);
@@ -355,6 +360,9 @@ impl PageAllocator {
             return false;
         }
         self.update_pcp_limits(&self.settings(), 1);
+        for zone in self.zones.iter() {
+            zone.pagesets[cpu as usize].lock().offline = false;
+        }
         self.online[cpu as usize].store(true, Relaxed);
         self.nr_online.fetch_add(1, Relaxed);
         self.setup_pcp_cacheinfo();

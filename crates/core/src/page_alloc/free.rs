@@ -41,7 +41,7 @@ impl PageAllocator {
     /// Freeing). Exactly one of two racing frees of a block gets past this. Returns the
     /// zone and the head page, so the paths after it do not look the page up again.
     #[inline(always)]
-    fn claim_block(
+    pub(super) fn claim_block(
         &self,
         caller: Caller,
         pfn: Pfn,
@@ -65,7 +65,14 @@ impl PageAllocator {
 
     /// `free_unref_page` for a claimed block.
     #[inline(always)]
-    fn free_unref_page(&self, caller: Caller, zone: &Zone, pfn: Pfn, page: &Page, order: Order) {
+    pub(super) fn free_unref_page(
+        &self,
+        caller: Caller,
+        zone: &Zone,
+        pfn: Pfn,
+        page: &Page,
+        order: Order,
+    ) {
         let bypass = self.policy.irq_bypass && caller.in_interrupt();
         if !pcp_allowed_order(order) || bypass {
             if bypass && pcp_allowed_order(order) {
@@ -77,11 +84,11 @@ impl PageAllocator {
         let Some(pcp_mt) = pcp_migratetype(mt) else {
             return free_one_page(zone, pfn, order, mt);
         };
-        match zone.pagesets[caller.cpu as usize].try_lock() {
-            Some(mut pcp) => self
+        match zone.pcp_trylock(caller.cpu) {
+            Ok(mut pcp) => self
                 .free_unref_page_commit(caller.cpu, zone, &mut pcp, pfn, page, order, mt, pcp_mt),
-            None => {
-                zone.events.pcp_lock_contended.fetch_add(1, Relaxed);
+            Err(refused) => {
+                refused.count(zone);
                 free_one_page(zone, pfn, order, mt);
             }
         }
@@ -180,10 +187,10 @@ impl PageAllocator {
             if !same_zone || batch == FREE_BATCH_RELOCK {
                 held = None;
                 batch = 0;
-                match zone.pagesets[caller.cpu as usize].try_lock() {
-                    Some(pcp) => held = Some((zone, pcp)),
-                    None => {
-                        zone.events.pcp_lock_contended.fetch_add(1, Relaxed);
+                match zone.pcp_trylock(caller.cpu) {
+                    Ok(pcp) => held = Some((zone, pcp)),
+                    Err(refused) => {
+                        refused.count(zone);
                         free_one_page(zone, pfn, Order::ZERO, mt);
                         continue;
                     }
@@ -207,7 +214,7 @@ impl PageAllocator {
 }
 
 /// `free_pages_prepare`: a free page carries no flags and no memcg.
-fn free_pages_prepare(page: &Page) {
+pub(super) fn free_pages_prepare(page: &Page) {
     page.set_flags(PageFlags::empty());
     page.set_memcg_id(0);
 }

@@ -43,6 +43,9 @@ pub mod verify;
 pub mod watermark;
 mod zone;
 
+#[cfg(test)]
+mod hotplug_race;
+
 pub use allocator::{KswapdState, PageAllocator};
 pub use buddy::ZoneLocked;
 pub use drain::{DrainAll, DrainMutexGuard, DrainWork};

@@ -176,6 +176,11 @@ impl Zone {
         let mut on_pagesets = 0;
         for (cpu, pcp) in pagesets.iter().enumerate() {
             on_pagesets += verify_pageset(mem_map, pcp, &format!("{name} cpu {cpu}"))?;
+            ensure!(
+                !pcp.offline || pcp.count == 0,
+                "{name}: cpu {cpu} is offline but its pageset holds {} pages",
+                pcp.count
+            );
         }
         ensure!(
             on_pagesets == census.pcp,

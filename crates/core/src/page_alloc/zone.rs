@@ -14,10 +14,10 @@ use super::free_area::{FreeArea, ListEnd};
 use super::mem_map::MemMap;
 use super::pcp::PerCpuPages;
 use super::pcp_sizing::PcpLimits;
-use super::types::{MigrateType, NodeId, ZoneType, MAX_NR_ZONES};
+use super::types::{CpuId, MigrateType, NodeId, ZoneType, MAX_NR_ZONES};
 use super::watermark::{WatermarkInput, WatermarkKind, Watermarks};
 use crate::page::{Order, Pfn, NR_PAGE_ORDERS};
-use crate::sync::{CachePadded, SpinLock};
+use crate::sync::{CachePadded, SpinLock, SpinLockGuard};
 use crate::topology::ZoneSpec;
 
 bitflags::bitflags! {
@@ -180,6 +180,26 @@ pub struct Zone {
     pub(crate) pcp_disabled: AtomicU32,
 }
 
+/// Why [`Zone::pcp_trylock`] refused a pageset; either way the request goes to the zone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PcpRefused {
+    /// Locked by someone else (a remote drain, or re-entry): Linux's failed trylock,
+    /// counted as `pcp_lock_contended`.
+    Busy,
+    /// The CPU went offline after the caller checked it.
+    Offline,
+}
+
+impl PcpRefused {
+    /// Count a busy pageset; an offline one is not contention.
+    #[inline(always)]
+    pub(crate) fn count(self, zone: &Zone) {
+        if self == PcpRefused::Busy {
+            zone.events.pcp_lock_contended.fetch_add(1, Relaxed);
+        }
+    }
+}
+
 impl Zone {
     /// Build the zone of `spec` with `nr_cpus` pagesets and free its managed pages into the
     /// buddy lists in maximal aligned blocks, at the list tails, as boot does
@@ -242,6 +262,26 @@ impl Zone {
             node: self.node,
             zone_type: self.zone_type,
         }
+    }
+
+    /// `pcp_spin_trylock` on `cpu`'s pageset, refusing one whose CPU is offline as well as
+    /// a busy one. On Linux nothing runs on a dead CPU; here a task that saw its CPU
+    /// online can reach the pageset after `cpu_offline` drained it, and what it left there
+    /// would sit on an offline CPU, out of every allocator's reach, until the CPU came
+    /// back. `cpu_offline` sets the flag under this lock before it drains, so a task that
+    /// takes the lock later sees it; one that took it earlier is drained.
+    #[inline(always)]
+    pub(crate) fn pcp_trylock(
+        &self,
+        cpu: CpuId,
+    ) -> Result<SpinLockGuard<'_, PerCpuPages>, PcpRefused> {
+        let pcp = self.pagesets[cpu as usize]
+            .try_lock()
+            .ok_or(PcpRefused::Busy)?;
+        if pcp.offline {
+            return Err(PcpRefused::Offline);
+        }
+        Ok(pcp)
     }
 
     /// Pages on all of this zone's pagesets (each read under its lock).
