@@ -63,12 +63,20 @@ impl PageAllocator {
         if let Some(pfn) = self.alloc_pcp_fast(&ac) {
             return Ok(pfn);
         }
+        self.alloc_pages_general(&ac)
+    }
+
+    /// Everything but the fast path: the first zonelist pass, then the slow path. Out of
+    /// line, so that a caller inlining `alloc_pages` does not set up a frame for it on
+    /// every allocation the fast path serves.
+    #[inline(never)]
+    fn alloc_pages_general(&self, ac: &AllocContext<'_>) -> Result<Pfn, AllocError> {
         let flags =
-            AllocFlags::empty().with_wmark(WatermarkKind::Low) | self.alloc_flags_nofragment(&ac);
-        if let Some(pfn) = self.get_page_from_freelist(&ac, flags) {
+            AllocFlags::empty().with_wmark(WatermarkKind::Low) | self.alloc_flags_nofragment(ac);
+        if let Some(pfn) = self.get_page_from_freelist(ac, flags) {
             return Ok(pfn);
         }
-        self.alloc_pages_slowpath(&ac)
+        self.alloc_pages_slowpath(ac)
     }
 
     #[inline(always)]
