@@ -1,6 +1,6 @@
 //! Model checking of the PCP lock protocols with shuttle: the owner's try-lock fallback
-//! against a remote drain, and `drain_all_pages`' mutex hand-off between a global and a
-//! zone-specific request. Shuttle runs each scenario under many schedules (randomised,
+//! against a remote drain, `drain_all_pages`' mutex hand-off between a global and a
+//! zone-specific request, and a task's calls against its CPU going offline. Shuttle runs each scenario under many schedules (randomised,
 //! and PCT for the rare interleavings); in every one, no page may be lost or doubled and
 //! the outcomes must be the ones Linux allows.
 //!
@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-use mmkit_core::page_alloc::{Caller, DrainAll, Gfp, ZoneId, ZoneType};
+use mmkit_core::page_alloc::{AllocError, Caller, DrainAll, FreeError, Gfp, ZoneId, ZoneType};
 use mmkit_core::topology::{CacheInfo, ZoneSize};
 use mmkit_core::{Order, PageAllocator, Policy, Settings, Topology};
 use shuttle::thread;
@@ -120,6 +120,57 @@ fn global_and_zone_drains_hand_off() {
         allocator.hold_drain_mutex().is_some(),
         "the mutex was released"
     );
+}
+
+/// A task on CPU 1 frees a page and allocates one while another thread takes CPU 1
+/// offline. Each call either is refused whole (`InvalidCpu`: it checked after the CPU went
+/// down) or completes; one that checked before and reached the pageset after the drain
+/// must not leave a page there. At the end CPU 1's pageset is empty and every page is in
+/// exactly one place.
+fn task_against_cpu_offline() {
+    let allocator = machine();
+    let pfn = allocator
+        .alloc_pages(Caller::task(1), Gfp::KERNEL, Order::ZERO)
+        .unwrap();
+    let task = {
+        let allocator = allocator.clone();
+        thread::spawn(move || {
+            match allocator.free_pages(Caller::task(1), pfn, Order::ZERO) {
+                Ok(()) => {}
+                Err(FreeError::InvalidCpu(1)) => allocator
+                    .free_pages(Caller::task(0), pfn, Order::ZERO)
+                    .unwrap(),
+                Err(e) => panic!("unexpected {e:?}"),
+            }
+            match allocator.alloc_pages(Caller::task(1), Gfp::KERNEL, Order::ZERO) {
+                Ok(pfn) => allocator
+                    .free_pages(Caller::task(0), pfn, Order::ZERO)
+                    .unwrap(),
+                Err(AllocError::InvalidCpu(1)) => {}
+                Err(e) => panic!("unexpected {e:?}"),
+            }
+        })
+    };
+    let hotplug = {
+        let allocator = allocator.clone();
+        thread::spawn(move || assert!(allocator.cpu_offline(1)))
+    };
+    task.join().unwrap();
+    hotplug.join().unwrap();
+    let zone = allocator.zone(0, ZoneType::Normal).unwrap();
+    assert_eq!(
+        zone.pageset(1).unwrap().count,
+        0,
+        "no page left on the offline CPU"
+    );
+    let census = allocator.verify().unwrap();
+    assert_eq!(census.iter().map(|c| c.allocated).sum::<u64>(), 0);
+}
+
+#[test]
+fn calls_racing_their_cpu_going_offline_leave_no_page_on_it() {
+    shuttle::check_random(task_against_cpu_offline, 300);
+    shuttle::check_pct(task_against_cpu_offline, 300, 3);
 }
 
 #[test]
