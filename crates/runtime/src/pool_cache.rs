@@ -366,7 +366,9 @@ impl Drop for Shared<'_> {
     }
 }
 
-/// The counters only the owner writes: plain integers.
+/// The counters only the owner writes: plain integers, each updated once per batch
+/// except `alloc_fast` (once per page). Frees into the array are not counted one by
+/// one: [`PoolCache::stats`] derives them from the array's length (see there).
 #[derive(Clone, Copy, Default)]
 struct OwnerCounters {
     alloc_fast: u64,
@@ -377,7 +379,8 @@ struct OwnerCounters {
     pages_from_ring: u64,
     batches_from_ring: u64,
     blocks_from_pool: u64,
-    recycle_cached: u64,
+    /// Pages that refills moved into the array, from the ring or the pool.
+    pages_refilled: u64,
     recycle_cache_full: u64,
     recycle_ring: u64,
     recycle_ring_batches: u64,
@@ -555,6 +558,7 @@ impl<'pool> PoolCache<'pool> {
             self.array[..batch.len].copy_from_slice(batch.pfns());
             self.len = batch.len;
             self.counters.pages_from_ring += batch.len as u64;
+            self.counters.pages_refilled += batch.len as u64;
             self.counters.batches_from_ring += 1;
         }
         if let Some(pfn) = self.pop() {
@@ -574,6 +578,7 @@ impl<'pool> PoolCache<'pool> {
             self.len += 1;
         }
         self.counters.blocks_from_pool += filled as u64;
+        self.counters.pages_refilled += self.len as u64;
         match self.pop() {
             Some(pfn) => {
                 self.counters.alloc_slow += 1;
@@ -627,7 +632,6 @@ impl<'pool> PoolCache<'pool> {
             Some(slot) => {
                 *slot = pfn;
                 self.len += 1;
-                self.counters.recycle_cached += 1;
             }
             None => self.spill_and_put(pfn),
         }
@@ -664,6 +668,12 @@ impl<'pool> PoolCache<'pool> {
         let c = &self.counters;
         let shared = &self.shared.counters;
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        // Every page in the array came in by a refill or an owner's free, and left by a
+        // pop (an allocation other than `alloc_slow_high_order`, which bypasses the
+        // array) or a spill, or is still there: refilled + cached = popped + spilled +
+        // len. So the frees need no counter of their own on the fast path.
+        let popped = c.alloc_fast + c.alloc_refill + c.alloc_slow;
+        let recycle_cached = self.len as u64 + popped + c.recycle_cache_full - c.pages_refilled;
         PoolCacheStats {
             alloc_fast: c.alloc_fast,
             alloc_slow: c.alloc_slow,
@@ -673,7 +683,7 @@ impl<'pool> PoolCache<'pool> {
             pages_from_ring: c.pages_from_ring,
             batches_from_ring: c.batches_from_ring,
             blocks_from_pool: c.blocks_from_pool,
-            recycle_cached: c.recycle_cached,
+            recycle_cached,
             recycle_cache_full: c.recycle_cache_full,
             recycle_ring: c.recycle_ring + load(&shared.ring),
             recycle_ring_batches: c.recycle_ring_batches + load(&shared.ring_batches),
