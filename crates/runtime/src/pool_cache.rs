@@ -25,7 +25,7 @@
 //!   a buffer of up to [`CACHE_REFILL`] pages: it pushes the whole buffer as one ring
 //!   element when it fills, on [`Recycler::flush`] and on drop, and the owner's refill
 //!   pops one element. Cross-thread give-back costs O(1) atomic operations per batch
-//!   (the push, the pop and one relaxed counter update), not per page. The ring holds
+//!   (the push, the pop and two relaxed counter updates), not per page. The ring holds
 //!   `ring_size.div_ceil(CACHE_REFILL)` batches: `ring_size` pages when they are full.
 //!   What Linux gets from a lock held across a loop, we get from a larger element.
 //! - The ring is lock-free and multi-producer: any thread may recycle, and recyclers
