@@ -417,8 +417,8 @@ struct OwnerCounters {
 ///
 /// `len <= CACHE_SIZE`; every pfn in `array[..len]` starts an allocated block of
 /// `order` of `pool` that nobody else owns (the entries past `len` are stale numbers
-/// that own nothing); `slots` is all `None` between calls; `pool`, `order` and
-/// `raw_check` are `shared`'s.
+/// that own nothing); `slots` is all `None` between calls; `pool` and `order` are
+/// `shared`'s, and `raw_check` was made from them.
 pub struct PoolCache<'pool> {
     /// The array's pages are `array[..len]`, the most recently freed (the hottest) last.
     /// Inline rather than a `Vec`: no pointer to load, no capacity to check.
