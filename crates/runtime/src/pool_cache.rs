@@ -25,7 +25,7 @@
 //!   a buffer of up to [`CACHE_REFILL`] pages: it pushes the whole buffer as one ring
 //!   element when it fills, on [`Recycler::flush`] and on drop, and the owner's refill
 //!   pops one element. Cross-thread give-back costs O(1) atomic operations per batch
-//!   (the push, the pop and one relaxed counter update), not per page. The ring holds
+//!   (the push, the pop and two relaxed counter updates), not per page. The ring holds
 //!   `ring_size.div_ceil(CACHE_REFILL)` batches: `ring_size` pages when they are full.
 //!   What Linux gets from a lock held across a loop, we get from a larger element.
 //! - The ring is lock-free and multi-producer: any thread may recycle, and recyclers
@@ -163,8 +163,8 @@ impl PoolCacheStats {
 }
 
 /// The counters recyclers write: shared, so relaxed atomics, updated once per batch.
-/// On cache lines of their own, so that the recyclers' updates do not evict what the
-/// owner reads on every free (`Shared::nr_pages`).
+/// On cache lines of their own, so that the recyclers' updates do not evict what every
+/// party reads (`Shared::pool`, `Shared::order`, `Shared::owner_gone`).
 #[derive(Default)]
 #[repr(align(128))]
 struct RecycleCounters {
@@ -205,8 +205,11 @@ impl Batch {
     #[inline]
     fn push(&mut self, pfn: Pfn) {
         debug_assert!(!self.is_full());
-        self.pfns[self.len] = pfn;
-        self.len += 1;
+        // `len` in a local: otherwise the compiler reloads it after the store, which it
+        // cannot prove misses `len`.
+        let len = self.len;
+        self.pfns[len] = pfn;
+        self.len = len + 1;
     }
 
     /// A batch owning `pfns` (at most [`CACHE_REFILL`]).
@@ -228,6 +231,50 @@ enum Recycled {
     OwnerGone,
 }
 
+/// What the raw API checks of a pfn, as far as is cheap: inside the arena and aligned to
+/// the cache's order. Each owner and recycler keeps a copy next to its buffer, with the
+/// order's mask precomputed, so that the check is one comparison and one mask test
+/// (no pointer to chase, no shift).
+#[derive(Clone, Copy, Debug)]
+struct RawCheck {
+    /// Pages in the arena.
+    nr_pages: u64,
+    /// `order.pages() - 1`: the bits an aligned pfn has clear.
+    misaligned_bits: u64,
+    order: Order,
+}
+
+impl RawCheck {
+    fn new(pool: &PagePool, order: Order) -> RawCheck {
+        RawCheck {
+            nr_pages: (pool.arena().len() / PAGE_SIZE) as u64,
+            misaligned_bits: order.pages() - 1,
+            order,
+        }
+    }
+
+    #[inline]
+    fn check(&self, pfn: Pfn) -> Result<(), PoolError> {
+        if pfn.0 < self.nr_pages && pfn.0 & self.misaligned_bits == 0 {
+            return Ok(());
+        }
+        Err(self.refusal(pfn))
+    }
+
+    /// Why `pfn` failed [`RawCheck::check`]: out of line, so the check stays two branches.
+    #[cold]
+    #[inline(never)]
+    fn refusal(&self, pfn: Pfn) -> PoolError {
+        if pfn.0 >= self.nr_pages {
+            return PoolError::Free(FreeError::OutsideZones { pfn });
+        }
+        PoolError::Free(FreeError::Misaligned {
+            pfn,
+            order: self.order,
+        })
+    }
+}
+
 /// What a cache and its recyclers share.
 ///
 /// # Invariants
@@ -237,8 +284,6 @@ enum Recycled {
 struct Shared<'pool> {
     pool: &'pool PagePool,
     order: Order,
-    /// Pages in the arena, for the raw API's bounds check.
-    nr_pages: u64,
     ring: ArrayQueue<Batch>,
     /// Set when the [`PoolCache`] drops: recycled pages then go straight to the pool.
     owner_gone: AtomicBool,
@@ -246,20 +291,6 @@ struct Shared<'pool> {
 }
 
 impl Shared<'_> {
-    /// Check a raw pfn as far as is cheap: inside the arena and aligned to the order.
-    fn check_raw(&self, pfn: Pfn) -> Result<(), PoolError> {
-        if pfn.0 >= self.nr_pages {
-            return Err(PoolError::Free(FreeError::OutsideZones { pfn }));
-        }
-        if pfn.0 & (self.order.pages() - 1) != 0 {
-            return Err(PoolError::Free(FreeError::Misaligned {
-                pfn,
-                order: self.order,
-            }));
-        }
-        Ok(())
-    }
-
     /// Put a non-empty batch into the ring; when the ring is full or the owner is gone,
     /// give it back to the pool. One push whatever the batch's size.
     fn recycle_batch(&self, batch: Batch) -> Recycled {
@@ -335,7 +366,9 @@ impl Drop for Shared<'_> {
     }
 }
 
-/// The counters only the owner writes: plain integers.
+/// The counters only the owner writes: plain integers, each updated once per batch
+/// except `alloc_fast` (once per page). Frees into the array are not counted one by
+/// one: [`PoolCache::stats`] derives them from the array's length (see there).
 #[derive(Clone, Copy, Default)]
 struct OwnerCounters {
     alloc_fast: u64,
@@ -346,7 +379,8 @@ struct OwnerCounters {
     pages_from_ring: u64,
     batches_from_ring: u64,
     blocks_from_pool: u64,
-    recycle_cached: u64,
+    /// Pages that refills moved into the array, from the ring or the pool.
+    pages_refilled: u64,
     recycle_cache_full: u64,
     recycle_ring: u64,
     recycle_ring_batches: u64,
@@ -381,16 +415,22 @@ struct OwnerCounters {
 ///
 /// # Invariants
 ///
-/// Every pfn in `cache` starts an allocated block of `shared.order` of `shared.pool`
-/// that nobody else owns; `cache.len() <= CACHE_SIZE`; `slots` is all `None` between
-/// calls.
+/// `len <= CACHE_SIZE`; every pfn in `array[..len]` starts an allocated block of
+/// `order` of `pool` that nobody else owns (the entries past `len` are stale numbers
+/// that own nothing); `slots` is all `None` between calls; `pool` and `order` are
+/// `shared`'s, and `raw_check` was made from them.
 pub struct PoolCache<'pool> {
-    shared: Arc<Shared<'pool>>,
-    cache: Vec<Pfn>,
-    slots: Vec<Option<Pfn>>,
-    gfp: Gfp,
+    /// The array's pages are `array[..len]`, the most recently freed (the hottest) last.
+    /// Inline rather than a `Vec`: no pointer to load, no capacity to check.
+    len: usize,
+    array: [Pfn; CACHE_SIZE],
+    raw_check: RawCheck,
+    pool: &'pool PagePool,
     order: Order,
+    gfp: Gfp,
     counters: OwnerCounters,
+    shared: Arc<Shared<'pool>>,
+    slots: Vec<Option<Pfn>>,
     not_sync: PhantomData<Cell<()>>,
 }
 
@@ -398,7 +438,7 @@ impl std::fmt::Debug for PoolCache<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PoolCache")
             .field("order", &self.order)
-            .field("cached", &self.cache.len())
+            .field("cached", &self.len)
             .field("ring_batches", &self.shared.ring.len())
             .finish_non_exhaustive()
     }
@@ -412,21 +452,22 @@ impl<'pool> PoolCache<'pool> {
                 "a pool cache needs a ring of at least one slot".into(),
             ));
         }
-        let nr_pages = (pool.arena().len() / PAGE_SIZE) as u64;
         Ok(PoolCache {
+            len: 0,
+            array: [Pfn(0); CACHE_SIZE],
+            raw_check: RawCheck::new(pool, config.order),
+            pool,
+            order: config.order,
+            gfp: config.gfp,
+            counters: OwnerCounters::default(),
             shared: Arc::new(Shared {
                 pool,
                 order: config.order,
-                nr_pages,
                 ring: ArrayQueue::new(config.ring_size.div_ceil(CACHE_REFILL)),
                 owner_gone: AtomicBool::new(false),
                 counters: RecycleCounters::default(),
             }),
-            cache: Vec::with_capacity(CACHE_SIZE),
             slots: vec![None; CACHE_REFILL],
-            gfp: config.gfp,
-            order: config.order,
-            counters: OwnerCounters::default(),
             not_sync: PhantomData,
         })
     }
@@ -435,6 +476,7 @@ impl<'pool> PoolCache<'pool> {
     pub fn recycler(&self) -> Recycler<'pool> {
         Recycler {
             shared: Arc::clone(&self.shared),
+            raw_check: self.raw_check,
             buffer: Batch::EMPTY,
         }
     }
@@ -446,7 +488,12 @@ impl<'pool> PoolCache<'pool> {
 
     /// Pages in the array now.
     pub fn cached(&self) -> usize {
-        self.cache.len()
+        self.len
+    }
+
+    /// The owned pfns of the array.
+    fn cached_pfns(&self) -> &[Pfn] {
+        &self.array[..self.len]
     }
 
     /// Pages in the ring now, from the counters: exact when no recycler is flushing, a
@@ -465,14 +512,14 @@ impl<'pool> PoolCache<'pool> {
     /// back with [`PoolCache::free`] or [`Recycler::recycle`] to keep it in circulation.
     pub fn alloc(&mut self) -> Result<PageBlock<'pool>, PoolError> {
         let pfn = self.alloc_raw()?;
-        Ok(PageBlock::new(self.shared.pool, pfn, self.order))
+        Ok(PageBlock::new(self.pool, pfn, self.order))
     }
 
     /// Give a block back on the owner's thread: into the array (moving a batch of the
     /// oldest pages on to the ring, or to the pool, when the array is full). A block of
     /// another pool or order is simply dropped (its own pool frees it).
     pub fn free(&mut self, block: PageBlock<'pool>) {
-        if !std::ptr::eq(block.pool(), self.shared.pool) {
+        if !std::ptr::eq(block.pool(), self.pool) {
             drop(block);
             return;
         }
@@ -490,39 +537,49 @@ impl<'pool> PoolCache<'pool> {
     /// [`PagePool::pfn_to_addr`].
     #[inline]
     pub fn alloc_raw(&mut self) -> Result<Pfn, PoolError> {
-        if let Some(pfn) = self.cache.pop() {
-            self.counters.alloc_fast += 1;
-            return Ok(pfn);
+        // An empty array makes `len - 1` wrap to `usize::MAX`, which `get` refuses: one
+        // comparison is both the emptiness test and the bounds check.
+        match self.array.get(self.len.wrapping_sub(1)) {
+            Some(&pfn) => {
+                self.len -= 1;
+                self.counters.alloc_fast += 1;
+                Ok(pfn)
+            }
+            None => self.alloc_slow(),
         }
-        self.alloc_slow()
     }
 
     /// The array is empty: refill it with one batch from the ring, else from the pool.
     #[cold]
     #[inline(never)]
     fn alloc_slow(&mut self) -> Result<Pfn, PoolError> {
-        debug_assert!(self.cache.is_empty());
+        debug_assert_eq!(self.len, 0);
         if let Some(batch) = self.shared.ring.pop() {
-            self.cache.extend_from_slice(batch.pfns());
+            self.array[..batch.len].copy_from_slice(batch.pfns());
+            self.len = batch.len;
             self.counters.pages_from_ring += batch.len as u64;
+            self.counters.pages_refilled += batch.len as u64;
             self.counters.batches_from_ring += 1;
         }
-        if let Some(pfn) = self.cache.pop() {
+        if let Some(pfn) = self.pop() {
             self.counters.alloc_refill += 1;
             return Ok(pfn);
         }
         self.counters.alloc_empty += 1;
         if self.order != Order::ZERO {
-            let pfn = self.shared.pool.alloc_raw(self.gfp, self.order)?;
+            let pfn = self.pool.alloc_raw(self.gfp, self.order)?;
             self.counters.blocks_from_pool += 1;
             self.counters.alloc_slow_high_order += 1;
             return Ok(pfn);
         }
-        let filled = self.shared.pool.alloc_bulk_gfp(self.gfp, &mut self.slots)?;
-        self.cache
-            .extend(self.slots.iter_mut().filter_map(Option::take));
+        let filled = self.pool.alloc_bulk_gfp(self.gfp, &mut self.slots)?;
+        for pfn in self.slots.iter_mut().filter_map(Option::take) {
+            self.array[self.len] = pfn;
+            self.len += 1;
+        }
         self.counters.blocks_from_pool += filled as u64;
-        match self.cache.pop() {
+        self.counters.pages_refilled += self.len as u64;
+        match self.pop() {
             Some(pfn) => {
                 self.counters.alloc_slow += 1;
                 Ok(pfn)
@@ -531,6 +588,12 @@ impl<'pool> PoolCache<'pool> {
                 order: self.order,
             })),
         }
+    }
+
+    /// Take the hottest page of the array, uncounted (the slow path counts).
+    fn pop(&mut self) -> Option<Pfn> {
+        self.len = self.len.checked_sub(1)?;
+        Some(self.array[self.len])
     }
 
     /// Give back a raw block on the owner's thread (Linux: `page_pool_put_page` with
@@ -550,9 +613,10 @@ impl<'pool> PoolCache<'pool> {
     /// allocated (from this cache, another cache over the pool, or the pool's raw API),
     /// it has not been freed since, no [`PageBlock`] owns it, and no reference into its
     /// memory is used after this call.
+    #[inline]
     pub unsafe fn free_raw(&mut self, pfn: Pfn) -> Result<(), PoolError> {
-        self.shared.check_raw(pfn)?;
-        if cfg!(debug_assertions) && self.cache.contains(&pfn) {
+        self.raw_check.check(pfn)?;
+        if cfg!(debug_assertions) && self.cached_pfns().contains(&pfn) {
             return Err(PoolError::Free(FreeError::NotAllocated { pfn }));
         }
         self.put(pfn);
@@ -562,20 +626,26 @@ impl<'pool> PoolCache<'pool> {
     /// Keep an owned page in the array, spilling first if it is full.
     #[inline]
     fn put(&mut self, pfn: Pfn) {
-        if self.cache.len() == CACHE_SIZE {
-            self.spill();
+        // A full array has no slot at `len`: one comparison is both the fullness test
+        // and the bounds check.
+        match self.array.get_mut(self.len) {
+            Some(slot) => {
+                *slot = pfn;
+                self.len += 1;
+            }
+            None => self.spill_and_put(pfn),
         }
-        self.cache.push(pfn);
-        self.counters.recycle_cached += 1;
     }
 
     /// The array is full: move its [`CACHE_REFILL`] oldest pages to the ring as one
-    /// batch, or to the pool when the ring is full.
+    /// batch (or to the pool when the ring is full), then keep `pfn`.
     #[cold]
     #[inline(never)]
-    fn spill(&mut self) {
-        let batch = Batch::from_slice(&self.cache[..CACHE_REFILL]);
-        self.cache.drain(..CACHE_REFILL);
+    fn spill_and_put(&mut self, pfn: Pfn) {
+        debug_assert_eq!(self.len, CACHE_SIZE);
+        let batch = Batch::from_slice(&self.array[..CACHE_REFILL]);
+        self.array.copy_within(CACHE_REFILL.., 0);
+        self.len = CACHE_SIZE - CACHE_REFILL;
         let pages = batch.len as u64;
         let c = &mut self.counters;
         c.recycle_cache_full += pages;
@@ -589,6 +659,7 @@ impl<'pool> PoolCache<'pool> {
                 c.recycle_released += pages;
             }
         }
+        self.put(pfn);
     }
 
     /// The counters of this cache and its recyclers (pages in a recycler's buffer are
@@ -597,6 +668,12 @@ impl<'pool> PoolCache<'pool> {
         let c = &self.counters;
         let shared = &self.shared.counters;
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        // Every page in the array came in by a refill or an owner's free, and left by a
+        // pop (an allocation other than `alloc_slow_high_order`, which bypasses the
+        // array) or a spill, or is still there: refilled + cached = popped + spilled +
+        // len. So the frees need no counter of their own on the fast path.
+        let popped = c.alloc_fast + c.alloc_refill + c.alloc_slow;
+        let recycle_cached = self.len as u64 + popped + c.recycle_cache_full - c.pages_refilled;
         PoolCacheStats {
             alloc_fast: c.alloc_fast,
             alloc_slow: c.alloc_slow,
@@ -606,7 +683,7 @@ impl<'pool> PoolCache<'pool> {
             pages_from_ring: c.pages_from_ring,
             batches_from_ring: c.batches_from_ring,
             blocks_from_pool: c.blocks_from_pool,
-            recycle_cached: c.recycle_cached,
+            recycle_cached,
             recycle_cache_full: c.recycle_cache_full,
             recycle_ring: c.recycle_ring + load(&shared.ring),
             recycle_ring_batches: c.recycle_ring_batches + load(&shared.ring_batches),
@@ -620,8 +697,8 @@ impl Drop for PoolCache<'_> {
     fn drop(&mut self) {
         // Linux: page_pool_destroy → page_pool_empty_alloc_cache_once, page_pool_empty_ring.
         self.shared.owner_gone.store(true, Ordering::Release);
-        let cached = std::mem::take(&mut self.cache);
-        self.shared.release_all(&cached);
+        self.shared.release_all(self.cached_pfns());
+        self.len = 0;
         self.shared.drain_ring();
     }
 }
@@ -645,6 +722,7 @@ impl Drop for PoolCache<'_> {
 /// in [`PoolCache::stats`]; a thread that goes idle for a while should flush.
 pub struct Recycler<'pool> {
     shared: Arc<Shared<'pool>>,
+    raw_check: RawCheck,
     buffer: Batch,
 }
 
@@ -652,6 +730,7 @@ impl Clone for Recycler<'_> {
     fn clone(&self) -> Self {
         Recycler {
             shared: Arc::clone(&self.shared),
+            raw_check: self.raw_check,
             buffer: Batch::EMPTY,
         }
     }
@@ -700,8 +779,9 @@ impl<'pool> Recycler<'pool> {
     ///
     /// As for [`PoolCache::free_raw`]: the caller owns the block, of this cache's order
     /// and pool, and does not use its memory afterwards.
+    #[inline]
     pub unsafe fn recycle_raw(&mut self, pfn: Pfn) -> Result<(), PoolError> {
-        self.shared.check_raw(pfn)?;
+        self.raw_check.check(pfn)?;
         self.put(pfn);
         Ok(())
     }
@@ -711,8 +791,17 @@ impl<'pool> Recycler<'pool> {
     fn put(&mut self, pfn: Pfn) {
         self.buffer.push(pfn);
         if self.buffer.is_full() {
-            self.flush();
+            self.flush_full();
         }
+    }
+
+    /// [`Recycler::flush`] of a full buffer, once per [`CACHE_REFILL`] pages: out of
+    /// line, so that the per-page path that inlines into callers stays a store and a
+    /// comparison, without the batch's 520-byte move.
+    #[cold]
+    #[inline(never)]
+    fn flush_full(&mut self) {
+        self.flush();
     }
 
     /// Move the buffered pages into the ring as one batch (to the pool when the ring is

@@ -281,6 +281,12 @@ fn a_high_order_cache_allocates_one_block_per_slow_call() {
         (s.alloc_slow_high_order, s.alloc_fast, s.blocks_from_pool),
         (1, 1, 1)
     );
+    // The block from the pool bypassed the array; the free went into it.
+    assert_eq!((s.recycle_cached, cache.cached()), (1, 0));
+    cache.free(b);
+    let b = cache.alloc().unwrap();
+    let s = cache.stats();
+    assert_eq!((s.recycle_cached, s.alloc_fast, s.allocs()), (2, 2, 3));
     // An order-0 block of the same pool is not kept: it goes back to the pool.
     cache.free(pool.alloc(Order::ZERO).unwrap());
     assert_eq!(cache.stats().recycle_released, 1);
@@ -515,6 +521,10 @@ struct Model {
     ring_batches: usize,
     /// The one recycler's buffer.
     buffer: Vec<Pfn>,
+    /// Owner frees, each into the array (`recycle_cached`).
+    cached_frees: u64,
+    /// Pages the owner moved out of a full array (`recycle_cache_full`).
+    spilled: u64,
 }
 
 /// What the model says the next allocation returns.
@@ -545,9 +555,11 @@ impl Model {
     fn free(&mut self, pfn: Pfn) {
         if self.cache.len() == CACHE_SIZE {
             let oldest: Vec<_> = self.cache.drain(..CACHE_REFILL).collect();
+            self.spilled += oldest.len() as u64;
             self.push_batch(oldest);
         }
         self.cache.push(Some(pfn));
+        self.cached_frees += 1;
     }
 
     fn recycle(&mut self, pfn: Pfn) {
@@ -652,6 +664,11 @@ proptest! {
             prop_assert_eq!(cache.ring_len(), model.ring_pages());
             prop_assert_eq!(cache.cached(), model.cache.len());
             prop_assert_eq!(recycler.buffered(), model.buffer.len());
+            // Counted independently of the array's length, which the cache derives
+            // `recycle_cached` from.
+            let s = cache.stats();
+            prop_assert_eq!(s.recycle_cached, model.cached_frees);
+            prop_assert_eq!(s.recycle_cache_full, model.spilled);
             let buffered = recycler.buffered();
             check_identities(&cache, held.len() + dropped + buffered);
             prop_assert_eq!(
