@@ -114,6 +114,10 @@ struct Pair {
     queue: VecDeque<(u64, Vec<(Pfn, Order)>)>,
     /// Blocks of the message being consumed, left to free, and the CPU consuming it.
     consuming: Vec<(Pfn, Order)>,
+    /// Emptied block lists, kept for the next messages: a message's list passes from
+    /// `building` to `queue` to `consuming`, and a new one per message cost a `malloc` and
+    /// a `free`.
+    spare: Vec<Vec<(Pfn, Order)>>,
     consumer: u32,
     in_flight: u32,
     received: u64,
@@ -152,6 +156,7 @@ impl Stream {
                     building: Vec::new(),
                     queue: VecDeque::new(),
                     consuming: Vec::new(),
+                    spare: Vec::new(),
                     consumer: 0,
                     in_flight: 0,
                     received: 0,
@@ -249,7 +254,8 @@ impl Stream {
         if pair.building.len() == p.message_blocks.len() {
             let delay = (pair.rng.exp(p.wakeup_us) * 1000.0) as u64;
             let ready = sim.now(cpu) + delay;
-            let blocks = std::mem::take(&mut pair.building);
+            let next = pair.spare.pop().unwrap_or_default();
+            let blocks = std::mem::replace(&mut pair.building, next);
             pair.queue.push_back((ready, blocks));
             pair.in_flight += 1;
             let receiver = pair.cpus[1 - pair.swapped as usize];
@@ -292,7 +298,8 @@ impl Stream {
                     );
                 }
                 let pair = &mut self.pairs[index];
-                pair.consuming = blocks;
+                let consumed = std::mem::replace(&mut pair.consuming, blocks);
+                pair.spare.push(consumed);
                 pair.consuming.reverse();
                 pair.consumer = cpu;
                 Ok(Step::Continue)
