@@ -224,13 +224,8 @@ impl Stream {
             sim.work(cpu, p.send_work_ns);
             if let Some(order) = p.chunk_order {
                 let order = Order::new(order).expect("chunk order");
-                let pfn = sim.alloc(cpu, p.gfp, order)?;
-                sim.touch(
-                    cpu,
-                    pfn,
-                    order,
-                    lines_per_page(p.block_payload_bytes, order),
-                );
+                let lines = lines_per_page(p.block_payload_bytes, order);
+                let pfn = sim.alloc_touch(cpu, p.gfp, order, lines)?;
                 self.held += order.pages();
                 let (lo, hi) = p.chunk_rtt_us;
                 let rtt = lo + pair.rng.unit() * (hi - lo);
@@ -241,13 +236,8 @@ impl Stream {
         let which = pair.building.len();
         let choices = &p.message_blocks[which];
         let order = Order::new(pick(&mut pair.rng, choices)).expect("block order");
-        let pfn = sim.alloc(cpu, p.gfp, order)?;
-        sim.touch(
-            cpu,
-            pfn,
-            order,
-            lines_per_page(p.block_payload_bytes, order),
-        );
+        let lines = lines_per_page(p.block_payload_bytes, order);
+        let pfn = sim.alloc_touch(cpu, p.gfp, order, lines)?;
         self.held += order.pages();
         let pair = &mut self.pairs[index];
         pair.building.push((pfn, order));
