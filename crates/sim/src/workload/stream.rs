@@ -133,6 +133,8 @@ pub struct Stream {
     chunks: Vec<BinaryHeap<Reverse<(u64, u64, u8)>>>,
     held: u64,
     end_ns: u64,
+    /// `params.epoch_ms` in ns, converted once: every step reads it.
+    epoch_ns: u64,
 }
 
 impl Stream {
@@ -165,6 +167,7 @@ impl Stream {
             .collect();
         Stream {
             end_ns: (params.duration_ms * 1e6) as u64,
+            epoch_ns: (params.epoch_ms * 1e6) as u64,
             params,
             pairs,
             pair_of,
@@ -178,19 +181,16 @@ impl Stream {
         self.pairs.iter().map(|p| p.received).sum()
     }
 
-    fn epoch_ns(&self) -> u64 {
-        (self.params.epoch_ms * 1e6) as u64
-    }
-
     /// Bring the pair's roles up to `now`: one swap draw per epoch boundary passed.
     fn update_roles(&mut self, index: usize, now: u64) {
-        let epoch_ns = self.epoch_ns();
+        let epoch_ns = self.epoch_ns;
         if epoch_ns == 0 {
             return;
         }
         let share = self.params.swap_share;
         let pair = &mut self.pairs[index];
-        while pair.epoch < now / epoch_ns {
+        // `epoch < now / epoch_ns`, without a division per step.
+        while (pair.epoch + 1) * epoch_ns <= now {
             pair.epoch += 1;
             if pair.rng.chance(share) {
                 pair.swapped = !pair.swapped;
@@ -202,7 +202,7 @@ impl Stream {
         let mut until = self.chunks[cpu as usize]
             .peek()
             .map(|Reverse((t, _, _))| *t);
-        let epoch_ns = self.epoch_ns();
+        let epoch_ns = self.epoch_ns;
         if let Some(epochs) = now.checked_div(epoch_ns) {
             let next_epoch = (epochs + 1) * epoch_ns;
             until = Some(until.map_or(next_epoch, |t| t.min(next_epoch)));
