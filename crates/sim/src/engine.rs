@@ -151,8 +151,11 @@ struct ZoneLock {
     last_cpu: Option<u32>,
 }
 
-/// The zone counters an allocation's cost depends on, read before and after the call.
-#[derive(Clone, Copy, Default)]
+/// The zone counters an allocation's cost depends on. Only allocations move them (blocks
+/// leave the buddy lists in `rmqueue_smallest`, refills are `rmqueue_bulk`), and only
+/// [`Sim::alloc`] allocates, so the engine keeps the last values it read instead of
+/// reading them again before each call.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
 struct AllocCounters {
     zone_blocks: u64,
     refills: u64,
@@ -257,6 +260,9 @@ pub struct Sim {
     /// Allocator zone indices of zones with memory, and their pfn ranges.
     zones: Vec<(usize, u64, u64)>,
     locks: Vec<ZoneLock>,
+    /// Every simulated zone's allocation counters as the end of the last allocation left
+    /// them, in slot order: what the next allocation's deltas start from.
+    alloc_seen: [AllocCounters; MAX_ZONES],
     /// Blocks on each pageset: `[zone][cpu]`.
     pcp_blocks: Vec<Vec<u64>>,
     /// The cache model.
@@ -306,7 +312,7 @@ impl Sim {
             ..Series::default()
         };
         series.high = vec![Vec::new(); options.high_cpus.len()];
-        Sim {
+        let mut sim = Sim {
             allocator,
             cost,
             machine: machine.clone(),
@@ -317,6 +323,7 @@ impl Sim {
             nr_scheduled: 0,
             heap: BinaryHeap::new(),
             locks: vec![ZoneLock::default(); zones.len()],
+            alloc_seen: [AllocCounters::default(); MAX_ZONES],
             pcp_blocks: vec![vec![0; nr_cpus as usize]; zones.len()],
             zones,
             cache,
@@ -325,7 +332,9 @@ impl Sim {
             free_high: 0,
             options,
             tick_ns,
-        }
+        };
+        sim.alloc_seen = sim.alloc_snapshot();
+        sim
     }
 
     /// Replace the cost model (before the run: the cache model's sizes follow it).
@@ -395,6 +404,11 @@ impl Sim {
     /// it after allocation, or copying out of it). Charges the cache model's time.
     pub fn touch(&mut self, cpu: u32, pfn: Pfn, order: Order, lines: u32) {
         let slot = self.zone_slot(pfn);
+        self.touch_in(cpu, slot, pfn, order, lines);
+    }
+
+    /// [`Self::touch`] of a block in zone `slot`, found already.
+    fn touch_in(&mut self, cpu: u32, slot: usize, pfn: Pfn, order: Order, lines: u32) {
         let offset = pfn.0 - self.zones[slot].1;
         let ns = self
             .cache
@@ -464,8 +478,7 @@ impl Sim {
         &self.allocator.zones()[self.zones[slot].0]
     }
 
-    /// Every simulated zone's allocation counters, in slot order. On the stack: this runs
-    /// around every allocation.
+    /// Every simulated zone's allocation counters, in slot order.
     fn alloc_snapshot(&self) -> [AllocCounters; MAX_ZONES] {
         let zones = self.allocator.zones();
         let mut snapshot = [AllocCounters::default(); MAX_ZONES];
@@ -527,37 +540,66 @@ impl Sim {
 
     /// Allocate a block of `order` on `cpu` (`Caller::task(cpu)`), charging its cost.
     pub fn alloc(&mut self, cpu: u32, gfp: Gfp, order: Order) -> Result<Pfn, SimError> {
-        let before = self.alloc_snapshot();
-        let pfn = self
-            .allocator
-            .alloc_pages(Caller::task(cpu), gfp, order)
-            .map_err(|_| SimError::OutOfMemory {
+        self.alloc_in(cpu, gfp, order).map(|(pfn, _)| pfn)
+    }
+
+    /// [`Self::alloc`], then [`Self::touch`] `lines` of each page of the block (the writes
+    /// that follow an allocation): one call and one zone lookup instead of two each, as
+    /// nearly every allocation a workload makes is followed by its touch.
+    pub fn alloc_touch(
+        &mut self,
+        cpu: u32,
+        gfp: Gfp,
+        order: Order,
+        lines: u32,
+    ) -> Result<Pfn, SimError> {
+        let (pfn, slot) = self.alloc_in(cpu, gfp, order)?;
+        self.touch_in(cpu, slot, pfn, order, lines);
+        Ok(pfn)
+    }
+
+    /// [`Self::alloc`], returning the block's zone slot too.
+    #[inline]
+    fn alloc_in(&mut self, cpu: u32, gfp: Gfp, order: Order) -> Result<(Pfn, usize), SimError> {
+        debug_assert!(
+            self.alloc_seen == self.alloc_snapshot(),
+            "an allocator call other than alloc_pages moved the allocation counters"
+        );
+        let result = self.allocator.alloc_pages(Caller::task(cpu), gfp, order);
+        let Ok(pfn) = result else {
+            self.alloc_seen = self.alloc_snapshot();
+            return Err(SimError::OutOfMemory {
                 cpu,
                 order: order.get(),
-            })?;
+            });
+        };
         self.stats.alloc_calls += 1;
         self.stats.pages_allocated += order.pages();
         let pcp_order = pcp_allowed_order(order);
         if pcp_order {
             self.work(cpu, self.cost.alloc_hit_ns);
         }
-        for (slot, before) in before[..self.zones.len()].iter().enumerate() {
-            let zone_blocks = self
-                .zone(slot)
-                .events()
-                .alloc_zone_locked_events
-                .load(Relaxed);
-            if zone_blocks != before.zone_blocks {
+        for slot in 0..self.zones.len() {
+            let events = self.zone(slot).events();
+            let zone_blocks = events.alloc_zone_locked_events.load(Relaxed);
+            let refills = events.pcp_refills.load(Relaxed);
+            let seen = &self.alloc_seen[slot];
+            if zone_blocks != seen.zone_blocks {
                 let after = read_alloc_counters(self.zone(slot));
-                self.charge_zone_blocks(slot, cpu, order, before, &after);
+                let before = std::mem::replace(&mut self.alloc_seen[slot], after);
+                self.charge_zone_blocks(slot, cpu, order, &before, &after);
+            } else if refills != seen.refills {
+                // A refill that found nothing: no block moved, nothing to charge (as when
+                // the counters were read around each call), but the next delta starts here.
+                self.alloc_seen[slot] = read_alloc_counters(self.zone(slot));
             }
         }
+        let slot = self.zone_slot(pfn);
         if pcp_order {
-            let slot = self.zone_slot(pfn);
             let held = &mut self.pcp_blocks[slot][cpu as usize];
             *held = held.saturating_sub(1);
         }
-        Ok(pfn)
+        Ok((pfn, slot))
     }
 
     /// Charge the blocks an allocation of `order` took from zone `slot`: a refill's, in one

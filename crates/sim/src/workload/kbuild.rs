@@ -149,8 +149,7 @@ impl Kbuild {
     }
 
     fn alloc(&mut self, sim: &mut Sim, cpu: u32, gfp: Gfp, order: Order) -> Result<Pfn, SimError> {
-        let pfn = sim.alloc(cpu, gfp, order)?;
-        sim.touch(cpu, pfn, order, 64);
+        let pfn = sim.alloc_touch(cpu, gfp, order, 64)?;
         self.held += order.pages();
         Ok(pfn)
     }

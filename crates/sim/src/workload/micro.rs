@@ -220,8 +220,7 @@ impl Workload for Pageout {
         }
         let gap = p.fault_interval_us * (1.0 + p.fault_cv * proc.rng.normal()).max(0.1);
         sim.work(cpu, (gap * 1000.0) as u64);
-        let pfn = sim.alloc(cpu, Gfp::HIGHUSER_MOVABLE, Order::ZERO)?;
-        sim.touch(cpu, pfn, Order::ZERO, 64);
+        let pfn = sim.alloc_touch(cpu, Gfp::HIGHUSER_MOVABLE, Order::ZERO, 64)?;
         self.procs[cpu as usize].pages.push(pfn);
         self.held += 1;
         Ok(Step::Continue)

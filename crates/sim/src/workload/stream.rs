@@ -114,6 +114,10 @@ struct Pair {
     queue: VecDeque<(u64, Vec<(Pfn, Order)>)>,
     /// Blocks of the message being consumed, left to free, and the CPU consuming it.
     consuming: Vec<(Pfn, Order)>,
+    /// Emptied block lists, kept for the next messages: a message's list passes from
+    /// `building` to `queue` to `consuming`, and a new one per message cost a `malloc` and
+    /// a `free`.
+    spare: Vec<Vec<(Pfn, Order)>>,
     consumer: u32,
     in_flight: u32,
     received: u64,
@@ -129,6 +133,8 @@ pub struct Stream {
     chunks: Vec<BinaryHeap<Reverse<(u64, u64, u8)>>>,
     held: u64,
     end_ns: u64,
+    /// `params.epoch_ms` in ns, converted once: every step reads it.
+    epoch_ns: u64,
 }
 
 impl Stream {
@@ -152,6 +158,7 @@ impl Stream {
                     building: Vec::new(),
                     queue: VecDeque::new(),
                     consuming: Vec::new(),
+                    spare: Vec::new(),
                     consumer: 0,
                     in_flight: 0,
                     received: 0,
@@ -160,6 +167,7 @@ impl Stream {
             .collect();
         Stream {
             end_ns: (params.duration_ms * 1e6) as u64,
+            epoch_ns: (params.epoch_ms * 1e6) as u64,
             params,
             pairs,
             pair_of,
@@ -173,19 +181,16 @@ impl Stream {
         self.pairs.iter().map(|p| p.received).sum()
     }
 
-    fn epoch_ns(&self) -> u64 {
-        (self.params.epoch_ms * 1e6) as u64
-    }
-
     /// Bring the pair's roles up to `now`: one swap draw per epoch boundary passed.
     fn update_roles(&mut self, index: usize, now: u64) {
-        let epoch_ns = self.epoch_ns();
+        let epoch_ns = self.epoch_ns;
         if epoch_ns == 0 {
             return;
         }
         let share = self.params.swap_share;
         let pair = &mut self.pairs[index];
-        while pair.epoch < now / epoch_ns {
+        // `epoch < now / epoch_ns`, without a division per step.
+        while (pair.epoch + 1) * epoch_ns <= now {
             pair.epoch += 1;
             if pair.rng.chance(share) {
                 pair.swapped = !pair.swapped;
@@ -197,7 +202,7 @@ impl Stream {
         let mut until = self.chunks[cpu as usize]
             .peek()
             .map(|Reverse((t, _, _))| *t);
-        let epoch_ns = self.epoch_ns();
+        let epoch_ns = self.epoch_ns;
         if let Some(epochs) = now.checked_div(epoch_ns) {
             let next_epoch = (epochs + 1) * epoch_ns;
             until = Some(until.map_or(next_epoch, |t| t.min(next_epoch)));
@@ -219,13 +224,8 @@ impl Stream {
             sim.work(cpu, p.send_work_ns);
             if let Some(order) = p.chunk_order {
                 let order = Order::new(order).expect("chunk order");
-                let pfn = sim.alloc(cpu, p.gfp, order)?;
-                sim.touch(
-                    cpu,
-                    pfn,
-                    order,
-                    lines_per_page(p.block_payload_bytes, order),
-                );
+                let lines = lines_per_page(p.block_payload_bytes, order);
+                let pfn = sim.alloc_touch(cpu, p.gfp, order, lines)?;
                 self.held += order.pages();
                 let (lo, hi) = p.chunk_rtt_us;
                 let rtt = lo + pair.rng.unit() * (hi - lo);
@@ -236,20 +236,16 @@ impl Stream {
         let which = pair.building.len();
         let choices = &p.message_blocks[which];
         let order = Order::new(pick(&mut pair.rng, choices)).expect("block order");
-        let pfn = sim.alloc(cpu, p.gfp, order)?;
-        sim.touch(
-            cpu,
-            pfn,
-            order,
-            lines_per_page(p.block_payload_bytes, order),
-        );
+        let lines = lines_per_page(p.block_payload_bytes, order);
+        let pfn = sim.alloc_touch(cpu, p.gfp, order, lines)?;
         self.held += order.pages();
         let pair = &mut self.pairs[index];
         pair.building.push((pfn, order));
         if pair.building.len() == p.message_blocks.len() {
             let delay = (pair.rng.exp(p.wakeup_us) * 1000.0) as u64;
             let ready = sim.now(cpu) + delay;
-            let blocks = std::mem::take(&mut pair.building);
+            let next = pair.spare.pop().unwrap_or_default();
+            let blocks = std::mem::replace(&mut pair.building, next);
             pair.queue.push_back((ready, blocks));
             pair.in_flight += 1;
             let receiver = pair.cpus[1 - pair.swapped as usize];
@@ -292,7 +288,8 @@ impl Stream {
                     );
                 }
                 let pair = &mut self.pairs[index];
-                pair.consuming = blocks;
+                let consumed = std::mem::replace(&mut pair.consuming, blocks);
+                pair.spare.push(consumed);
                 pair.consuming.reverse();
                 pair.consumer = cpu;
                 Ok(Step::Continue)
