@@ -63,7 +63,7 @@ impl Block for BuddyBlock<'_> {
 impl Contestant for Buddy {
     type Block<'a> = BuddyBlock<'a>;
 
-    #[inline]
+    #[inline(always)]
     fn alloc(&self, order: Order) -> Option<BuddyBlock<'_>> {
         let frame = self.frames.lock().alloc(1 << order.get())?;
         Some(BuddyBlock {
@@ -74,7 +74,7 @@ impl Contestant for Buddy {
         })
     }
 
-    #[inline]
+    #[inline(always)]
     fn free<'a>(&'a self, block: BuddyBlock<'a>) {
         assert_eq!(
             block.addr,

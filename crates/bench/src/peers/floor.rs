@@ -172,7 +172,7 @@ impl Contestant for Sampling<'_> {
     where
         Self: 'a;
 
-    #[inline]
+    #[inline(always)]
     fn alloc(&self, order: Order) -> Option<FloorPage<'_>> {
         assert_eq!(order, Order::ZERO, "the floors are order 0 only");
         let pfn = match self.floor.kind {
@@ -189,7 +189,7 @@ impl Contestant for Sampling<'_> {
         })
     }
 
-    #[inline]
+    #[inline(always)]
     fn free<'a>(&'a self, page: FloorPage<'a>) {
         assert_eq!(
             page.addr,

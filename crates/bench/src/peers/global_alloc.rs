@@ -91,7 +91,7 @@ impl<A: ProcessHeap> Contestant for GlobalAllocPeer<A> {
     where
         A: 'a;
 
-    #[inline]
+    #[inline(always)]
     fn alloc(&self, order: Order) -> Option<HeapBlock<'_, A>> {
         // SAFETY: the layout's size is at least 4096, never zero.
         let ptr = unsafe { self.heap.alloc(Self::layout(order)) };
@@ -102,7 +102,7 @@ impl<A: ProcessHeap> Contestant for GlobalAllocPeer<A> {
         })
     }
 
-    #[inline]
+    #[inline(always)]
     fn free<'a>(&'a self, block: HeapBlock<'a, A>) {
         // SAFETY: the block is a live allocation of heap `A` with this layout (its
         // invariant), which every value of `A` accepts (`ProcessHeap`); `block` is

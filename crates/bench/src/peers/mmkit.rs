@@ -144,13 +144,13 @@ thread_local! {
 impl Contestant for Mmkit {
     type Block<'a> = MmkitPage<'a>;
 
-    #[inline]
+    #[inline(always)]
     fn alloc(&self, order: Order) -> Option<MmkitPage<'_>> {
         let pfn = self.pool.alloc_raw(self.gfp, order).ok()?;
         Some(self.page(pfn, order))
     }
 
-    #[inline]
+    #[inline(always)]
     fn free<'a>(&'a self, page: MmkitPage<'a>) {
         let pfn = self.check_owner(&page);
         // SAFETY: `page` owns the block (its invariant), it is this pool's (checked), and
@@ -247,12 +247,12 @@ impl Block for PageBlock<'_> {
 impl Contestant for MmkitHandle {
     type Block<'a> = PageBlock<'a>;
 
-    #[inline]
+    #[inline(always)]
     fn alloc(&self, order: Order) -> Option<PageBlock<'_>> {
         self.pool.alloc_gfp(self.gfp, order).ok()
     }
 
-    #[inline]
+    #[inline(always)]
     fn free<'a>(&'a self, block: PageBlock<'a>) {
         drop(block);
     }

@@ -77,7 +77,7 @@ impl Block for TalcBlock<'_> {
 impl Contestant for Talc {
     type Block<'a> = TalcBlock<'a>;
 
-    #[inline]
+    #[inline(always)]
     fn alloc(&self, order: Order) -> Option<TalcBlock<'_>> {
         // SAFETY: the layout's size is at least 4096, never zero.
         let ptr = unsafe { self.talc.alloc(Talc::layout(order)) };
@@ -88,7 +88,7 @@ impl Contestant for Talc {
         })
     }
 
-    #[inline]
+    #[inline(always)]
     fn free<'a>(&'a self, block: TalcBlock<'a>) {
         assert!(
             self.arena.offset_of(block.ptr).is_some(),
