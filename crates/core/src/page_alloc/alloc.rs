@@ -273,7 +273,7 @@ impl PageAllocator {
         let blocks: &[(bool, bool)] = if ac.order == Order::ZERO {
             &[]
         } else {
-            summary = zone.free_block_summary();
+            summary = zone.free_block_summary(ac.order);
             &summary
         };
         let input = zone.watermark_input(ac.highest_zoneidx, blocks);
@@ -491,7 +491,7 @@ impl PageAllocator {
             return true;
         }
         managed.any(|z| {
-            let summary = z.free_block_summary();
+            let summary = z.free_block_summary(order);
             let input = z.watermark_input(highest_zoneidx, &summary);
             watermark::watermark_ok(
                 order,

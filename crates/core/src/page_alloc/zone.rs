@@ -463,11 +463,16 @@ impl Zone {
         }
     }
 
-    /// Per order: whether a block sits on a PCP-type list, and on the high-atomic list.
-    /// Linux reads `free_area` without the lock here; we take it, which is only a cost.
-    pub(crate) fn free_block_summary(&self) -> [(bool, bool); NR_PAGE_ORDERS] {
+    /// Per order from `from` up: whether a block sits on a PCP-type list, and on the
+    /// high-atomic list (`__zone_watermark_ok`'s free-area walk). The walk stops at the
+    /// first order with a block on a PCP-type list, as Linux's returns there: a watermark
+    /// check reading the orders in turn has its answer at that entry, so the entries past
+    /// it, and those below `from`, are left `(false, false)` unread. Linux reads
+    /// `free_area` without the lock here; we take it, which is only a cost.
+    pub(crate) fn free_block_summary(&self, from: Order) -> [(bool, bool); NR_PAGE_ORDERS] {
         let area = self.free_area.lock();
-        core::array::from_fn(|o| {
+        let mut summary = [(false, false); NR_PAGE_ORDERS];
+        for (o, entry) in summary.iter_mut().enumerate().skip(from.index()) {
             let order = Order::new(o as u8).expect("o ≤ MAX_ORDER");
             let pcp_types = [
                 MigrateType::Unmovable,
@@ -476,11 +481,15 @@ impl Zone {
             ]
             .iter()
             .any(|&mt| !area.list(order, mt).is_empty());
-            (
+            *entry = (
                 pcp_types,
                 !area.list(order, MigrateType::HighAtomic).is_empty(),
-            )
-        })
+            );
+            if pcp_types {
+                break;
+            }
+        }
+        summary
     }
 }
 
@@ -509,6 +518,37 @@ pub(crate) fn aligned_blocks(start: u64, end: u64) -> impl Iterator<Item = (Pfn,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The watermark walk's answer from every order, read off a summary that stops early,
+    /// equals the answer read off the free lists themselves. Boot frees pfns 0..3000 as
+    /// blocks of orders 10, 10, 9, 8, 7, 5, 4 and 3 (the test below), so orders 0–2 and
+    /// 6 have none.
+    #[test]
+    fn free_block_summary_stops_at_the_first_order_with_a_block() {
+        let spec = ZoneSpec {
+            node: 0,
+            zone_type: ZoneType::Normal,
+            start_pfn: Pfn(0),
+            spanned: 3000,
+            present: 3000,
+            managed: 3000,
+        };
+        let zone = Zone::new(&spec, 1);
+        let has_block = |o: usize| [3, 4, 5, 7, 8, 9, 10].contains(&o);
+        for from in 0..NR_PAGE_ORDERS {
+            let order = Order::new(from as u8).expect("a valid order");
+            let summary = zone.free_block_summary(order);
+            let first = (from..NR_PAGE_ORDERS).find(|&o| has_block(o));
+            for (o, &(pcp_types, highatomic)) in summary.iter().enumerate() {
+                let read = o >= from && first.is_none_or(|f| o <= f);
+                let expected = read && has_block(o);
+                assert_eq!(pcp_types, expected, "from {from}, order {o}");
+                assert!(!highatomic, "no high-atomic blocks at boot");
+            }
+            let answer = summary[from..].iter().any(|&(pcp_types, _)| pcp_types);
+            assert_eq!(answer, first.is_some(), "from {from}");
+        }
+    }
 
     #[test]
     fn aligned_blocks_cover_the_range_greedily() {
