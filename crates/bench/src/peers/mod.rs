@@ -20,7 +20,9 @@
 //! a call the others do not: whether LLVM inlined an adapter into the harness's loop was
 //! its own choice, and one that was left a call returned its block through memory (for
 //! `mmkit-cache`, a store-forwarding stall per allocation: ≈ 13 ns instead of ≈ 3).
-//! What the adapter calls (the allocator itself) is inlined or not as it is built.
+//! What the adapter calls (the allocator itself) is inlined or not as it is built. One
+//! exception, against mmkit's own interest only: `mmkit-cache`'s `free` is plain
+//! `#[inline]` (see there for the measurement).
 //!
 //! And two reference rows of `pagealloc` that are not contestants ([`floor`]): `floor:
 //! spinlock` and `floor: lifo`, the cost of a bare LIFO of pfns with and without one
