@@ -2,6 +2,8 @@
 //! or the file on disk, and read back, is what was written; a cgroup limit swaps the
 //! group's own pages; every count checks out after each step.
 
+mod common;
+
 use std::path::PathBuf;
 
 use mmkit_core::mm::memcg::MemcgId;
@@ -126,8 +128,6 @@ fn kswapd_reclaims_mapped_memory_in_the_background() {
 /// and every operation succeeds while another thread takes the CPU down and up.
 #[test]
 fn operations_finish_while_their_cpu_goes_offline_and_back() {
-    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-
     let pool = PagePool::builder()
         .memory_bytes(16 << 20)
         .cpus(2)
@@ -135,46 +135,19 @@ fn operations_finish_while_their_cpu_goes_offline_and_back() {
         .build()
         .unwrap();
     let m = MappedMemory::new(pool, &dir("hotplug"), 1024, MmPolicy::V6_7).unwrap();
-    let done = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            // Stop the toggling thread however this one ends.
-            struct Done<'a>(&'a AtomicBool);
-            impl Drop for Done<'_> {
-                fn drop(&mut self) {
-                    self.0.store(true, Relaxed);
-                }
-            }
-            let _done = Done(&done);
-            mmkit_runtime::cpu::pin_thread(Some(1));
-            let mm = m.create_mm();
-            for round in 0..40u8 {
-                let start = 0x100 + u64::from(round) * 64;
-                m.mmap_anon(mm, start, 64, Order::new(2).unwrap()).unwrap();
-                let data = pattern(round, 64 * 4096);
-                m.write(mm, start * 4096, &data).unwrap();
-                m.madvise_pageout(mm, start, 32).unwrap();
-                let mut back = vec![0; data.len()];
-                m.read(mm, start * 4096, &mut back).unwrap();
-                assert!(back == data, "round {round}: data came back changed");
-                m.munmap(mm, start).unwrap();
-            }
-            mmkit_runtime::cpu::pin_thread(None);
-        });
-        s.spawn(|| {
-            while !done.load(Relaxed) {
-                m.pool().set_cpu_online(1, false);
-                let stranded: u64 = m
-                    .pool()
-                    .allocator()
-                    .zones()
-                    .iter()
-                    .map(|zone| zone.pageset(1).map_or(0, |pcp| pcp.count))
-                    .sum();
-                assert_eq!(stranded, 0, "pages left on the offline CPU's pagesets");
-                m.pool().set_cpu_online(1, true);
-            }
-        });
+    common::toggle_cpu1_while(m.pool(), || {
+        let mm = m.create_mm();
+        for round in 0..40u8 {
+            let start = 0x100 + u64::from(round) * 64;
+            m.mmap_anon(mm, start, 64, Order::new(2).unwrap()).unwrap();
+            let data = pattern(round, 64 * 4096);
+            m.write(mm, start * 4096, &data).unwrap();
+            m.madvise_pageout(mm, start, 32).unwrap();
+            let mut back = vec![0; data.len()];
+            m.read(mm, start * 4096, &mut back).unwrap();
+            assert!(back == data, "round {round}: data came back changed");
+            m.munmap(mm, start).unwrap();
+        }
     });
     m.verify().unwrap();
 }

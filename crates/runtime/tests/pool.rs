@@ -1,5 +1,7 @@
 //! The page pool on real memory and real threads.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -418,46 +420,17 @@ fn calls_survive_their_cpu_going_offline_under_them() {
         .background(false)
         .build()
         .unwrap();
-    let done = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            // Stop the toggling thread however this one ends, so a panic fails the test
-            // instead of leaving the other thread spinning.
-            struct Done<'a>(&'a AtomicBool);
-            impl Drop for Done<'_> {
-                fn drop(&mut self) {
-                    self.0.store(true, Relaxed);
-                }
+    common::toggle_cpu1_while(&pool, || {
+        for i in 0..4_000u64 {
+            let mut block = pool
+                .alloc(order((i % 2) as u8))
+                .expect("memory is plentiful");
+            block[0] = i as u8;
+            if i % 64 == 0 {
+                let pages = pool.alloc_bulk_blocks(8).expect("memory is plentiful");
+                pool.free_blocks(pages);
             }
-            let _done = Done(&done);
-            cpu::pin_thread(Some(1));
-            for i in 0..4_000u64 {
-                let mut block = pool
-                    .alloc(order((i % 2) as u8))
-                    .expect("memory is plentiful");
-                block[0] = i as u8;
-                if i % 64 == 0 {
-                    let pages = pool.alloc_bulk_blocks(8).expect("memory is plentiful");
-                    pool.free_blocks(pages);
-                }
-            }
-            cpu::pin_thread(None);
-        });
-        s.spawn(|| {
-            while !done.load(Relaxed) {
-                pool.set_cpu_online(1, false);
-                // A call that saw CPU 1 online before it went down must not have left a
-                // page on its drained pagesets.
-                let stranded: u64 = pool
-                    .allocator()
-                    .zones()
-                    .iter()
-                    .map(|zone| zone.pageset(1).map_or(0, |pcp| pcp.count))
-                    .sum();
-                assert_eq!(stranded, 0, "pages left on the offline CPU's pagesets");
-                pool.set_cpu_online(1, true);
-            }
-        });
+        }
     });
     pool.verify().expect("every page accounted for");
 }

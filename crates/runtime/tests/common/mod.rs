@@ -1,0 +1,40 @@
+//! Helpers shared by the runtime's test binaries.
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+use mmkit_runtime::{cpu, PagePool};
+
+/// Run `work` on a thread pinned to CPU 1 of `pool` while another thread takes CPU 1
+/// offline and back until `work` ends (however it ends: a panic fails the test instead of
+/// leaving the other thread spinning). Each time CPU 1 is offline, its pagesets must be
+/// empty: a call that saw it online before it went down must not have left a page there.
+pub fn toggle_cpu1_while(pool: &PagePool, work: impl FnOnce() + Send) {
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            struct Done<'a>(&'a AtomicBool);
+            impl Drop for Done<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, Relaxed);
+                }
+            }
+            let _done = Done(&done);
+            cpu::pin_thread(Some(1));
+            work();
+            cpu::pin_thread(None);
+        });
+        s.spawn(|| {
+            while !done.load(Relaxed) {
+                pool.set_cpu_online(1, false);
+                let stranded: u64 = pool
+                    .allocator()
+                    .zones()
+                    .iter()
+                    .map(|zone| zone.pageset(1).map_or(0, |pcp| pcp.count))
+                    .sum();
+                assert_eq!(stranded, 0, "pages left on the offline CPU's pagesets");
+                pool.set_cpu_online(1, true);
+            }
+        });
+    });
+}
