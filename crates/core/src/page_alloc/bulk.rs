@@ -116,8 +116,14 @@ impl PageAllocator {
             }
         }
         // The fallback: one page through the full allocator; failure is not an error here.
-        if let Ok(pfn) = self.alloc_pages_node(caller, gfp, Order::ZERO, node) {
-            sink.put(pfn);
+        match self.alloc_pages_node(caller, gfp, Order::ZERO, node) {
+            Ok(pfn) => sink.put(pfn),
+            // The caller's CPU went offline after the fast path's check (which left its
+            // pageset alone): nothing was taken, so refuse the whole call as every entry
+            // point does, rather than report no pages, which reads as out of memory.
+            Err(AllocError::InvalidCpu(cpu)) => return Err(AllocError::InvalidCpu(cpu)),
+            // Linux returns what it has (none) when the single allocation fails.
+            Err(_) => {}
         }
         Ok(sink.result(list_start))
     }

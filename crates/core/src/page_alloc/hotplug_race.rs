@@ -128,3 +128,26 @@ fn a_cpu_back_online_uses_its_pageset_again() {
         .expect("an allocated block");
     allocator.verify().expect("every page accounted for");
 }
+
+/// The bulk allocator's single-page fallback (one slot wanted, `__GFP_ACCOUNT`, or a
+/// pageset it could not use) reports a refused CPU as the refusal it is, not as "no
+/// pages", which a caller reads as out of memory. Here the CPU is offline from the start;
+/// in the race, the fast path's check passed and the fallback's failed.
+#[test]
+fn a_bulk_allocation_on_an_offline_cpu_is_refused_not_empty() {
+    use super::error::AllocError;
+    use crate::Pfn;
+
+    let allocator = two_cpus();
+    assert!(allocator.cpu_offline(1));
+    let caller = Caller::task(1);
+    for (gfp, slots) in [(Gfp::KERNEL, 1), (Gfp::KERNEL | Gfp::ACCOUNT, 8)] {
+        let mut array: alloc::vec::Vec<Option<Pfn>> = alloc::vec![None; slots];
+        assert_eq!(
+            allocator.alloc_pages_bulk_array(caller, gfp, None, &mut array),
+            Err(AllocError::InvalidCpu(1))
+        );
+        assert!(array.iter().all(Option::is_none), "nothing was taken");
+    }
+    allocator.verify().expect("every page accounted for");
+}
