@@ -41,6 +41,42 @@ fn blocks_are_writable_memory_at_stable_addresses() {
     assert_eq!(census.iter().map(|c| c.allocated).sum::<u64>(), 0);
 }
 
+/// A handle is two words (its order rides in the low bits of its address) and gives back
+/// exactly what the allocator handed out, at every order: pfn, order, address, length.
+#[test]
+fn handles_are_two_words_and_report_their_block_at_every_order() {
+    assert_eq!(
+        std::mem::size_of::<PageBlock<'_>>(),
+        2 * std::mem::size_of::<usize>()
+    );
+    assert_eq!(
+        std::mem::size_of::<Option<PageBlock<'_>>>(),
+        2 * std::mem::size_of::<usize>()
+    );
+    let pool = PagePool::builder()
+        .memory_bytes(16 << 20)
+        .cpus(1)
+        .background(false)
+        .build()
+        .unwrap();
+    for o in 0..=mmkit_core::MAX_ORDER {
+        let block = pool.alloc(order(o)).unwrap();
+        assert_eq!(block.order(), order(o));
+        assert_eq!(block.len(), 4096 << o);
+        assert_eq!(block.addr() % (4096 << o), 0, "aligned to its size");
+        assert_eq!(pool.pfn_to_addr(block.pfn()).unwrap(), block.addr());
+        assert_eq!(pool.addr_to_pfn(block.addr()).unwrap(), block.pfn());
+        let pfn = block.pfn();
+        let raw = block.into_raw();
+        assert_eq!(raw, pfn);
+        // SAFETY: `into_raw` gave up the handle; the block is freed once, and nothing
+        // refers to its memory.
+        unsafe { pool.free_raw(raw, order(o)).unwrap() };
+    }
+    let census = pool.verify().unwrap();
+    assert_eq!(census.iter().map(|c| c.allocated).sum::<u64>(), 0);
+}
+
 #[test]
 fn threads_allocate_and_free_each_others_blocks_without_damage() {
     let pool = PagePool::builder()
