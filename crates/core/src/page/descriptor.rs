@@ -138,6 +138,16 @@ impl Page {
         (PageState::from_bits(bits), order)
     }
 
+    /// Whether the page is in `state` at `order`: [`Page::state_order`] compared without
+    /// decoding, for the buddy merge loop, which asks this of one descriptor per level.
+    /// A corrupt state (7) is simply not equal here; `state_order` and `verify()` report
+    /// it.
+    #[inline(always)]
+    pub fn has_state_order(&self, state: PageState, order: Order) -> bool {
+        let bits = self.flags.load(Relaxed);
+        bits & (STATE_MASK | ORDER_MASK) == Self::with_state(0, state, order)
+    }
+
     /// Set state and order, keeping the page flags and memcg id.
     pub fn set_state(&self, state: PageState, order: Order) {
         let bits = self.flags.load(Relaxed);
@@ -352,6 +362,36 @@ mod tests {
         page.set_flags(PageFlags::empty());
         assert_eq!(page.memcg_id(), 0xbeef);
         assert_eq!(page.order(), Order::new(9).unwrap());
+    }
+
+    #[test]
+    fn has_state_order_agrees_with_state_order() {
+        let page = Page::new(PageState::Tail);
+        page.set_memcg_id(0xffff);
+        page.set_flags(PageFlags::all());
+        let states = [
+            PageState::Tail,
+            PageState::Buddy,
+            PageState::Pcp,
+            PageState::Allocated,
+            PageState::Reserved,
+            PageState::Hole,
+            PageState::Freeing,
+        ];
+        for state in states {
+            for order in Order::all() {
+                page.set_state(state, order);
+                for asked in states {
+                    for asked_order in Order::all() {
+                        assert_eq!(
+                            page.has_state_order(asked, asked_order),
+                            page.state_order() == (asked, asked_order),
+                            "{state:?}/{order} asked {asked:?}/{asked_order}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

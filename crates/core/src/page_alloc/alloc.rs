@@ -355,9 +355,7 @@ impl PageAllocator {
             let mut locked = zone.lock();
             locked.rmqueue_bulk(order, blocks, mt, flags, pcp, pindex);
         }
-        let list = &mut pcp.lists[pindex];
-        let pfn = list.first()?;
-        let page = list.unlink_page(&zone.mem_map, pfn);
+        let (pfn, page) = pcp.lists[pindex].pop_head(&zone.mem_map)?;
         pcp.count -= order.pages();
         debug_assert_eq!(page.state_order(), (PageState::Pcp, order));
         page.set_state(PageState::Allocated, order);
@@ -522,8 +520,9 @@ impl ZoneLocked<'_> {
             let Some(pfn) = self.rmqueue(order, mt, flags) else {
                 break;
             };
-            zone.mem_map.page(pfn).set_state(PageState::Pcp, order);
-            pcp.lists[pindex].push_tail(&zone.mem_map, pfn);
+            let page = zone.mem_map.page(pfn);
+            page.set_state(PageState::Pcp, order);
+            pcp.lists[pindex].push_tail_page(&zone.mem_map, pfn, page);
             got += 1;
         }
         let pages = got << order.get();

@@ -64,7 +64,7 @@ impl<'a> ZoneLocked<'a> {
         self.zone
             .mem_map
             .get(pfn)
-            .is_some_and(|page| page.state_order() == (PageState::Buddy, order))
+            .is_some_and(|page| page.has_state_order(PageState::Buddy, order))
     }
 
     /// Return a block to the free lists, merging it with free buddies as far as it can
@@ -132,9 +132,9 @@ impl<'a> ZoneLocked<'a> {
             let Some(pfn) = self.area.list(current, mt).first() else {
                 continue;
             };
-            self.area.remove(&self.zone.mem_map, pfn, current);
+            let page = self.area.remove(&self.zone.mem_map, pfn, current);
             self.expand(pfn, order, current, mt);
-            self.zone.mem_map.page(pfn).set_cached_migratetype(mt as u8);
+            page.set_cached_migratetype(mt as u8);
             let events = &self.zone.events;
             Self::count_locked(&events.alloc_zone_locked, order.pages());
             Self::count_locked(&events.alloc_zone_locked_events, 1);
@@ -156,18 +156,38 @@ impl<'a> ZoneLocked<'a> {
     }
 
     /// `__rmqueue`: the requested migratetype first, then a fallback steal and a retry.
+    /// A refill calls this once per block, and the requested type almost always has one,
+    /// so the fallback loop is out of line: inline, its set-up cost ≈ 65 instructions per
+    /// refilled page (callgrind, `mmkit sim --workload kbuild`).
+    #[inline(always)]
     pub(crate) fn rmqueue(
         &mut self,
         order: Order,
         mt: MigrateType,
         flags: AllocFlags,
     ) -> Option<Pfn> {
+        match self.rmqueue_smallest(order, mt) {
+            Some(pfn) => Some(pfn),
+            None => self.rmqueue_with_fallback(order, mt, flags),
+        }
+    }
+
+    /// The rest of `__rmqueue` once the requested type's lists are empty: steal from a
+    /// fallback type and retry, until a block comes out or no fallback is left.
+    #[cold]
+    #[inline(never)]
+    fn rmqueue_with_fallback(
+        &mut self,
+        order: Order,
+        mt: MigrateType,
+        flags: AllocFlags,
+    ) -> Option<Pfn> {
         loop {
-            if let Some(pfn) = self.rmqueue_smallest(order, mt) {
-                return Some(pfn);
-            }
             if !self.rmqueue_fallback(order, mt, flags) {
                 return None;
+            }
+            if let Some(pfn) = self.rmqueue_smallest(order, mt) {
+                return Some(pfn);
             }
         }
     }

@@ -282,12 +282,10 @@ impl ZoneLocked<'_> {
                 }
             }
             let order = pindex_to_order(pindex);
-            while let Some(pfn) = pcp.lists[pindex].last() {
-                pcp.lists[pindex].unlink(&zone.mem_map, pfn);
+            while let Some((pfn, page)) = pcp.lists[pindex].pop_tail(&zone.mem_map) {
                 pcp.count -= order.pages();
-                let mt =
-                    MigrateType::from_index(zone.mem_map.page(pfn).cached_migratetype() as usize)
-                        .expect("a PCP page caches a valid migratetype");
+                let mt = MigrateType::from_index(page.cached_migratetype() as usize)
+                    .expect("a PCP page caches a valid migratetype");
                 self.free_one_page(pfn, order, mt, ListEnd::Head);
                 freed += order.pages();
                 left -= order.pages() as i64;

@@ -8,7 +8,7 @@
 use super::list::PfnList;
 use super::mem_map::MemMap;
 use super::types::{MigrateType, MIGRATE_TYPES};
-use crate::page::{Order, PageState, Pfn, NR_PAGE_ORDERS};
+use crate::page::{Order, Page, PageState, Pfn, NR_PAGE_ORDERS};
 
 /// All free lists of a zone and the block count per order (`nr_free`).
 #[derive(Debug)]
@@ -65,14 +65,16 @@ impl FreeArea {
     }
 
     /// Take the block at `pfn` off its list and clear its free mark
-    /// (`del_page_from_free_list`). It becomes an anonymous run of pages.
-    pub(crate) fn remove(&mut self, mem_map: &MemMap, pfn: Pfn, order: Order) {
+    /// (`del_page_from_free_list`). It becomes an anonymous run of pages. Returns its
+    /// first page's descriptor, for a caller that marks it next.
+    pub(crate) fn remove<'m>(&mut self, mem_map: &'m MemMap, pfn: Pfn, order: Order) -> &'m Page {
         let page = mem_map.page(pfn);
         debug_assert_eq!(page.state_order(), (PageState::Buddy, order));
         let mt = self.cached_migratetype(mem_map, pfn);
         self.lists[order.index()][mt.index()].unlink(mem_map, pfn);
         page.set_state(PageState::Tail, Order::ZERO);
         self.nr_free[order.index()] -= 1;
+        page
     }
 
     /// Move a free block to the tail of another migratetype's list (`move_to_free_list`).

@@ -57,8 +57,14 @@ impl PfnList {
     }
 
     pub(crate) fn push_tail(&mut self, mem_map: &MemMap, pfn: Pfn) {
+        self.push_tail_page(mem_map, pfn, mem_map.page(pfn));
+    }
+
+    /// [`PfnList::push_tail`] for a caller that already holds `pfn`'s descriptor.
+    #[inline(always)]
+    pub(crate) fn push_tail_page(&mut self, mem_map: &MemMap, pfn: Pfn, page: &Page) {
+        debug_assert!(core::ptr::eq(page, mem_map.page(pfn)));
         let raw = pfn.0 as u32;
-        let page = mem_map.page(pfn);
         page.set_next(NO_PFN);
         page.set_prev(self.tail);
         match self.tail {
@@ -71,12 +77,6 @@ impl PfnList {
 
     #[inline(always)]
     pub(crate) fn unlink(&mut self, mem_map: &MemMap, pfn: Pfn) {
-        self.unlink_page(mem_map, pfn);
-    }
-
-    /// [`PfnList::unlink`], returning `pfn`'s descriptor for the caller's next step.
-    #[inline(always)]
-    pub(crate) fn unlink_page<'m>(&mut self, mem_map: &'m MemMap, pfn: Pfn) -> &'m Page {
         let page = mem_map.page(pfn);
         let (prev, next) = (page.prev(), page.next());
         match prev {
@@ -93,7 +93,49 @@ impl PfnList {
         page.set_next(NO_PFN);
         page.set_prev(NO_PFN);
         self.len -= 1;
-        page
+    }
+
+    /// Take the block at the head off the list (the first `unlink` of a list that is
+    /// consumed from its head, as a pageset is by allocation). The head has no `prev`,
+    /// so only its successor's link changes; `unlink` would test for both neighbours.
+    #[inline(always)]
+    pub(crate) fn pop_head<'m>(&mut self, mem_map: &'m MemMap) -> Option<(Pfn, &'m Page)> {
+        if self.head == NO_PFN {
+            return None;
+        }
+        let pfn = Pfn(self.head as u64);
+        let page = mem_map.page(pfn);
+        debug_assert_eq!(page.prev(), NO_PFN, "{pfn:?} heads its list");
+        let next = page.next();
+        match next {
+            NO_PFN => self.tail = NO_PFN,
+            n => mem_map.page(Pfn(n as u64)).set_prev(NO_PFN),
+        }
+        self.head = next;
+        page.set_next(NO_PFN);
+        self.len -= 1;
+        Some((pfn, page))
+    }
+
+    /// Take the block at the tail off the list (the oldest of a head-pushed list, as a
+    /// pageset drain takes them). The mirror of [`PfnList::pop_head`].
+    #[inline(always)]
+    pub(crate) fn pop_tail<'m>(&mut self, mem_map: &'m MemMap) -> Option<(Pfn, &'m Page)> {
+        if self.tail == NO_PFN {
+            return None;
+        }
+        let pfn = Pfn(self.tail as u64);
+        let page = mem_map.page(pfn);
+        debug_assert_eq!(page.next(), NO_PFN, "{pfn:?} ends its list");
+        let prev = page.prev();
+        match prev {
+            NO_PFN => self.head = NO_PFN,
+            p => mem_map.page(Pfn(p as u64)).set_next(NO_PFN),
+        }
+        self.tail = prev;
+        page.set_prev(NO_PFN);
+        self.len -= 1;
+        Some((pfn, page))
     }
 
     /// The pfns on the list from head to tail.
@@ -107,11 +149,6 @@ impl PfnList {
             cursor = mem_map.page(pfn).next();
             Some(pfn)
         })
-    }
-
-    /// The block at the tail (the oldest for head-pushed lists).
-    pub(crate) fn last(&self) -> Option<Pfn> {
-        (self.tail != NO_PFN).then_some(Pfn(self.tail as u64))
     }
 }
 
