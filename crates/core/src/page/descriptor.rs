@@ -138,6 +138,28 @@ impl Page {
         (PageState::from_bits(bits), order)
     }
 
+    /// Set state and order of a page that carries no page flags and no memcg id (what
+    /// `free_pages_prepare` leaves): one store, where [`Page::set_state`] must read the
+    /// word to keep them.
+    #[inline(always)]
+    pub fn set_state_of_bare(&self, state: PageState, order: Order) {
+        debug_assert_eq!(
+            self.flags.load(Relaxed) & !(STATE_MASK | ORDER_MASK),
+            0,
+            "the page has flags or a memcg id"
+        );
+        self.flags.store(Self::with_state(0, state, order), Relaxed);
+    }
+
+    /// Clear the page flags and the memcg id together (`free_pages_prepare`), keeping
+    /// state and order: one read-modify-write where `set_flags` and `set_memcg_id` take
+    /// two.
+    #[inline(always)]
+    pub fn clear_flags_and_memcg(&self) {
+        let bits = self.flags.load(Relaxed);
+        self.flags.store(bits & (STATE_MASK | ORDER_MASK), Relaxed);
+    }
+
     /// Whether the page is in `state` at `order`: [`Page::state_order`] compared without
     /// decoding, for the buddy merge loop, which asks this of one descriptor per level.
     /// A corrupt state (7) is simply not equal here; `state_order` and `verify()` report
@@ -362,6 +384,30 @@ mod tests {
         page.set_flags(PageFlags::empty());
         assert_eq!(page.memcg_id(), 0xbeef);
         assert_eq!(page.order(), Order::new(9).unwrap());
+    }
+
+    #[test]
+    fn clearing_flags_and_memcg_keeps_state_and_order() {
+        let page = Page::new(PageState::Tail);
+        let o3 = Order::new(3).unwrap();
+        page.set_state(PageState::Freeing, o3);
+        page.set_memcg_id(0xbeef);
+        page.set_flags(PageFlags::all());
+        page.clear_flags_and_memcg();
+        assert_eq!(page.state_order(), (PageState::Freeing, o3));
+        assert_eq!((page.flags(), page.memcg_id()), (PageFlags::empty(), 0));
+        page.set_state_of_bare(PageState::Pcp, o3);
+        assert_eq!(page.state_order(), (PageState::Pcp, o3));
+        assert_eq!((page.flags(), page.memcg_id()), (PageFlags::empty(), 0));
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "the page has flags or a memcg id")]
+    fn set_state_of_bare_refuses_a_page_with_flags() {
+        let page = Page::new(PageState::Tail);
+        page.set_flags(PageFlags::DIRTY);
+        page.set_state_of_bare(PageState::Pcp, Order::ZERO);
     }
 
     #[test]

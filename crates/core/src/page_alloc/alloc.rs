@@ -45,9 +45,9 @@ impl PageAllocator {
     #[inline(always)]
     pub fn alloc_pages(&self, caller: Caller, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
         let node = self
-            .cpu_node(caller.cpu)
+            .online_cpu_node(caller.cpu)
             .ok_or(AllocError::InvalidCpu(caller.cpu))?;
-        self.alloc_pages_node(caller, gfp, order, node)
+        self.alloc_pages_online(caller, gfp, order, node)
     }
 
     /// Allocate for `caller`, preferring `node` (`__alloc_pages` with a preferred nid).
@@ -59,26 +59,82 @@ impl PageAllocator {
         order: Order,
         node: NodeId,
     ) -> Result<Pfn, AllocError> {
-        let ac = self.prepare_alloc_pages(caller, gfp, order, node)?;
+        if !self.cpu_online(caller.cpu) {
+            return Err(AllocError::InvalidCpu(caller.cpu));
+        }
+        self.alloc_pages_online(caller, gfp, order, node)
+    }
+
+    /// `__alloc_pages` for a caller whose CPU was found online. Order 0, the pageset fast
+    /// path's order and nearly every request, gets a copy with the order as a constant;
+    /// the other orders share one out-of-line copy.
+    #[inline(always)]
+    fn alloc_pages_online(
+        &self,
+        caller: Caller,
+        gfp: Gfp,
+        order: Order,
+        node: NodeId,
+    ) -> Result<Pfn, AllocError> {
+        if order == Order::ZERO {
+            self.alloc_pages_of_order(caller, gfp, Order::ZERO, node)
+        } else {
+            self.alloc_pages_of_any_order(caller, gfp, order, node)
+        }
+    }
+
+    /// [`PageAllocator::alloc_pages_online`] for orders above 0.
+    #[inline(never)]
+    fn alloc_pages_of_any_order(
+        &self,
+        caller: Caller,
+        gfp: Gfp,
+        order: Order,
+        node: NodeId,
+    ) -> Result<Pfn, AllocError> {
+        self.alloc_pages_of_order(caller, gfp, order, node)
+    }
+
+    /// The body of [`PageAllocator::alloc_pages_online`].
+    #[inline(always)]
+    fn alloc_pages_of_order(
+        &self,
+        caller: Caller,
+        gfp: Gfp,
+        order: Order,
+        node: NodeId,
+    ) -> Result<Pfn, AllocError> {
+        let ac = self.alloc_context(caller, gfp, order, node)?;
         if let Some(pfn) = self.alloc_pcp_fast(&ac) {
             return Ok(pfn);
         }
-        self.alloc_pages_general(&ac)
+        self.alloc_pages_general(caller, gfp, order, node)
     }
 
     /// Everything but the fast path: the first zonelist pass, then the slow path. Out of
     /// line, so that a caller inlining `alloc_pages` does not set up a frame for it on
-    /// every allocation the fast path serves.
+    /// every allocation the fast path serves. It builds the request's context again from
+    /// the arguments rather than taking the fast path's: the context is a pure function of
+    /// them and of tables fixed at boot, and a context passed by reference would be
+    /// stored to memory on every allocation, fast or not.
     #[inline(never)]
-    fn alloc_pages_general(&self, ac: &AllocContext<'_>) -> Result<Pfn, AllocError> {
+    fn alloc_pages_general(
+        &self,
+        caller: Caller,
+        gfp: Gfp,
+        order: Order,
+        node: NodeId,
+    ) -> Result<Pfn, AllocError> {
+        let ac = self.alloc_context(caller, gfp, order, node)?;
         let flags =
-            AllocFlags::empty().with_wmark(WatermarkKind::Low) | self.alloc_flags_nofragment(ac);
-        if let Some(pfn) = self.get_page_from_freelist(ac, flags) {
+            AllocFlags::empty().with_wmark(WatermarkKind::Low) | self.alloc_flags_nofragment(&ac);
+        if let Some(pfn) = self.get_page_from_freelist(&ac, flags) {
             return Ok(pfn);
         }
-        self.alloc_pages_slowpath(ac)
+        self.alloc_pages_slowpath(&ac)
     }
 
+    /// `prepare_alloc_pages`: refuse an offline CPU, then build the request's context.
     #[inline(always)]
     pub(crate) fn prepare_alloc_pages(
         &self,
@@ -90,30 +146,43 @@ impl PageAllocator {
         if !self.cpu_online(caller.cpu) {
             return Err(AllocError::InvalidCpu(caller.cpu));
         }
+        self.alloc_context(caller, gfp, order, node)
+    }
+
+    /// The rest of `prepare_alloc_pages`: zonelist, zone and migratetype from the GFP
+    /// flags, preferred zone. Reads only what boot fixed.
+    #[inline(always)]
+    fn alloc_context(
+        &self,
+        caller: Caller,
+        gfp: Gfp,
+        order: Order,
+        node: NodeId,
+    ) -> Result<AllocContext<'_>, AllocError> {
         let zonelist = self
             .zonelists
             .get(node as usize)
             .ok_or(AllocError::InvalidNode(node))?;
         let (highest_zoneidx, mut migratetype) = gfp.zone_and_migratetype()?;
-        if !self.zones[0].group_by_mobility() {
+        if !self.group_by_mobility.load(Relaxed) {
             migratetype = MigrateType::Unmovable;
         }
-        let preferred = if gfp.contains(Gfp::THISNODE) {
-            zonelist
-                .iter()
-                .copied()
-                .find(|&i| self.zones[i].zone_type <= highest_zoneidx && self.zones[i].node == node)
-        } else {
-            self.preferred_zones[node as usize][highest_zoneidx.index()]
-        }
-        .ok_or(AllocError::NoZone)?;
+        let preferred =
+            if gfp.contains(Gfp::THISNODE) {
+                zonelist.zones.iter().copied().find(|&i| {
+                    self.zones[i].zone_type <= highest_zoneidx && self.zones[i].node == node
+                })
+            } else {
+                zonelist.first[highest_zoneidx.index()]
+            }
+            .ok_or(AllocError::NoZone)?;
         Ok(AllocContext {
             caller,
             gfp,
             order,
             migratetype,
             highest_zoneidx,
-            zonelist,
+            zonelist: &zonelist.zones,
             preferred,
         })
     }
@@ -133,9 +202,8 @@ impl PageAllocator {
             return None;
         }
         let zone = &self.zones[ac.preferred];
-        if !zone.is_managed() {
-            return None;
-        }
+        // `zone_allows` refuses an unmanaged zone, but zonelists hold managed zones only.
+        debug_assert!(zone.is_managed());
         // `zone_allows` with the first pass's flags (no reserve rights): patch 8 checks a
         // zone not flagged BELOW_HIGH against its high mark and flags it if that fails, a
         // side effect left to the general path; otherwise the low mark.
@@ -162,7 +230,7 @@ impl PageAllocator {
             ac.migratetype,
             AllocFlags::empty(),
         )?;
-        zone.pcp_vm_events[ac.caller.cpu as usize].count_alloc(1);
+        pcp.count_alloc(1);
         drop(pcp);
         if ac.gfp.contains(Gfp::KSWAPD_RECLAIM) {
             self.wake_if_boosted(zone);
@@ -330,7 +398,7 @@ impl PageAllocator {
         };
         pcp.on_alloc(&self.policy.pcp);
         let pfn = self.rmqueue_pcplist_locked(zone, &mut pcp, ac.order, ac.migratetype, flags)?;
-        zone.pcp_vm_events[ac.caller.cpu as usize].count_alloc(ac.order.pages());
+        pcp.count_alloc(ac.order.pages());
         drop(pcp);
         Some(pfn)
     }

@@ -34,6 +34,26 @@ pub struct KswapdState {
     pub pending: AtomicBool,
 }
 
+/// A node's zonelist (`pgdat->node_zonelists[ZONELIST_FALLBACK]`).
+#[derive(Debug)]
+pub(crate) struct Zonelist {
+    /// Zone indices in fallback order.
+    pub(crate) zones: Vec<usize>,
+    /// Per highest zone type: the first entry a request may use (`first_zones_zonelist`),
+    /// computed once so the fast path does not search.
+    pub(crate) first: [Option<usize>; MAX_NR_ZONES],
+}
+
+/// What the allocation and free paths ask about a CPU, in one entry so one bounds check
+/// answers both.
+#[derive(Debug)]
+struct CpuState {
+    /// In `cpu_online_mask`.
+    online: AtomicBool,
+    /// `cpu_to_node`, a table so the fast path does not search the topology.
+    node: NodeId,
+}
+
 /// The zones of every node and the allocator's entry points.
 #[derive(Debug)]
 pub struct PageAllocator {
@@ -41,23 +61,21 @@ pub struct PageAllocator {
     /// Node-major: node n's zone of type t is at `n * nr_zone_types + t`.
     pub(crate) zones: Vec<Zone>,
     pub(crate) nr_zone_types: usize,
-    /// Per node: zone indices in fallback order (`ZONELIST_FALLBACK`).
-    pub(crate) zonelists: Vec<Vec<usize>>,
-    /// Per node and highest zone type: the first zonelist entry a request may use
-    /// (`first_zones_zonelist`), computed once so the fast path does not search.
-    pub(crate) preferred_zones: Vec<[Option<usize>; MAX_NR_ZONES]>,
-    /// The node of each CPU (`cpu_to_node`), a table so the fast path does not search
-    /// the topology.
-    cpu_nodes: Vec<NodeId>,
+    /// Per node: its zonelist and the first entry of it each request may use.
+    pub(crate) zonelists: Vec<Zonelist>,
+    /// Per CPU: online or not, and its node.
+    cpus: Vec<CpuState>,
+    /// `!page_group_by_mobility_disabled`, decided at boot; every zone has a copy.
+    pub(crate) group_by_mobility: AtomicBool,
     /// Spanning zones sorted by start pfn, for pfn → zone.
     pfn_ranges: Vec<(u64, u64, usize)>,
+    /// pfn → zone in one load for most pfns (Linux keeps the zone in `page->flags`).
+    section_zones: SectionZones,
     settings: SpinLock<Settings>,
     pub(crate) policy: Policy,
     min_free_kbytes: AtomicU64,
     /// `CONFIG_PCP_BATCH_SCALE_MAX`, copied from the settings for the hot paths.
     pub(crate) scale_max: AtomicU8,
-    /// `cpu_online_mask`.
-    pub(crate) online: Vec<AtomicBool>,
     pub(crate) nr_online: AtomicU32,
     pub(crate) kswapd: Vec<KswapdState>,
     /// `pcpu_drain_mutex` and the queued drain work of the workqueue drain mode.
@@ -95,15 +113,15 @@ impl PageAllocator {
                 zones.push(Zone::new(&spec, nr_cpus));
             }
         }
-        let zonelists = build_zonelists(&zones, nr_zone_types, topology.nr_nodes());
-        let preferred_zones = zonelists
-            .iter()
-            .map(|list| {
-                core::array::from_fn(|highest| {
+        let zonelists = build_zonelists(&zones, nr_zone_types, topology.nr_nodes())
+            .into_iter()
+            .map(|list| Zonelist {
+                first: core::array::from_fn(|highest| {
                     list.iter()
                         .copied()
                         .find(|&i| zones[i].zone_type.index() <= highest)
-                })
+                }),
+                zones: list,
             })
             .collect();
         let mut pfn_ranges: Vec<_> = zones
@@ -113,11 +131,13 @@ impl PageAllocator {
             .map(|(i, z)| (z.start_pfn.0, z.start_pfn.0 + z.spanned, i))
             .collect();
         pfn_ranges.sort_unstable();
-        let cpu_nodes = (0..nr_cpus)
-            .map(|cpu| {
-                topology
+        let section_zones = SectionZones::new(&pfn_ranges);
+        let cpus = (0..nr_cpus)
+            .map(|cpu| CpuState {
+                online: AtomicBool::new(true),
+                node: topology
                     .cpu_node(cpu)
-                    .expect("CPUs are numbered below nr_cpus")
+                    .expect("CPUs are numbered below nr_cpus"),
             })
             .collect();
         let allocator = PageAllocator {
@@ -128,14 +148,14 @@ impl PageAllocator {
             zones,
             nr_zone_types,
             zonelists,
-            preferred_zones,
-            cpu_nodes,
+            cpus,
+            group_by_mobility: AtomicBool::new(true),
             pfn_ranges,
+            section_zones,
             scale_max: AtomicU8::new(settings.pcp_batch_scale_max),
             settings: SpinLock::new(settings),
             policy,
             min_free_kbytes: AtomicU64::new(0),
-            online: (0..nr_cpus).map(|_| AtomicBool::new(true)).collect(),
             nr_online: AtomicU32::new(nr_cpus),
             drain_work: DrainWorkState::new(nr_cpus),
         };
@@ -155,6 +175,7 @@ impl PageAllocator {
             .sum();
         // page_group_by_mobility_disabled: under one pageblock per migratetype.
         let grouping = total >= PAGEBLOCK_PAGES * MIGRATE_TYPES as u64;
+        self.group_by_mobility.store(grouping, Relaxed);
         for zone in &self.zones {
             zone.group_by_mobility.store(grouping, Relaxed);
             zone.watermark_boost_factor
@@ -172,14 +193,28 @@ impl PageAllocator {
     /// The node of `cpu` (`cpu_to_node`), `None` for a CPU the machine does not have.
     #[inline]
     pub(crate) fn cpu_node(&self, cpu: CpuId) -> Option<NodeId> {
-        self.cpu_nodes.get(cpu as usize).copied()
+        self.cpus.get(cpu as usize).map(|c| c.node)
+    }
+
+    /// The node of `cpu` if it exists and is online: the allocation path's two questions,
+    /// answered with one lookup.
+    #[inline(always)]
+    pub(crate) fn online_cpu_node(&self, cpu: CpuId) -> Option<NodeId> {
+        let state = self.cpus.get(cpu as usize)?;
+        state.online.load(Relaxed).then_some(state.node)
     }
 
     /// Whether `cpu` exists and is online.
     pub fn cpu_online(&self, cpu: CpuId) -> bool {
-        self.online
+        self.cpus
             .get(cpu as usize)
-            .is_some_and(|o| o.load(Relaxed))
+            .is_some_and(|c| c.online.load(Relaxed))
+    }
+
+    /// Mark `cpu` online or offline in `cpu_online_mask`. The caller has checked that it
+    /// exists.
+    pub(crate) fn set_cpu_online_mask(&self, cpu: CpuId, online: bool) {
+        self.cpus[cpu as usize].online.store(online, Relaxed);
     }
 
     /// Online CPUs of `node` (`cpumask_of_node`).
@@ -273,7 +308,7 @@ impl PageAllocator {
     pub(crate) fn set_pagesets(&self, zone: &Zone, limits: PcpLimits) {
         for pageset in zone.pagesets.iter() {
             // LOCK ORDER: settings → pcp lock (Linux: pcp_batch_high_lock → pcp->lock).
-            let mut pcp = pageset.lock();
+            let mut pcp = pageset.pcp.lock();
             pcp.update_limits(
                 &self.policy.pcp,
                 limits.batch,
@@ -320,7 +355,7 @@ impl PageAllocator {
                     .filter(|&c| self.cpu_online(c))
                     .count() as u32;
                 let slice = pcp_sizing::data_cache_slice(llc.llc_bytes, sharing.max(1));
-                let mut pcp = pageset.lock();
+                let mut pcp = pageset.pcp.lock();
                 pcp.flags.free_high_batch = pcp_sizing::free_high_batch(slice, pcp.batch);
             }
         }
@@ -384,18 +419,90 @@ impl PageAllocator {
     }
 
     /// The zone spanning `pfn` (`page_zone`).
+    #[inline(always)]
     pub fn find_zone(&self, pfn: Pfn) -> Option<&Zone> {
-        let i = self
-            .pfn_ranges
-            .partition_point(|&(start, _, _)| start <= pfn.0);
-        let &(_, end, zone) = self.pfn_ranges.get(i.checked_sub(1)?)?;
-        (pfn.0 < end).then(|| &self.zones[zone])
+        match self.section_zones.zone(pfn) {
+            Some(zone) => Some(&self.zones[zone]),
+            None => self.find_zone_search(pfn),
+        }
+    }
+
+    /// [`PageAllocator::find_zone`] for a pfn whose section the table does not settle: a
+    /// binary search over the zones' spans.
+    #[inline(never)]
+    fn find_zone_search(&self, pfn: Pfn) -> Option<&Zone> {
+        search_zone(&self.pfn_ranges, pfn.0).map(|zone| &self.zones[zone])
     }
 
     /// kswapd wake-up requests of `node`.
     pub fn kswapd(&self, node: NodeId) -> Option<&KswapdState> {
         self.kswapd.get(node as usize)
     }
+}
+
+/// The zone of each section of 2^`shift` pfns that one zone spans entirely; sections that
+/// a zone boundary or a gap cuts, and pfns past the last section, are left to the binary
+/// search. Linux finds a page's zone in `page->flags`; our descriptor has no room for it.
+#[derive(Debug)]
+struct SectionZones {
+    shift: u32,
+    /// Zone index per section, or [`SectionZones::UNSETTLED`].
+    zones: Vec<u16>,
+}
+
+impl SectionZones {
+    /// The table's size bound: the section grows until the highest pfn fits in this many
+    /// sections (4096 × 2 bytes; a 16 TiB machine gets 4 GiB sections).
+    const MAX_SECTIONS: u64 = 4096;
+    /// Ask the binary search.
+    const UNSETTLED: u16 = u16::MAX;
+
+    /// From the spanning zones' `(start, end, zone index)`, sorted by start.
+    fn new(ranges: &[(u64, u64, usize)]) -> SectionZones {
+        let end_pfn = ranges.iter().map(|&(_, end, _)| end).max().unwrap_or(0);
+        // A pageblock at least: zone spans are pageblock-aligned on real machines.
+        let mut shift = watermark::PAGEBLOCK_ORDER as u32;
+        while end_pfn.div_ceil(1 << shift) > Self::MAX_SECTIONS {
+            shift += 1;
+        }
+        let sections = end_pfn.div_ceil(1 << shift);
+        let zones = (0..sections)
+            .map(|section| {
+                let (first, last) = (section << shift, ((section + 1) << shift) - 1);
+                // The search answers every pfn of the section as it answers the first when
+                // no span starts or ends inside it.
+                let cut = ranges.iter().any(|&(start, end, _)| {
+                    (first < start && start <= last) || (first < end && end <= last)
+                });
+                match search_zone(ranges, first) {
+                    Some(zone) if !cut => u16::try_from(zone)
+                        .ok()
+                        .filter(|&zone| zone != Self::UNSETTLED)
+                        .unwrap_or(Self::UNSETTLED),
+                    _ => Self::UNSETTLED,
+                }
+            })
+            .collect();
+        SectionZones { shift, zones }
+    }
+
+    /// The index of the zone spanning `pfn`, if its section settles it.
+    #[inline(always)]
+    fn zone(&self, pfn: Pfn) -> Option<usize> {
+        let section = usize::try_from(pfn.0 >> self.shift).ok()?;
+        match self.zones.get(section) {
+            Some(&zone) if zone != Self::UNSETTLED => Some(zone as usize),
+            _ => None,
+        }
+    }
+}
+
+/// The zone of `pfn` by binary search over the spanning zones' `(start, end, zone index)`,
+/// sorted by start: the last span starting at or below `pfn`, if it reaches `pfn`.
+fn search_zone(ranges: &[(u64, u64, usize)], pfn: u64) -> Option<usize> {
+    let i = ranges.partition_point(|&(start, _, _)| start <= pfn);
+    let &(_, end, zone) = ranges.get(i.checked_sub(1)?)?;
+    (pfn < end).then_some(zone)
 }
 
 /// `build_zonelists`: for each node, its own zones from the highest type down, then each
@@ -417,3 +524,31 @@ const _: fn() = || {
     fn shared<T: Send + Sync>() {}
     shared::<PageAllocator>();
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The section table settles a pfn only with the binary search's answer: spans that
+    /// start and end inside sections, a gap, overlapping spans and pfns past the end.
+    #[test]
+    fn section_table_agrees_with_the_search() {
+        let layouts: [&[(u64, u64, usize)]; 3] = [
+            &[(0, 4096, 0), (4096, 16384, 1)],
+            &[(1, 700, 0), (700, 1500, 1), (2048, 5000, 3)],
+            &[(0, 3000, 0), (1024, 2048, 2), (2500, 9000, 1)],
+        ];
+        for ranges in layouts {
+            let table = SectionZones::new(ranges);
+            let mut settled = 0;
+            for pfn in 0..12_000 {
+                let answer = search_zone(ranges, pfn);
+                if let Some(zone) = table.zone(Pfn(pfn)) {
+                    assert_eq!(Some(zone), answer, "{ranges:?} pfn {pfn}");
+                    settled += 1;
+                }
+            }
+            assert!(settled > 0, "{ranges:?}: the table settles some sections");
+        }
+    }
+}

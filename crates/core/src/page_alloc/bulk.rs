@@ -179,7 +179,7 @@ impl PageAllocator {
                 None => break,
             }
         }
-        zone.pcp_vm_events[caller.cpu as usize].count_alloc(taken as u64);
+        pcp.count_alloc(taken as u64);
         drop(pcp);
         Ok(Some(taken))
     }

@@ -98,7 +98,7 @@ impl PageAllocator {
 
     /// `drain_pages_zone`: return all of `cpu`'s pages of `zone` to the buddy lists.
     pub fn drain_pages_zone(&self, cpu: CpuId, zone: &Zone) -> u64 {
-        let Some(pageset) = zone.pagesets.get(cpu as usize) else {
+        let Some(pageset) = zone.pagesets.get(cpu as usize).map(|slot| &slot.pcp) else {
             return 0;
         };
         if self.policy.pcp.drain_zone_in_chunks {
@@ -180,7 +180,7 @@ impl PageAllocator {
                 force_all_cpus
                     || zones
                         .iter()
-                        .any(|z| z.pagesets[cpu as usize].lock().count > 0)
+                        .any(|z| z.pagesets[cpu as usize].pcp.lock().count > 0)
             })
             .collect();
         if self.policy.drain == DrainMode::Workqueue && !force_all_cpus {
@@ -265,7 +265,7 @@ impl PageAllocator {
         let local_node = self.topology.cpu_node(cpu);
         let mut changes = false;
         for zone in self.zones.iter().filter(|z| z.present > 0) {
-            let mut pcp = zone.pagesets[cpu as usize].lock();
+            let mut pcp = zone.pagesets[cpu as usize].pcp.lock();
             if core::mem::take(&mut pcp.zone_touched) {
                 pcp.expire = 3;
             }
@@ -338,12 +338,12 @@ impl PageAllocator {
         if !self.cpu_online(cpu) || self.nr_online.load(Relaxed) == 1 {
             return false;
         }
-        self.online[cpu as usize].store(false, Relaxed);
+        self.set_cpu_online_mask(cpu, false);
         self.nr_online.fetch_sub(1, Relaxed);
         // Close the pagesets before draining them: a task that checked the CPU online
         // before the store above may still be on its way to one (`Zone::pcp_trylock`).
         for zone in self.zones.iter() {
-            zone.pagesets[cpu as usize].lock().offline = true;
+            zone.pagesets[cpu as usize].pcp.lock().offline = true;
         }
         self.drain_pages(cpu);
         self.setup_pcp_cacheinfo();
@@ -361,9 +361,9 @@ impl PageAllocator {
         }
         self.update_pcp_limits(&self.settings(), 1);
         for zone in self.zones.iter() {
-            zone.pagesets[cpu as usize].lock().offline = false;
+            zone.pagesets[cpu as usize].pcp.lock().offline = false;
         }
-        self.online[cpu as usize].store(true, Relaxed);
+        self.set_cpu_online_mask(cpu, true);
         self.nr_online.fetch_add(1, Relaxed);
         self.setup_pcp_cacheinfo();
         self.refresh_zone_stat_thresholds();

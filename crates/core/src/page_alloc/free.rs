@@ -14,11 +14,10 @@ use super::buddy::ZoneLocked;
 use super::error::FreeError;
 use super::free_area::ListEnd;
 use super::pcp::{order_to_pindex, pcp_allowed_order, pindex_to_order, PerCpuPages, NR_PCP_LISTS};
-use super::types::{Caller, CpuId, MigrateType, ZoneType, MIGRATE_PCPTYPES};
+use super::types::{Caller, MigrateType, ZoneType, MIGRATE_PCPTYPES};
 use super::watermark::{self, WatermarkKind};
-use super::zone::{DrainReason, Zone, ZoneFlags};
-use crate::page::{Order, Page, PageFlags, PageState, Pfn};
-use crate::sync::SpinLockGuard;
+use super::zone::{DrainReason, PcpLocked, Zone, ZoneFlags};
+use crate::page::{Order, Page, PageState, Pfn};
 
 /// Pages freed under one pageset lock hold in a batched free (`SWAP_CLUSTER_MAX`).
 const FREE_BATCH_RELOCK: usize = 32;
@@ -31,6 +30,30 @@ impl PageAllocator {
     /// misaligned) is refused with an error and changes nothing.
     #[inline(always)]
     pub fn free_pages(&self, caller: Caller, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        // Nearly every free is of one page: that copy of the path has the order as a
+        // constant (alignment, list index, page counts and the high-order rules fold
+        // away); the other orders share one out-of-line copy.
+        if order == Order::ZERO {
+            self.free_pages_of_order(caller, pfn, Order::ZERO)
+        } else {
+            self.free_pages_of_any_order(caller, pfn, order)
+        }
+    }
+
+    /// [`PageAllocator::free_pages`] for orders above 0.
+    #[inline(never)]
+    fn free_pages_of_any_order(
+        &self,
+        caller: Caller,
+        pfn: Pfn,
+        order: Order,
+    ) -> Result<(), FreeError> {
+        self.free_pages_of_order(caller, pfn, order)
+    }
+
+    /// The body of [`PageAllocator::free_pages`].
+    #[inline(always)]
+    fn free_pages_of_order(&self, caller: Caller, pfn: Pfn, order: Order) -> Result<(), FreeError> {
         let (zone, page) = self.claim_block(caller, pfn, order)?;
         free_pages_prepare(page);
         self.free_unref_page(caller, zone, pfn, page, order);
@@ -85,8 +108,9 @@ impl PageAllocator {
             return free_one_page(zone, pfn, order, mt);
         };
         match zone.pcp_trylock(caller.cpu) {
-            Ok(mut pcp) => self
-                .free_unref_page_commit(caller.cpu, zone, &mut pcp, pfn, page, order, mt, pcp_mt),
+            Ok(mut pcp) => {
+                self.free_unref_page_commit(zone, &mut pcp, pfn, page, order, mt, pcp_mt)
+            }
             Err(refused) => {
                 refused.count(zone);
                 free_one_page(zone, pfn, order, mt);
@@ -100,14 +124,13 @@ impl PageAllocator {
     /// watermark clears `BELOW_HIGH` (patch 8).
     #[expect(
         clippy::too_many_arguments,
-        reason = "Linux's signature plus the CPU it implies"
+        reason = "Linux's signature plus the descriptor and the pageset type found before"
     )]
     #[inline(always)]
     fn free_unref_page_commit(
         &self,
-        cpu: CpuId,
         zone: &Zone,
-        pcp: &mut PerCpuPages,
+        pcp: &mut PcpLocked<'_>,
         pfn: Pfn,
         page: &Page,
         order: Order,
@@ -117,8 +140,9 @@ impl PageAllocator {
         let policy = &self.policy.pcp;
         let scale_max = self.scale_max.load(Relaxed);
         pcp.on_free(policy);
-        zone.pcp_vm_events[cpu as usize].count_free(order.pages());
-        page.set_state(PageState::Pcp, order);
+        pcp.count_free(order.pages());
+        // `free_pages_prepare` cleared the flags and memcg id before this commit.
+        page.set_state_of_bare(PageState::Pcp, order);
         page.set_cached_migratetype(mt as u8);
         let pindex = order_to_pindex(pcp_mt, order);
         pcp.lists[pindex].push_head_page(&zone.mem_map, pfn, page);
@@ -166,7 +190,7 @@ impl PageAllocator {
             }
         }
         let bypass = self.policy.irq_bypass && caller.in_interrupt();
-        let mut held: Option<(&Zone, SpinLockGuard<'_, PerCpuPages>)> = None;
+        let mut held: Option<(&Zone, PcpLocked<'_>)> = None;
         let mut batch = 0;
         for (&pfn, &zone) in pfns.iter().zip(&claimed) {
             let page = zone.mem_map.page(pfn);
@@ -197,7 +221,7 @@ impl PageAllocator {
                 }
             }
             let (_, pcp) = held.as_mut().expect("a pageset lock is held here");
-            self.free_unref_page_commit(caller.cpu, zone, pcp, pfn, page, Order::ZERO, mt, pcp_mt);
+            self.free_unref_page_commit(zone, pcp, pfn, page, Order::ZERO, mt, pcp_mt);
             batch += 1;
         }
         Ok(())
@@ -215,8 +239,7 @@ impl PageAllocator {
 
 /// `free_pages_prepare`: a free page carries no flags and no memcg.
 pub(super) fn free_pages_prepare(page: &Page) {
-    page.set_flags(PageFlags::empty());
-    page.set_memcg_id(0);
+    page.clear_flags_and_memcg();
 }
 
 /// The pageset list type for a block of pageblock type `mt`: the PCP types map to

@@ -38,7 +38,7 @@ fn normal(allocator: &PageAllocator) -> &Zone {
 }
 
 fn pcp_count(allocator: &PageAllocator, cpu: u32) -> u64 {
-    normal(allocator).pagesets[cpu as usize].lock().count
+    normal(allocator).pagesets[cpu as usize].pcp.lock().count
 }
 
 #[test]

@@ -18,6 +18,8 @@ use crate::page::{Page, PageState, Pfn};
 #[derive(Debug)]
 pub struct MemMap {
     start_pfn: u64,
+    /// `start_pfn >> PAGEBLOCK_ORDER`, kept so a pageblock lookup is one subtraction.
+    start_pageblock: u64,
     pages: Box<[Page]>,
     /// One migratetype per pageblock touched by the zone; index
     /// `(pfn >> PAGEBLOCK_ORDER) − (start_pfn >> PAGEBLOCK_ORDER)`.
@@ -51,6 +53,7 @@ impl MemMap {
             .collect();
         MemMap {
             start_pfn,
+            start_pageblock: start_pfn >> PAGEBLOCK_ORDER,
             pages: pages.into_boxed_slice(),
             pageblocks,
         }
@@ -88,7 +91,7 @@ impl MemMap {
     }
 
     fn pageblock_index(&self, pfn: Pfn) -> usize {
-        ((pfn.0 >> PAGEBLOCK_ORDER) - (self.start_pfn >> PAGEBLOCK_ORDER)) as usize
+        ((pfn.0 >> PAGEBLOCK_ORDER) - self.start_pageblock) as usize
     }
 
     /// The migratetype of the pageblock holding `pfn` (`get_pfnblock_migratetype`).

@@ -121,7 +121,7 @@ impl PageAllocator {
             return None;
         }
         let zone = self.zone(id.node, id.zone_type)?;
-        let mut pcp = zone.pagesets.get(cpu as usize)?.lock();
+        let mut pcp = zone.pagesets.get(cpu as usize)?.pcp.lock();
         let pindex = order_to_pindex(mt, order);
         let placed = if blocks > 0 {
             // LOCK ORDER: pcp lock → zone lock.

@@ -58,7 +58,7 @@ impl Zone {
     /// order are left unmerged.
     pub fn verify(&self) -> Result<ZoneCensus, VerifyError> {
         // LOCK ORDER: every pcp lock of the zone, then the zone lock.
-        let pagesets: alloc::vec::Vec<_> = self.pagesets.iter().map(|p| p.lock()).collect();
+        let pagesets: alloc::vec::Vec<_> = self.pagesets.iter().map(|p| p.pcp.lock()).collect();
         let locked = self.lock();
         let area = locked.area();
         let mem_map = &self.mem_map;

@@ -73,25 +73,61 @@ pub struct ZoneEvents {
 
 /// One CPU's `PGALLOC`/`PGFREE` for a zone, as Linux keeps vm events per CPU. Written only
 /// by the holder of that CPU's pageset lock, so a relaxed load and store (no locked
-/// read-modify-write) is exact; readers sum without locks. Kept in a [`CachePadded`]
-/// slot, so CPUs do not share a line.
+/// read-modify-write) is exact; readers sum without locks.
 #[derive(Debug, Default)]
 pub(crate) struct PcpVmEvents {
     pgalloc: AtomicU64,
     pgfree: AtomicU64,
 }
 
-impl PcpVmEvents {
-    /// Count `pages` allocated; the caller holds this CPU's pageset lock.
+/// One CPU's slot of a zone: its pageset and its vm events for the zone. The pageset-lock
+/// holder writes both, so they share the slot: one index finds both, and they share
+/// cache lines that no other CPU writes. Kept in a [`CachePadded`] slot, so CPUs do not
+/// share a line.
+#[derive(Debug)]
+pub(crate) struct PagesetSlot {
+    /// The pageset and its lock (`pcp->lock`).
+    pub(crate) pcp: SpinLock<PerCpuPages>,
+    /// The CPU's `PGALLOC`/`PGFREE` of the pageset paths.
+    pub(crate) vm_events: PcpVmEvents,
+}
+
+/// A pageset taken with [`Zone::pcp_trylock`]: the lock guard, and the CPU's vm events,
+/// which only the lock's holder may count (so counting needs this token).
+pub(crate) struct PcpLocked<'a> {
+    pcp: SpinLockGuard<'a, PerCpuPages>,
+    vm_events: &'a PcpVmEvents,
+}
+
+impl PcpLocked<'_> {
+    /// Count `pages` allocated from this pageset (`PGALLOC`).
+    #[inline(always)]
     pub(crate) fn count_alloc(&self, pages: u64) {
-        self.pgalloc
-            .store(self.pgalloc.load(Relaxed) + pages, Relaxed);
+        let pgalloc = &self.vm_events.pgalloc;
+        pgalloc.store(pgalloc.load(Relaxed) + pages, Relaxed);
     }
 
-    /// Count `pages` freed; the caller holds this CPU's pageset lock.
+    /// Count `pages` freed to this pageset (`PGFREE`).
+    #[inline(always)]
     pub(crate) fn count_free(&self, pages: u64) {
-        self.pgfree
-            .store(self.pgfree.load(Relaxed) + pages, Relaxed);
+        let pgfree = &self.vm_events.pgfree;
+        pgfree.store(pgfree.load(Relaxed) + pages, Relaxed);
+    }
+}
+
+impl core::ops::Deref for PcpLocked<'_> {
+    type Target = PerCpuPages;
+
+    #[inline(always)]
+    fn deref(&self) -> &PerCpuPages {
+        &self.pcp
+    }
+}
+
+impl core::ops::DerefMut for PcpLocked<'_> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut PerCpuPages {
+        &mut self.pcp
     }
 }
 
@@ -170,10 +206,8 @@ pub struct Zone {
     /// False on tiny systems (`page_group_by_mobility_disabled`).
     pub(crate) group_by_mobility: AtomicBool,
     pub(crate) events: ZoneEvents,
-    /// One pageset per CPU (`zone->per_cpu_pageset`).
-    pub(crate) pagesets: Box<[CachePadded<SpinLock<PerCpuPages>>]>,
-    /// Per-CPU `PGALLOC`/`PGFREE` of the pageset paths.
-    pub(crate) pcp_vm_events: Box<[CachePadded<PcpVmEvents>]>,
+    /// One pageset per CPU (`zone->per_cpu_pageset`), each with the CPU's vm events.
+    pub(crate) pagesets: Box<[CachePadded<PagesetSlot>]>,
     /// The limits every pageset gets (`pageset_batch`, `pageset_high_min/max`).
     pub(crate) pcp_limits: SpinLock<PcpLimits>,
     /// Nesting depth of `zone_pcp_disable`.
@@ -224,10 +258,12 @@ impl Zone {
             group_by_mobility: AtomicBool::new(true),
             events: ZoneEvents::default(),
             pagesets: (0..nr_cpus)
-                .map(|_| CachePadded(SpinLock::new(PerCpuPages::default())))
-                .collect(),
-            pcp_vm_events: (0..nr_cpus)
-                .map(|_| CachePadded(PcpVmEvents::default()))
+                .map(|_| {
+                    CachePadded(PagesetSlot {
+                        pcp: SpinLock::new(PerCpuPages::default()),
+                        vm_events: PcpVmEvents::default(),
+                    })
+                })
                 .collect(),
             pcp_limits: SpinLock::new(PcpLimits::default()),
             pcp_disabled: AtomicU32::new(0),
@@ -271,22 +307,21 @@ impl Zone {
     /// back. `cpu_offline` sets the flag under this lock before it drains, so a task that
     /// takes the lock later sees it; one that took it earlier is drained.
     #[inline(always)]
-    pub(crate) fn pcp_trylock(
-        &self,
-        cpu: CpuId,
-    ) -> Result<SpinLockGuard<'_, PerCpuPages>, PcpRefused> {
-        let pcp = self.pagesets[cpu as usize]
-            .try_lock()
-            .ok_or(PcpRefused::Busy)?;
+    pub(crate) fn pcp_trylock(&self, cpu: CpuId) -> Result<PcpLocked<'_>, PcpRefused> {
+        let slot = &self.pagesets[cpu as usize];
+        let pcp = slot.pcp.try_lock().ok_or(PcpRefused::Busy)?;
         if pcp.offline {
             return Err(PcpRefused::Offline);
         }
-        Ok(pcp)
+        Ok(PcpLocked {
+            pcp,
+            vm_events: &slot.vm_events,
+        })
     }
 
     /// Pages on all of this zone's pagesets (each read under its lock).
     pub fn pcp_pages(&self) -> u64 {
-        self.pagesets.iter().map(|p| p.lock().count).sum()
+        self.pagesets.iter().map(|p| p.pcp.lock().count).sum()
     }
 
     /// The zone type.
@@ -395,9 +430,9 @@ impl Zone {
     /// (`pgalloc_<zone>` in `/proc/vmstat`).
     pub fn pgalloc(&self) -> u64 {
         let per_cpu: u64 = self
-            .pcp_vm_events
+            .pagesets
             .iter()
-            .map(|e| e.pgalloc.load(Relaxed))
+            .map(|p| p.vm_events.pgalloc.load(Relaxed))
             .sum();
         self.events.pgalloc.load(Relaxed) + per_cpu
     }
@@ -406,9 +441,9 @@ impl Zone {
     /// the direct buddy free; v6.7's try-lock fallback is not counted).
     pub fn pgfree(&self) -> u64 {
         let per_cpu: u64 = self
-            .pcp_vm_events
+            .pagesets
             .iter()
-            .map(|e| e.pgfree.load(Relaxed))
+            .map(|p| p.vm_events.pgfree.load(Relaxed))
             .sum();
         self.events.pgfree.load(Relaxed) + per_cpu
     }
@@ -420,7 +455,9 @@ impl Zone {
 
     /// A copy of `cpu`'s pageset, taken under its lock.
     pub fn pageset(&self, cpu: u32) -> Option<PerCpuPages> {
-        self.pagesets.get(cpu as usize).map(|p| p.lock().clone())
+        self.pagesets
+            .get(cpu as usize)
+            .map(|p| p.pcp.lock().clone())
     }
 
     /// Number of pagesets (one per CPU).
