@@ -257,17 +257,21 @@ impl PerCpuPages {
         if high == 0 {
             return 0;
         }
-        let shrink = if policy.free_count {
-            self.free_count.max(batch)
-        } else {
-            batch << self.free_factor
+        // How far `high` falls under pressure. Only the two pressure branches read it, so
+        // it is not computed on the common path (where LLVM hoisted it as a value).
+        let shrink = |pcp: &Self| {
+            if policy.free_count {
+                pcp.free_count.max(batch)
+            } else {
+                batch << pcp.free_factor
+            }
         };
         if free_high {
             self.high = high.saturating_sub(batch << scale_max).max(self.high_min);
             return 0;
         }
         if zone.contains(ZoneFlags::RECLAIM_ACTIVE) {
-            self.high = high.saturating_sub(shrink).max(self.high_min);
+            self.high = high.saturating_sub(shrink(self)).max(self.high_min);
             return (4 * batch).min(self.high);
         }
         if policy.below_high {
@@ -275,7 +279,7 @@ impl PerCpuPages {
                 return high;
             }
             if zone.contains(ZoneFlags::BELOW_HIGH) {
-                self.high = high.saturating_sub(shrink).max(self.high_min);
+                self.high = high.saturating_sub(shrink(self)).max(self.high_min);
                 return self.count.max(self.high_min);
             }
         }
