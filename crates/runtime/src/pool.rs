@@ -163,20 +163,31 @@ impl PagePool {
     /// ```
     #[inline]
     pub fn caller(&self) -> Caller {
-        let nr = self.inner.nr_cpus;
-        let cpu = cpu::current_cpu();
-        // A pool usually has a pageset for every CPU the machine has; the division that
-        // folds larger CPU numbers costs more than the rest of this function.
-        let first = if cpu < nr { cpu } else { cpu % nr };
+        let first = self.this_cpu();
         // The CPU we run on is almost always online: test it before the search.
         if self.inner.allocator.cpu_online(first) {
             return Caller::task(first);
         }
+        let nr = self.inner.nr_cpus;
         let cpu = (0..nr)
             .map(|i| (first + i) % nr)
             .find(|&c| self.inner.allocator.cpu_online(c))
             .unwrap_or(first);
         Caller::task(cpu)
+    }
+
+    /// This thread's CPU folded into the pool's CPUs, online or not.
+    #[inline(always)]
+    fn this_cpu(&self) -> CpuId {
+        let nr = self.inner.nr_cpus;
+        let cpu = cpu::current_cpu();
+        // A pool usually has a pageset for every CPU the machine has; the division that
+        // folds larger CPU numbers costs more than the rest of the lookup.
+        if cpu < nr {
+            cpu
+        } else {
+            cpu % nr
+        }
     }
 
     /// The caller for an operation that makes many calls into the core as one CPU, with
@@ -295,13 +306,29 @@ impl PagePool {
         if self.inner.fault.should_fail(order) {
             return Err(PoolError::Injected);
         }
-        let caller = self.caller();
+        // This CPU without `caller()`'s online test: the core makes that test first and
+        // refuses an offline CPU before changing anything, and the refusal goes to
+        // `alloc_on_online_cpu`, which starts over from `caller()`: what `caller()` would
+        // have picked, without the test on every call.
+        let caller = Caller::task(self.this_cpu());
         let result = match self.inner.allocator.alloc_pages(caller, gfp, order) {
-            Err(AllocError::InvalidCpu(cpu)) => self.alloc_after_hotplug(caller, cpu, gfp, order),
+            Err(AllocError::InvalidCpu(_)) => self.alloc_on_online_cpu(gfp, order),
             done => done,
         };
         self.kick_kswapd();
         Ok(result?)
+    }
+
+    /// [`PagePool::alloc_pfn`] after the core refused this thread's CPU, offline: from
+    /// the online CPU `caller()` picks, then retried as `alloc_after_hotplug` decides.
+    #[cold]
+    #[inline(never)]
+    fn alloc_on_online_cpu(&self, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
+        let caller = self.caller();
+        match self.inner.allocator.alloc_pages(caller, gfp, order) {
+            Err(AllocError::InvalidCpu(cpu)) => self.alloc_after_hotplug(caller, cpu, gfp, order),
+            done => done,
+        }
     }
 
     /// Fill the empty slots of `out` with order-0 pages under one pageset lock hold
@@ -414,9 +441,23 @@ impl PagePool {
         Ok(self.free_pages_as_task(pfn, order)?)
     }
 
-    /// `free_pages` from the current task (see [`PagePool::retry_after_hotplug`]).
+    /// `free_pages` from the current task (see [`PagePool::retry_after_hotplug`]). As
+    /// `alloc_pfn`, on this CPU without `caller()`'s online test, which the core makes
+    /// before anything else.
     #[inline(always)]
     fn free_pages_as_task(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        let caller = Caller::task(self.this_cpu());
+        match self.inner.allocator.free_pages(caller, pfn, order) {
+            Err(FreeError::InvalidCpu(_)) => self.free_on_online_cpu(pfn, order),
+            done => done,
+        }
+    }
+
+    /// [`PagePool::free_pages_as_task`] after the core refused this thread's CPU, offline:
+    /// from the online CPU `caller()` picks, then retried as `free_after_hotplug` decides.
+    #[cold]
+    #[inline(never)]
+    fn free_on_online_cpu(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
         let caller = self.caller();
         match self.inner.allocator.free_pages(caller, pfn, order) {
             Err(FreeError::InvalidCpu(cpu)) => self.free_after_hotplug(caller, cpu, pfn, order),

@@ -470,3 +470,39 @@ fn calls_survive_their_cpu_going_offline_under_them() {
     });
     pool.verify().expect("every page accounted for");
 }
+
+/// A thread whose CPU is offline from the start: each raw call reaches the core with that
+/// CPU, is refused before anything changes, and is served by the online CPU `caller()`
+/// picks, so the offline CPU's pageset stays empty and the counters see one call each.
+#[test]
+fn raw_calls_from_an_offline_cpu_are_served_by_an_online_one() {
+    let pool = PagePool::builder()
+        .memory_bytes(16 << 20)
+        .cpus(2)
+        .background(false)
+        .build()
+        .unwrap();
+    let zone = pool.allocator().zone(0, ZoneType::Normal).unwrap();
+    assert!(pool.set_cpu_online(1, false));
+    cpu::pin_thread(Some(1));
+    let pfns: Vec<Pfn> = (0..64)
+        .map(|_| {
+            pool.alloc_raw(Gfp::KERNEL, order(0))
+                .expect("memory is plentiful")
+        })
+        .collect();
+    for &pfn in &pfns {
+        // SAFETY: allocated raw above, freed once, never referenced.
+        unsafe { pool.free_raw(pfn, order(0)) }.expect("an allocated page");
+    }
+    cpu::pin_thread(None);
+    assert_eq!(
+        zone.pageset(1).unwrap().count,
+        0,
+        "the offline CPU took no pages"
+    );
+    assert!(zone.pageset(0).unwrap().count > 0, "CPU 0 served the calls");
+    let stats = pool.stats();
+    assert_eq!((stats.pgalloc, stats.pgfree), (64, 64));
+    pool.verify().expect("every page accounted for");
+}
