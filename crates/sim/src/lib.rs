@@ -9,6 +9,7 @@
 //! | [`cost`] | the cost model's parameters, one struct, with sources |
 //! | [`cache`] | reuse-distance classification of touched pages (L2 / LLC / memory) |
 //! | [`engine`] | virtual CPUs, the zone-lock FIFO servers, vmstat ticks, sampling |
+//! | `queue` | the engine's pending events: a winner tree with one leaf per CPU |
 //! | [`workload`] | kbuild, netperf, unix, pagealloc, pageout |
 //! | [`mod@run`] | one run → the seed metrics; the relative table |
 //! | [`plot`] | SVG plots of the series |
@@ -26,6 +27,7 @@ pub mod cost;
 pub mod engine;
 pub mod machine;
 pub mod plot;
+mod queue;
 pub mod rng;
 pub mod run;
 pub mod workload;
