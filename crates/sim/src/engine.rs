@@ -33,6 +33,7 @@ use serde::Serialize;
 use crate::cache::CacheModel;
 use crate::cost::CostModel;
 use crate::machine::MachineSpec;
+use crate::prefetch::prefetch;
 use crate::queue::{EventQueue, NONE};
 
 /// What a workload's CPU does after a step.
@@ -416,16 +417,16 @@ impl Sim {
         self.work(cpu, ns);
     }
 
-    /// Read the page descriptors and the cache stamps of the blocks at `pfns`, which later
-    /// [`Self::free`]s will need, and drop them: plain loads issued ahead so that their
-    /// cache misses (a descriptor is cold when its block was allocated long ago) overlap
-    /// with each other and with the work before those frees. Changes nothing in the run.
+    /// Prefetch the page descriptors and the cache stamps of the blocks at `pfns`, which
+    /// later [`Self::free`]s will need, so that their cache misses (a descriptor is cold
+    /// when its block was allocated long ago) overlap with each other and with the work
+    /// before those frees. Changes nothing in the run.
     ///
-    /// The loop is kept short (no call, no panic path per block) so that the loads of a
-    /// batch of 8 blocks fit in the processor's reorder window together.
+    /// The loop is kept short (no call, no panic path per block). Prefetch hints, not
+    /// loads: a load that misses would hold up the loop until its line arrived (the
+    /// crate's `prefetch` module).
     pub fn prefetch(&self, pfns: &[Pfn]) {
         let zones = self.allocator.zones();
-        let mut sink = 0u64;
         for &pfn in pfns {
             let Some(slot) = self
                 .zones
@@ -436,11 +437,10 @@ impl Sim {
             };
             let (zone, start, _) = self.zones[slot];
             if let Some(page) = zones[zone].mem_map().get(pfn) {
-                sink ^= page.state() as u64;
+                prefetch(page);
             }
-            sink ^= self.cache.prefetch(slot, pfn.0 - start);
+            self.cache.prefetch(slot, pfn.0 - start);
         }
-        std::hint::black_box(sink);
     }
 
     fn acquire(&mut self, slot: usize, cpu: u32, hold_ns: u64, blocks: u64) {
