@@ -330,15 +330,14 @@ impl CacheModel {
         }
     }
 
-    /// Read the stamp of the page at offset `first` of zone `zone`: a load issued ahead of
-    /// the [`Self::stamp`] or [`Self::touch`] that will need it, so that its cache miss
-    /// overlaps with the work in between. The caller drops the value (through
-    /// [`std::hint::black_box`]); it changes nothing.
+    /// Prefetch the stamp of the page at offset `first` of zone `zone`, ahead of the
+    /// [`Self::stamp`] or [`Self::touch`] that will need it, so that its cache miss
+    /// overlaps with the work in between. Changes nothing.
     #[inline]
-    pub fn prefetch(&self, zone: usize, first: u64) -> u64 {
-        self.stamps[zone]
-            .get(first as usize)
-            .map_or(0, |s| s.socket_lines)
+    pub fn prefetch(&self, zone: usize, first: u64) {
+        if let Some(stamp) = self.stamps[zone].get(first as usize) {
+            crate::prefetch::prefetch(stamp);
+        }
     }
 
     /// The seed-comparable miss rate in percent (§3.3):

@@ -20,11 +20,9 @@
 //!
 //! CPUs run in time order: the CPU with the earliest clock runs its next step; it keeps
 //! running while its clock stays before every other pending event (a lookahead that
-//! changes nothing in the order, only saves heap operations). Ties break by event kind,
+//! changes nothing in the order, only saves queue operations). Ties break by event kind,
 //! then CPU number, so a run is a pure function of its inputs.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::sync::atomic::Ordering::Relaxed;
 
 use mmkit_core::page_alloc::pcp::{pcp_allowed_order, NR_PCP_LISTS};
@@ -35,6 +33,8 @@ use serde::Serialize;
 use crate::cache::CacheModel;
 use crate::cost::CostModel;
 use crate::machine::MachineSpec;
+use crate::prefetch::prefetch;
+use crate::queue::{EventQueue, NONE};
 
 /// What a workload's CPU does after a step.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -213,7 +213,7 @@ const KEY_TIME_SHIFT: u32 = 18;
 
 /// An event as one integer whose order is that of `(t, kind, cpu)`: the time in the high
 /// 46 bits (2^46 ns ≈ 19.5 hours of virtual time), the kind, then the CPU. One `u64`
-/// compare instead of a tuple's three keeps the heap cheap.
+/// compare instead of a tuple's three keeps the queue cheap.
 fn event_key(t: u64, kind: u8, cpu: u32) -> u64 {
     assert!(
         t < 1 << (64 - KEY_TIME_SHIFT),
@@ -255,8 +255,9 @@ pub struct Sim {
     done: Vec<bool>,
     active: u32,
     nr_scheduled: u32,
-    /// Pending events as [`event_key`]s, earliest first.
-    heap: BinaryHeap<Reverse<u64>>,
+    /// Pending events as [`event_key`]s: each CPU's step (while `scheduled`) and tick,
+    /// and the sample.
+    queue: EventQueue,
     /// Allocator zone indices of zones with memory, and their pfn ranges.
     zones: Vec<(usize, u64, u64)>,
     locks: Vec<ZoneLock>,
@@ -321,7 +322,7 @@ impl Sim {
             done: vec![true; nr_cpus as usize],
             active: 0,
             nr_scheduled: 0,
-            heap: BinaryHeap::new(),
+            queue: EventQueue::new(nr_cpus as usize),
             locks: vec![ZoneLock::default(); zones.len()],
             alloc_seen: [AllocCounters::default(); MAX_ZONES],
             pcp_blocks: vec![vec![0; nr_cpus as usize]; zones.len()],
@@ -416,16 +417,16 @@ impl Sim {
         self.work(cpu, ns);
     }
 
-    /// Read the page descriptors and the cache stamps of the blocks at `pfns`, which later
-    /// [`Self::free`]s will need, and drop them: plain loads issued ahead so that their
-    /// cache misses (a descriptor is cold when its block was allocated long ago) overlap
-    /// with each other and with the work before those frees. Changes nothing in the run.
+    /// Prefetch the page descriptors and the cache stamps of the blocks at `pfns`, which
+    /// later [`Self::free`]s will need, so that their cache misses (a descriptor is cold
+    /// when its block was allocated long ago) overlap with each other and with the work
+    /// before those frees. Changes nothing in the run.
     ///
-    /// The loop is kept short (no call, no panic path per block) so that the loads of a
-    /// batch of 8 blocks fit in the processor's reorder window together.
+    /// The loop is kept short (no call, no panic path per block). Prefetch hints, not
+    /// loads: a load that misses would hold up the loop until its line arrived (the
+    /// crate's `prefetch` module).
     pub fn prefetch(&self, pfns: &[Pfn]) {
         let zones = self.allocator.zones();
-        let mut sink = 0u64;
         for &pfn in pfns {
             let Some(slot) = self
                 .zones
@@ -436,11 +437,10 @@ impl Sim {
             };
             let (zone, start, _) = self.zones[slot];
             if let Some(page) = zones[zone].mem_map().get(pfn) {
-                sink ^= page.state() as u64;
+                prefetch(page);
             }
-            sink ^= self.cache.prefetch(slot, pfn.0 - start);
+            self.cache.prefetch(slot, pfn.0 - start);
         }
-        std::hint::black_box(sink);
     }
 
     fn acquire(&mut self, slot: usize, cpu: u32, hold_ns: u64, blocks: u64) {
@@ -721,13 +721,17 @@ impl Sim {
         let nr_cpus = self.machine.nr_cpus();
         for cpu in 0..nr_cpus {
             let skew = (cpu as u64 * 3_000_000) % self.tick_ns;
-            self.heap
-                .push(Reverse(event_key(self.tick_ns - skew, KIND_TICK, cpu)));
+            self.queue
+                .set_tick(cpu as usize, event_key(self.tick_ns - skew, KIND_TICK, cpu));
         }
-        self.heap.push(Reverse(event_key(0, KIND_SAMPLE, 0)));
+        self.queue.set_sample(event_key(0, KIND_SAMPLE, 0));
         let mut last_progress = 0;
         let mut now = 0;
-        while let Some(Reverse(key)) = self.heap.pop() {
+        loop {
+            let key = self.queue.first();
+            if key == NONE {
+                break;
+            }
             let (t, kind, cpu) = event_parts(key);
             if end.is_some_and(|e| t >= e) || self.active == 0 {
                 break;
@@ -738,16 +742,13 @@ impl Sim {
                     let c = cpu as usize;
                     self.clock[c] = self.clock[c].max(t);
                     self.vmstat_tick(cpu);
-                    self.heap
-                        .push(Reverse(event_key(t + self.tick_ns, KIND_TICK, cpu)));
+                    self.queue
+                        .set_tick(c, event_key(t + self.tick_ns, KIND_TICK, cpu));
                 }
                 KIND_SAMPLE => {
                     self.sample(t);
-                    self.heap.push(Reverse(event_key(
-                        t + self.options.sample_ns,
-                        KIND_SAMPLE,
-                        0,
-                    )));
+                    self.queue
+                        .set_sample(event_key(t + self.options.sample_ns, KIND_SAMPLE, 0));
                 }
                 _ => self.run_cpu(workload, cpu, t, end)?,
             }
@@ -776,12 +777,15 @@ impl Sim {
         end: Option<u64>,
     ) -> Result<(), SimError> {
         let c = cpu as usize;
-        if self.scheduled[c] != Some(t) {
-            return Ok(()); // superseded by an earlier wake
-        }
+        debug_assert_eq!(
+            self.scheduled[c],
+            Some(t),
+            "the queue holds the current step"
+        );
         self.scheduled[c] = None;
         self.clock[c] = self.clock[c].max(t);
         self.nr_scheduled -= 1;
+        self.queue.run(c);
         let verify = self.options.verify_every;
         loop {
             self.stats.steps += 1;
@@ -792,14 +796,16 @@ impl Sim {
             let clock = self.clock[c];
             match step {
                 Step::Continue => {
-                    let before_next = self.heap.peek().map_or(true, |Reverse(next)| {
-                        event_key(clock, KIND_STEP, cpu) < *next
-                    });
-                    if self.scheduled[c].is_none() && before_next && end.map_or(true, |e| clock < e)
-                    {
-                        continue;
+                    if self.scheduled[c].is_none() && end.map_or(true, |e| clock < e) {
+                        if self.queue.runs_first(c, event_key(clock, KIND_STEP, cpu)) {
+                            continue;
+                        }
+                        // The queue holds the step at `clock` now.
+                        self.scheduled[c] = Some(clock);
+                        self.nr_scheduled += 1;
+                    } else {
+                        self.schedule(cpu, clock);
                     }
-                    self.schedule(cpu, clock);
                 }
                 Step::SleepUntil(at) => self.schedule(cpu, at.max(clock)),
                 Step::Wait => {}
@@ -809,6 +815,9 @@ impl Sim {
                         self.active -= 1;
                     }
                 }
+            }
+            if self.scheduled[c].is_none() {
+                self.queue.set_step(c, NONE);
             }
             return Ok(());
         }
@@ -821,7 +830,7 @@ impl Sim {
         }
         if self.scheduled[c].map_or(true, |s| at < s) {
             self.scheduled[c] = Some(at);
-            self.heap.push(Reverse(event_key(at, KIND_STEP, cpu)));
+            self.queue.set_step(c, event_key(at, KIND_STEP, cpu));
         }
     }
 }

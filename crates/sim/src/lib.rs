@@ -9,6 +9,8 @@
 //! | [`cost`] | the cost model's parameters, one struct, with sources |
 //! | [`cache`] | reuse-distance classification of touched pages (L2 / LLC / memory) |
 //! | [`engine`] | virtual CPUs, the zone-lock FIFO servers, vmstat ticks, sampling |
+//! | `queue` | the engine's pending events: a winner tree with one leaf per CPU |
+//! | `prefetch` | a cache-line prefetch hint: the crate's one `unsafe` block |
 //! | [`workload`] | kbuild, netperf, unix, pagealloc, pageout |
 //! | [`mod@run`] | one run → the seed metrics; the relative table |
 //! | [`plot`] | SVG plots of the series |
@@ -17,8 +19,9 @@
 //! Linux has no counterpart: this is the measuring instrument. Nothing here decides what
 //! the allocator does; the engine only reads the allocator's event counters to charge time.
 //! Same inputs and seed ⇒ byte-identical results (no hash-map order, no host time).
+//! `unsafe` is denied but for one prefetch intrinsic, which cannot change a result.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod cache;
@@ -26,6 +29,8 @@ pub mod cost;
 pub mod engine;
 pub mod machine;
 pub mod plot;
+mod prefetch;
+mod queue;
 pub mod rng;
 pub mod run;
 pub mod workload;
