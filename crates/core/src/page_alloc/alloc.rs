@@ -6,6 +6,8 @@
 //! `__rmqueue_pcplist`, `rmqueue_bulk`, `rmqueue_buddy`, `__alloc_pages_slowpath`
 //! (reduced: no direct reclaim, compaction or OOM killer yet; it releases the high-atomic
 //! reserve and then reports [`AllocError::OutOfMemory`]), `wakeup_kswapd`.
+//! [`PageAllocator::peek_pcplist`] has no counterpart: a read-only look at the head of a
+//! pageset list, for a caller (the simulator) that prefetches the next block.
 
 use core::sync::atomic::Ordering::Relaxed;
 
@@ -17,7 +19,7 @@ use super::pcp::{order_to_pindex, pcp_allowed_order, PerCpuPages};
 use super::types::{Caller, MigrateType, NodeId, ZoneType};
 use super::watermark::{self, WatermarkKind};
 use super::zone::{Zone, ZoneFlags};
-use crate::page::{Order, PageState, Pfn};
+use crate::page::{Order, PageState, Pfn, NO_PFN};
 use crate::policy::DrainMode;
 
 /// A request after `prepare_alloc_pages`.
@@ -236,6 +238,58 @@ impl PageAllocator {
             self.wake_if_boosted(zone);
         }
         Some(pfn)
+    }
+
+    /// The blocks `caller`'s next allocations of `order` with `gfp` would take from its
+    /// pageset, in order, into `blocks`; returns how many it wrote. They are the first
+    /// entries of the preferred zone's `pcp->lists[order_to_pindex(migratetype, order)]`
+    /// (`list_first_entry_or_null` and its successors), which `__rmqueue_pcplist` takes
+    /// from the head. Nothing when the list is empty (the allocation refills it from the
+    /// buddy first), when `order` is not cached on pagesets, when the request would bypass
+    /// them (an interrupt under `irq_bypass`), or when the pageset is busy or offline: its
+    /// lock is only tried, never waited for.
+    ///
+    /// A hint for a caller that wants to prefetch those blocks (the simulator reads ahead
+    /// the descriptor and its own state of the block after the one it is about to take);
+    /// Linux has no such call. It changes nothing: no counter, no list, no pageset or zone
+    /// state. An allocation can still be served elsewhere (a preferred zone below its
+    /// watermark sends it down the zonelist), and a free or drain on the pageset in
+    /// between changes the list.
+    pub fn peek_pcplist(
+        &self,
+        caller: Caller,
+        gfp: Gfp,
+        order: Order,
+        blocks: &mut [Pfn],
+    ) -> usize {
+        if !pcp_allowed_order(order) || (self.policy.irq_bypass && caller.in_interrupt()) {
+            return 0;
+        }
+        let Some(node) = self.online_cpu_node(caller.cpu) else {
+            return 0;
+        };
+        let Ok(ac) = self.alloc_context(caller, gfp, order, node) else {
+            return 0;
+        };
+        let zone = &self.zones[ac.preferred];
+        let Ok(pcp) = zone.pcp_trylock(caller.cpu) else {
+            return 0;
+        };
+        let mut next = pcp.lists[order_to_pindex(ac.migratetype, order)].first();
+        let wanted = blocks.len();
+        for (written, block) in blocks.iter_mut().enumerate() {
+            let Some(pfn) = next else {
+                return written;
+            };
+            *block = pfn;
+            // Read a block's link only when its successor is wanted: the last descriptor
+            // is what the caller means to prefetch, and reading it here would wait for it.
+            if written + 1 < wanted {
+                let link = zone.mem_map.page(pfn).next();
+                next = (link != NO_PFN).then_some(Pfn(link as u64));
+            }
+        }
+        wanted
     }
 
     /// `alloc_flags_nofragment`: a request whose preferred zone is Normal avoids splitting
@@ -600,5 +654,124 @@ impl ZoneLocked<'_> {
         Self::count_locked(&zone.events.pcp_refills, 1);
         Self::count_locked(&zone.events.pcp_refill_pages, pages);
         got
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use alloc::format;
+    use alloc::string::String;
+    use alloc::vec::Vec;
+
+    use super::*;
+    use crate::page_alloc::pcp::PAGE_ALLOC_COSTLY_ORDER;
+    use crate::settings::Settings;
+    use crate::topology::{CacheInfo, Topology, ZoneSize};
+    use crate::Policy;
+
+    const MOVABLE: Gfp = Gfp::HIGHUSER_MOVABLE;
+
+    fn allocator() -> PageAllocator {
+        let topology = Topology::x86_64(
+            &[ZoneSize::managed(0, ZoneType::Normal, 1 << 16)],
+            alloc::vec![2],
+            CacheInfo {
+                llc_bytes: 32 << 20,
+                llc_shared_cpus: 2,
+            },
+            false,
+        )
+        .unwrap();
+        PageAllocator::new(topology, Settings::default(), Policy::V6_7).unwrap()
+    }
+
+    /// Everything an allocator call could change that a reader can see: every zone's
+    /// counters, free pages, buddy lists' sizes and flags, and every pageset whole.
+    fn state(a: &PageAllocator) -> String {
+        let mut s = String::new();
+        for zone in a.zones() {
+            s += &format!(
+                "{:?} {} {} {} {:?} {:?}\n",
+                zone.events(),
+                zone.pgalloc(),
+                zone.pgfree(),
+                zone.free_pages(),
+                zone.buddyinfo(),
+                zone.flags(),
+            );
+            for cpu in 0..zone.nr_pagesets() as u32 {
+                s += &format!("{:?}\n", zone.pageset(cpu));
+            }
+        }
+        s
+    }
+
+    /// Peek at up to `N` blocks, check that it changed nothing, and return what it saw.
+    fn peek_n<const N: usize>(a: &PageAllocator, cpu: u32, gfp: Gfp, order: Order) -> Vec<Pfn> {
+        let before = state(a);
+        let mut blocks = [Pfn(u64::MAX); N];
+        let n = a.peek_pcplist(Caller::task(cpu), gfp, order, &mut blocks);
+        assert_eq!(state(a), before, "peek_pcplist changed the allocator");
+        blocks[..n].to_vec()
+    }
+
+    /// The head of CPU `cpu`'s movable order-0 list, by [`peek_n`].
+    fn peek(a: &PageAllocator, cpu: u32) -> Option<Pfn> {
+        peek_n::<1>(a, cpu, MOVABLE, Order::ZERO).first().copied()
+    }
+
+    #[test]
+    fn peek_pcplist_names_the_block_the_next_allocation_takes() {
+        let a = allocator();
+        // Empty pagesets: the next allocation refills first, so there is nothing to name.
+        assert_eq!(peek(&a, 0), None);
+        let first = a
+            .alloc_pages(Caller::task(0), MOVABLE, Order::ZERO)
+            .unwrap();
+        assert_ne!(peek(&a, 0), Some(first));
+        let ahead = peek_n::<4>(&a, 0, MOVABLE, Order::ZERO);
+        assert_eq!(
+            ahead.len(),
+            4,
+            "the refill left more than 4 blocks on the list"
+        );
+        for next in ahead {
+            assert_eq!(peek(&a, 0), Some(next));
+            let pfn = a
+                .alloc_pages(Caller::task(0), MOVABLE, Order::ZERO)
+                .unwrap();
+            assert_eq!(pfn, next);
+        }
+        // A free puts its block at the head; the other CPU's pageset is still empty.
+        a.free_pages(Caller::task(0), first, Order::ZERO).unwrap();
+        assert_eq!(peek(&a, 0), Some(first));
+        assert_eq!(peek(&a, 1), None);
+        assert_eq!(
+            a.alloc_pages(Caller::task(0), MOVABLE, Order::ZERO),
+            Ok(first)
+        );
+        // Another migratetype's list is empty.
+        assert_eq!(peek_n::<1>(&a, 0, Gfp::KERNEL, Order::ZERO), []);
+    }
+
+    #[test]
+    fn peek_pcplist_declines_uncached_orders_and_busy_pagesets() {
+        let a = allocator();
+        a.alloc_pages(Caller::task(0), MOVABLE, Order::ZERO)
+            .unwrap();
+        let zone = a.zone(0, ZoneType::Normal).unwrap();
+        let held = zone.pcp_trylock(0).unwrap();
+        let before = zone.events().pcp_lock_contended.load(Relaxed);
+        let mut blocks = [Pfn(0); 1];
+        assert_eq!(
+            a.peek_pcplist(Caller::task(0), MOVABLE, Order::ZERO, &mut blocks),
+            0,
+            "a busy pageset is not waited for"
+        );
+        assert_eq!(zone.events().pcp_lock_contended.load(Relaxed), before);
+        drop(held);
+        assert!(peek(&a, 0).is_some());
+        let uncached = Order::new(PAGE_ALLOC_COSTLY_ORDER + 1).unwrap();
+        assert_eq!(peek_n::<1>(&a, 0, MOVABLE, uncached), []);
     }
 }
