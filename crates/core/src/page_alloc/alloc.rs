@@ -665,25 +665,10 @@ mod tests {
 
     use super::*;
     use crate::page_alloc::pcp::PAGE_ALLOC_COSTLY_ORDER;
-    use crate::settings::Settings;
-    use crate::topology::{CacheInfo, Topology, ZoneSize};
-    use crate::Policy;
 
     const MOVABLE: Gfp = Gfp::HIGHUSER_MOVABLE;
 
-    fn allocator() -> PageAllocator {
-        let topology = Topology::x86_64(
-            &[ZoneSize::managed(0, ZoneType::Normal, 1 << 16)],
-            alloc::vec![2],
-            CacheInfo {
-                llc_bytes: 32 << 20,
-                llc_shared_cpus: 2,
-            },
-            false,
-        )
-        .unwrap();
-        PageAllocator::new(topology, Settings::default(), Policy::V6_7).unwrap()
-    }
+    use crate::page_alloc::test_allocator as allocator;
 
     /// Everything an allocator call could change that a reader can see: every zone's
     /// counters, free pages, buddy lists' sizes and flags, and every pageset whole.

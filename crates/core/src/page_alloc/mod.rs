@@ -46,6 +46,29 @@ mod zone;
 #[cfg(test)]
 mod hotplug_race;
 
+/// The unit tests' small machine: one 256 MiB Normal zone on two CPUs sharing a 32 MiB
+/// LLC, v6.7 policy, default settings.
+#[cfg(test)]
+pub(crate) fn test_allocator() -> PageAllocator {
+    use crate::topology::{CacheInfo, Topology, ZoneSize};
+    let topology = Topology::x86_64(
+        &[ZoneSize::managed(0, ZoneType::Normal, 1 << 16)],
+        ::alloc::vec![2],
+        CacheInfo {
+            llc_bytes: 32 << 20,
+            llc_shared_cpus: 2,
+        },
+        false,
+    )
+    .unwrap();
+    PageAllocator::new(
+        topology,
+        crate::settings::Settings::default(),
+        crate::Policy::V6_7,
+    )
+    .unwrap()
+}
+
 pub use allocator::{KswapdState, PageAllocator};
 pub use buddy::ZoneLocked;
 pub use drain::{DrainAll, DrainMutexGuard, DrainWork};

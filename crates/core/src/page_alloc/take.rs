@@ -143,23 +143,8 @@ impl PageAllocator {
 mod tests {
     use super::*;
     use crate::page_alloc::{Caller, ZoneType};
-    use crate::settings::Settings;
-    use crate::topology::{CacheInfo, Topology, ZoneSize};
-    use crate::Policy;
 
-    fn allocator() -> PageAllocator {
-        let topology = Topology::x86_64(
-            &[ZoneSize::managed(0, ZoneType::Normal, 1 << 16)],
-            alloc::vec![2],
-            CacheInfo {
-                llc_bytes: 32 << 20,
-                llc_shared_cpus: 2,
-            },
-            false,
-        )
-        .unwrap();
-        PageAllocator::new(topology, Settings::default(), Policy::V6_7).unwrap()
-    }
+    use crate::page_alloc::test_allocator as allocator;
 
     fn normal(a: &PageAllocator) -> &crate::Zone {
         a.zone(0, ZoneType::Normal).unwrap()
