@@ -732,13 +732,15 @@ impl Sim {
         Ok(())
     }
 
-    /// Run `workload` to its end. `progress` is called now and then with the fraction
-    /// done. Returns the virtual time the run took.
+    /// Run `workload` to its end. `progress` is called with 0.0 before the workload starts
+    /// (the machine is built by then: a benchmark can tell set-up from events), then now
+    /// and then with the fraction done. Returns the virtual time the run took.
     pub fn run(
         &mut self,
         workload: &mut dyn Workload,
         progress: &mut dyn FnMut(f64),
     ) -> Result<u64, SimError> {
+        progress(0.0);
         workload.start(self);
         let end = workload.end_ns();
         let nr_cpus = self.machine.nr_cpus();
