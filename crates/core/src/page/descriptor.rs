@@ -14,7 +14,12 @@
 //! | | 16..32 | allocated: `_mapcount + 1` (0 = unmapped) |
 //!
 //! Links are pfns, so a system holds at most 2^32 − 1 frames (16 TiB); [`crate::Topology`]
-//! rejects anything larger. Each word is a relaxed atomic: the fields are written under
+//! rejects anything larger. They are stored complemented (`!pfn`), so [`NO_PFN`] is 0 in
+//! memory: with [`PageState::Tail`] = 0, the all-zero descriptor is a managed page owned by
+//! nobody, with no links, which is what almost every page is before the buddy set-up frees
+//! it. The mem_map is therefore allocated zeroed ([`crate::page_alloc::MemMap`]) and the
+//! kernel maps its pages only when something touches them; the complement is one `not`
+//! per link access. Each word is a relaxed atomic: the fields are written under
 //! different locks (zone lock, pcp lock, lruvec lock) and the locks order the accesses;
 //! relaxed loads and stores are plain moves on x86-64.
 
@@ -35,6 +40,8 @@ const MEMCG_SHIFT: u32 = 16;
 
 // The descriptor budget of the product: 16 bytes per 4 KiB page (Linux: 64).
 const _: () = assert!(core::mem::size_of::<Page>() == 16);
+// The all-zero descriptor, what a zeroed mem_map holds, is `Page::new(PageState::Tail)`.
+const _: () = assert!(PageState::Tail as u32 == 0 && !NO_PFN == 0);
 // The order field must hold MAX_ORDER.
 const _: () = assert!((super::MAX_ORDER as u32) < (ORDER_MASK >> ORDER_SHIFT) + 1);
 
@@ -43,7 +50,8 @@ const _: () = assert!((super::MAX_ORDER as u32) < (ORDER_MASK >> ORDER_SHIFT) + 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[repr(u8)]
 pub enum PageState {
-    /// Inside a block; the block's first page says what the block is.
+    /// Inside a block; the block's first page says what the block is. Also every managed
+    /// page before the buddy set-up: 0, so a zeroed descriptor is in this state.
     Tail = 0,
     /// First page of a free block on a buddy free list (Linux `PageBuddy`).
     Buddy = 1,
@@ -100,7 +108,9 @@ bitflags::bitflags! {
 }
 
 /// The metadata of one 4 KiB frame. See the module documentation for the layout.
-#[derive(Debug)]
+/// `Zeroable` (the derive checks that every field is): an all-zero `Page` is valid, and is
+/// `Page::new(PageState::Tail)`, so the mem_map can be allocated zeroed.
+#[derive(bytemuck::Zeroable)]
 pub struct Page {
     flags: AtomicU32,
     next: AtomicU32,
@@ -108,13 +118,26 @@ pub struct Page {
     private: AtomicU32,
 }
 
+impl core::fmt::Debug for Page {
+    /// The words as stored, except the links, which are shown as pfns: stored, they are
+    /// complemented.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Page")
+            .field("flags", &self.flags)
+            .field("next", &self.next())
+            .field("prev", &self.prev())
+            .field("private", &self.private)
+            .finish()
+    }
+}
+
 impl Page {
     /// A descriptor in `state`, heading a block of order 0, with no links.
     pub const fn new(state: PageState) -> Page {
         Page {
             flags: AtomicU32::new(state as u32),
-            next: AtomicU32::new(NO_PFN),
-            prev: AtomicU32::new(NO_PFN),
+            next: AtomicU32::new(!NO_PFN),
+            prev: AtomicU32::new(!NO_PFN),
             private: AtomicU32::new(0),
         }
     }
@@ -244,22 +267,22 @@ impl Page {
 
     /// The next page on this page's list, as a pfn ([`NO_PFN`] at the end).
     pub fn next(&self) -> u32 {
-        self.next.load(Relaxed)
+        !self.next.load(Relaxed)
     }
 
     /// The previous page on this page's list, as a pfn ([`NO_PFN`] at the start).
     pub fn prev(&self) -> u32 {
-        self.prev.load(Relaxed)
+        !self.prev.load(Relaxed)
     }
 
     /// Set the forward link.
     pub fn set_next(&self, pfn: u32) {
-        self.next.store(pfn, Relaxed)
+        self.next.store(!pfn, Relaxed)
     }
 
     /// Set the backward link.
     pub fn set_prev(&self, pfn: u32) {
-        self.prev.store(pfn, Relaxed)
+        self.prev.store(!pfn, Relaxed)
     }
 
     /// The migratetype cached when the block went on a free or PCP list (Linux keeps it in
@@ -362,14 +385,30 @@ impl Page {
     /// (Linux `free_tail_page_prepare`).
     pub fn clear_tail(&self) {
         self.private.store(0, Relaxed);
-        self.next.store(NO_PFN, Relaxed);
-        self.prev.store(NO_PFN, Relaxed);
+        self.set_next(NO_PFN);
+        self.set_prev(NO_PFN);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_zeroed_page_is_an_unlinked_tail() {
+        let page: Page = bytemuck::Zeroable::zeroed();
+        assert_eq!(page.state_order(), (PageState::Tail, Order::ZERO));
+        assert_eq!((page.next(), page.prev()), (NO_PFN, NO_PFN));
+        assert_eq!(
+            (page.flags(), page.memcg_id(), page.refcount()),
+            (PageFlags::empty(), 0, 0)
+        );
+        page.set_next(7);
+        page.set_prev(0);
+        assert_eq!((page.next(), page.prev()), (7, 0));
+        page.clear_tail();
+        assert_eq!((page.next(), page.prev()), (NO_PFN, NO_PFN));
+    }
 
     #[test]
     fn fields_do_not_overlap() {
