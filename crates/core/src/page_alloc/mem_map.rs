@@ -7,6 +7,7 @@
 //! 4 GiB, a second node may start much higher) cost nothing for the gap.
 
 use alloc::boxed::Box;
+use core::alloc::Layout;
 use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 use super::types::MigrateType;
@@ -40,7 +41,13 @@ impl MemMap {
     /// descriptor took ≈0.45 s and 262k page faults of each run's start-up.
     pub(crate) fn new(start_pfn: u64, spanned: u64, present: u64, managed: u64) -> MemMap {
         let reserved = (present - managed) as usize;
-        let mut pages = bytemuck::allocation::zeroed_slice_box::<Page>(spanned as usize);
+        let len = spanned as usize;
+        let mut pages =
+            bytemuck::allocation::try_zeroed_slice_box::<Page>(len).unwrap_or_else(|()| {
+                // Out of memory: abort as `Vec::with_capacity` would, saying how much.
+                let layout = Layout::array::<Page>(len).expect("the mem_map's size fits usize");
+                alloc::alloc::handle_alloc_error(layout)
+            });
         pages[..reserved].fill_with(|| Page::new(PageState::Reserved));
         pages[present as usize..].fill_with(|| Page::new(PageState::Hole));
         let nr_pageblocks = if spanned == 0 {
