@@ -4,9 +4,12 @@
 //! Linux counterpart (v6.7, `mm/page_alloc.c`): `__free_pages` → `free_unref_page`,
 //! `free_unref_page_commit`, `free_pcppages_bulk`, `free_one_page`, `__free_pages_ok`,
 //! and `free_unref_page_list`. Linux trusts its callers; we check first, with one
-//! compare-and-swap on the block head, so that a bad free changes nothing.
+//! compare-and-swap on the block head, so that a bad free changes nothing. The batched
+//! free commits each run of pages that cannot reach the drain threshold with only the
+//! list push, and does the run's policy and counter updates once
+//! ([`PerCpuPages::order0_free_room`], [`PerCpuPages::on_order0_frees`]); the end state
+//! is the one single frees leave (`batch_model.rs` checks it).
 
-use alloc::vec::Vec;
 use core::sync::atomic::Ordering::Relaxed;
 
 use super::allocator::PageAllocator;
@@ -15,9 +18,10 @@ use super::error::FreeError;
 use super::free_area::ListEnd;
 use super::pcp::{order_to_pindex, pcp_allowed_order, pindex_to_order, PerCpuPages, NR_PCP_LISTS};
 use super::types::{Caller, MigrateType, ZoneType, MIGRATE_PCPTYPES};
-use super::watermark::{self, WatermarkKind};
+use super::watermark::{self, WatermarkKind, PAGEBLOCK_ORDER};
 use super::zone::{DrainReason, PcpLocked, Zone, ZoneFlags};
 use crate::page::{Order, Page, PageState, Pfn};
+use crate::policy::PcpPolicy;
 
 /// Pages freed under one pageset lock hold in a batched free (`SWAP_CLUSTER_MAX`).
 const FREE_BATCH_RELOCK: usize = 32;
@@ -73,17 +77,14 @@ impl PageAllocator {
         if !self.cpu_online(caller.cpu) {
             return Err(FreeError::InvalidCpu(caller.cpu));
         }
+        self.claim_allocated(pfn, order)
+    }
+
+    /// [`PageAllocator::claim_block`] after the caller's CPU was found online.
+    #[inline(always)]
+    fn claim_allocated(&self, pfn: Pfn, order: Order) -> Result<(&Zone, &Page), FreeError> {
         let zone = self.find_zone(pfn).ok_or(FreeError::OutsideZones { pfn })?;
-        if !pfn.is_aligned(order) {
-            return Err(FreeError::Misaligned { pfn, order });
-        }
-        let page = zone.mem_map.page(pfn);
-        if let Err((state, found)) =
-            page.transition(PageState::Allocated, order, PageState::Freeing)
-        {
-            return Err(diagnose_bad_free(zone, pfn, order, state, found));
-        }
-        Ok((zone, page))
+        claim_in_zone(zone, zone.mem_map.page(pfn), pfn, order)
     }
 
     /// `free_unref_page` for a claimed block.
@@ -141,11 +142,8 @@ impl PageAllocator {
         let scale_max = self.scale_max.load(Relaxed);
         pcp.on_free(policy);
         pcp.count_free(order.pages());
-        // `free_pages_prepare` cleared the flags and memcg id before this commit.
-        page.set_state_of_bare(PageState::Pcp, order);
-        page.set_cached_migratetype(mt as u8);
         let pindex = order_to_pindex(pcp_mt, order);
-        pcp.lists[pindex].push_head_page(&zone.mem_map, pfn, page);
+        pcp_add_block(zone, pcp, pfn, page, order, mt, pindex);
         pcp.count += order.pages();
         let free_high = pcp.free_high(policy, order, scale_max);
         let high = pcp.nr_pcp_high(policy, zone.flags(), free_high, scale_max);
@@ -171,70 +169,260 @@ impl PageAllocator {
     /// Free many order-0 pages at once (`free_unref_page_list`; Linux ≥ 6.10
     /// `free_unref_folios`). Either every pfn is a valid order-0 allocation and all are
     /// freed, or none is and the first problem is returned with its index. Pages go to
-    /// `caller`'s pagesets, relocking when the zone changes or every 32 pages.
+    /// `caller`'s pagesets, relocking when the zone changes or every 32 pages. The end
+    /// state is the one single frees of the pages in order leave.
     pub fn free_pages_batch(&self, caller: Caller, pfns: &[Pfn]) -> Result<(), (usize, FreeError)> {
-        let mut claimed: Vec<&Zone> = Vec::with_capacity(pfns.len());
-        for (index, &pfn) in pfns.iter().enumerate() {
-            match self.claim_block(caller, pfn, Order::ZERO) {
-                Ok((zone, _)) => claimed.push(zone),
-                Err(err) => {
-                    self.unclaim(&pfns[..index], &claimed);
-                    let err = match err {
-                        FreeError::NotAllocated { pfn } if pfns[..index].contains(&pfn) => {
-                            FreeError::Duplicate { pfn }
-                        }
-                        other => other,
-                    };
-                    return Err((index, err));
-                }
-            }
-        }
-        let bypass = self.policy.irq_bypass && caller.in_interrupt();
-        let mut held: Option<(&Zone, PcpLocked<'_>)> = None;
-        let mut batch = 0;
-        for (&pfn, &zone) in pfns.iter().zip(&claimed) {
-            let page = zone.mem_map.page(pfn);
-            free_pages_prepare(page);
-            if bypass {
+        self.claim_batch(caller, pfns)?;
+        let zone_of = |pfn| self.find_zone(pfn).expect("a claimed page is in a zone");
+        if self.policy.irq_bypass && caller.in_interrupt() {
+            for &pfn in pfns {
+                let zone = zone_of(pfn);
+                free_pages_prepare(zone.mem_map.page(pfn));
                 // Seed 001: each page of an interrupt-context batch goes to
                 // `__free_pages_ok`, as a single free from that context does.
                 zone.events.pcp_irq_bypass.fetch_add(1, Relaxed);
                 free_pages_ok(zone, pfn, Order::ZERO);
-                continue;
             }
+            return Ok(());
+        }
+        let mut held: Option<BatchHold<'_>> = None;
+        let mut rest = pfns;
+        loop {
+            if let Some(hold) = held.as_mut() {
+                rest = &rest[self.commit_quiet_run(hold, rest)..];
+            }
+            let Some((&pfn, after)) = rest.split_first() else {
+                break;
+            };
+            let zone = zone_of(pfn);
             let mt = zone.mem_map.pageblock_migratetype(pfn);
+            let page = zone.mem_map.page(pfn);
             let Some(pcp_mt) = pcp_migratetype(mt) else {
+                free_pages_prepare(page);
                 free_one_page(zone, pfn, Order::ZERO, mt);
+                rest = after;
                 continue;
             };
-            let same_zone = held.as_ref().is_some_and(|(z, _)| core::ptr::eq(*z, zone));
-            if !same_zone || batch == FREE_BATCH_RELOCK {
-                held = None;
-                batch = 0;
-                match zone.pcp_trylock(caller.cpu) {
-                    Ok(pcp) => held = Some((zone, pcp)),
-                    Err(refused) => {
-                        refused.count(zone);
-                        free_one_page(zone, pfn, Order::ZERO, mt);
-                        continue;
-                    }
+            let hold = match held.as_mut() {
+                Some(hold) if core::ptr::eq(hold.zone, zone) && hold.pages < FREE_BATCH_RELOCK => {
+                    hold
                 }
-            }
-            let (_, pcp) = held.as_mut().expect("a pageset lock is held here");
-            self.free_unref_page_commit(zone, pcp, pfn, page, Order::ZERO, mt, pcp_mt);
-            batch += 1;
+                _ => {
+                    if let Some(hold) = held.take() {
+                        self.release(hold);
+                    }
+                    match zone.pcp_trylock(caller.cpu) {
+                        // The page is committed by the next pass, quietly if there is room.
+                        Ok(pcp) => held = Some(BatchHold::new(&self.policy.pcp, zone, pcp)),
+                        Err(refused) => {
+                            free_pages_prepare(page);
+                            refused.count(zone);
+                            free_one_page(zone, pfn, Order::ZERO, mt);
+                            rest = after;
+                        }
+                    }
+                    continue;
+                }
+            };
+            // No room: this free may drain. Pay what is owed and take the full commit.
+            free_pages_prepare(page);
+            self.pay_owed(hold);
+            self.free_unref_page_commit(zone, &mut hold.pcp, pfn, page, Order::ZERO, mt, pcp_mt);
+            hold.room = hold.pcp.order0_free_room(&self.policy.pcp, zone.flags());
+            hold.pages += 1;
+            rest = after;
+        }
+        if let Some(hold) = held {
+            self.release(hold);
         }
         Ok(())
     }
 
-    /// Undo `claim_block` for the first blocks of a refused batch.
-    fn unclaim(&self, pfns: &[Pfn], zones: &[&Zone]) {
-        for (&pfn, zone) in pfns.iter().zip(zones) {
+    /// Commit the pages at the front of `pfns` that go on `hold`'s pageset without a
+    /// chance of a drain: in its zone (spanned by it, as in
+    /// [`PageAllocator::zone_page_near`]), in a pageblock the pagesets take, within its
+    /// room and its relock budget. Each only goes on its list; its `PGFREE` and policy
+    /// state are owed, paid together by [`PageAllocator::pay_owed`]. Returns how many
+    /// pages were committed.
+    #[inline(always)]
+    fn commit_quiet_run(&self, hold: &mut BatchHold<'_>, pfns: &[Pfn]) -> usize {
+        let zone = hold.zone;
+        let budget = FREE_BATCH_RELOCK - hold.pages;
+        let limit = usize::try_from(hold.room).map_or(budget, |room| room.min(budget));
+        let pcp: &mut PerCpuPages = &mut hold.pcp;
+        // The pageblock of the previous page, its type and its list: one lookup per
+        // pageblock, as Linux ≥ 6.10 reads each folio's type once before it locks.
+        let mut block = (u64::MAX, MigrateType::Movable, 0);
+        let mut done = 0;
+        for &pfn in &pfns[..limit.min(pfns.len())] {
+            let Some(page) = zone.mem_map.get(pfn) else {
+                break;
+            };
+            let pageblock = pfn.0 >> PAGEBLOCK_ORDER;
+            if pageblock != block.0 {
+                let mt = zone.mem_map.pageblock_migratetype(pfn);
+                let Some(pcp_mt) = pcp_migratetype(mt) else {
+                    break;
+                };
+                block = (pageblock, mt, order_to_pindex(pcp_mt, Order::ZERO));
+            }
+            free_pages_prepare(page);
+            pcp_add_block(zone, pcp, pfn, page, Order::ZERO, block.1, block.2);
+            done += 1;
+        }
+        pcp.count += done as u64;
+        hold.room -= done as u64;
+        hold.owed += done as u64;
+        hold.pages += done;
+        done
+    }
+
+    /// The claim pass of [`PageAllocator::free_pages_batch`]: every page Allocated →
+    /// Freeing, or, at the first refusal, the earlier ones back and the refusal with its
+    /// index.
+    fn claim_batch(&self, caller: Caller, pfns: &[Pfn]) -> Result<(), (usize, FreeError)> {
+        if pfns.is_empty() {
+            return Ok(());
+        }
+        // Checked once: the CPU going down during the batch is caught by the pageset
+        // trylock, as for a single free that loses its CPU after this check.
+        if !self.cpu_online(caller.cpu) {
+            return Err((0, FreeError::InvalidCpu(caller.cpu)));
+        }
+        let mut near: Option<&Zone> = None;
+        for (index, &pfn) in pfns.iter().enumerate() {
+            let claimed = match self.zone_page_near(near, pfn) {
+                Some((zone, page)) => claim_in_zone(zone, page, pfn, Order::ZERO),
+                None => Err(FreeError::OutsideZones { pfn }),
+            };
+            match claimed {
+                Ok((zone, _)) => near = Some(zone),
+                Err(err) => return Err(self.refuse_batch(&pfns[..index], err)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The zone of `pfn` and its descriptor, asking `near` (the zone of a page just
+    /// before it in a batch) first: zone spans are disjoint (`Topology` refuses
+    /// overlaps), so a zone that spans `pfn` is its zone, found in the one comparison
+    /// the descriptor lookup makes anyway.
+    #[inline(always)]
+    fn zone_page_near<'a>(
+        &'a self,
+        near: Option<&'a Zone>,
+        pfn: Pfn,
+    ) -> Option<(&'a Zone, &'a Page)> {
+        if let Some(zone) = near {
+            if let Some(page) = zone.mem_map.get(pfn) {
+                return Some((zone, page));
+            }
+        }
+        let zone = self.find_zone(pfn)?;
+        Some((zone, zone.mem_map.page(pfn)))
+    }
+
+    /// Refuse a batch whose page after `claimed` failed its claim with `err`: give the
+    /// claimed pages back (Freeing → Allocated) and name the refusal with its index. A
+    /// page refused as not allocated because the batch claimed it earlier is a
+    /// duplicate.
+    #[cold]
+    #[inline(never)]
+    fn refuse_batch(&self, claimed: &[Pfn], err: FreeError) -> (usize, FreeError) {
+        for &pfn in claimed {
+            let zone = self.find_zone(pfn).expect("a claimed page is in a zone");
             zone.mem_map
                 .page(pfn)
                 .set_state(PageState::Allocated, Order::ZERO);
         }
+        let err = match err {
+            FreeError::NotAllocated { pfn } if claimed.contains(&pfn) => {
+                FreeError::Duplicate { pfn }
+            }
+            other => other,
+        };
+        (claimed.len(), err)
     }
+
+    /// Account the frees a hold owes: `PGFREE` and the policy state of
+    /// [`PerCpuPages::on_order0_frees`].
+    fn pay_owed(&self, hold: &mut BatchHold<'_>) {
+        if hold.owed > 0 {
+            hold.pcp.count_free(hold.owed);
+            let scale_max = self.scale_max.load(Relaxed);
+            hold.pcp
+                .on_order0_frees(&self.policy.pcp, hold.owed, scale_max);
+            hold.owed = 0;
+        }
+    }
+
+    /// Pay what `hold` owes, then drop its pageset lock (`pcp_spin_unlock`).
+    fn release(&self, mut hold: BatchHold<'_>) {
+        self.pay_owed(&mut hold);
+    }
+}
+
+/// A pageset lock held by [`PageAllocator::free_pages_batch`] across a run of pages.
+struct BatchHold<'a> {
+    zone: &'a Zone,
+    pcp: PcpLocked<'a>,
+    /// Pages committed under this hold, for the relock every `FREE_BATCH_RELOCK`.
+    pages: usize,
+    /// Further frees that cannot reach the drain threshold
+    /// ([`PerCpuPages::order0_free_room`]).
+    room: u64,
+    /// Frees on the lists whose `PGFREE` and policy state are not yet accounted.
+    owed: u64,
+}
+
+impl<'a> BatchHold<'a> {
+    /// A hold of `zone`'s pageset, just locked.
+    fn new(policy: &PcpPolicy, zone: &'a Zone, pcp: PcpLocked<'a>) -> BatchHold<'a> {
+        let room = pcp.order0_free_room(policy, zone.flags());
+        BatchHold {
+            zone,
+            pcp,
+            pages: 0,
+            room,
+            owed: 0,
+        }
+    }
+}
+
+/// The list half of `free_unref_page_commit`: mark the prepared block as on a pageset
+/// (`free_pages_prepare` cleared its flags and memcg id) and push it on list `pindex`.
+/// The caller counts it.
+#[inline(always)]
+fn pcp_add_block(
+    zone: &Zone,
+    pcp: &mut PerCpuPages,
+    pfn: Pfn,
+    page: &Page,
+    order: Order,
+    mt: MigrateType,
+    pindex: usize,
+) {
+    page.set_state_of_bare(PageState::Pcp, order);
+    page.set_cached_migratetype(mt as u8);
+    pcp.lists[pindex].push_head_page(&zone.mem_map, pfn, page);
+}
+
+/// The checks of [`PageAllocator::claim_block`] once `pfn`'s zone and descriptor are
+/// found.
+#[inline(always)]
+fn claim_in_zone<'a>(
+    zone: &'a Zone,
+    page: &'a Page,
+    pfn: Pfn,
+    order: Order,
+) -> Result<(&'a Zone, &'a Page), FreeError> {
+    if !pfn.is_aligned(order) {
+        return Err(FreeError::Misaligned { pfn, order });
+    }
+    if let Err((state, found)) = page.transition(PageState::Allocated, order, PageState::Freeing) {
+        return Err(diagnose_bad_free(zone, pfn, order, state, found));
+    }
+    Ok((zone, page))
 }
 
 /// `free_pages_prepare`: a free page carries no flags and no memcg.

@@ -44,6 +44,8 @@ pub mod watermark;
 mod zone;
 
 #[cfg(test)]
+mod batch_model;
+#[cfg(test)]
 mod hotplug_race;
 
 /// The unit tests' small machine: one 256 MiB Normal zone on two CPUs sharing a 32 MiB

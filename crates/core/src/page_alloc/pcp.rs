@@ -296,6 +296,62 @@ impl PerCpuPages {
         high
     }
 
+    /// How many order-0 frees in a row, from now, `free_unref_page_commit` would finish
+    /// without a drain and with no state change in `nr_pcp_high` but its lazy clamp of
+    /// `high`: the frees that [`PerCpuPages::on_order0_frees`] may account in one step.
+    /// An order-0 free never sets `free_high`, so the threshold is `nr_pcp_high`'s
+    /// result, which stays put while nothing but `count` moves; the j-th free drains
+    /// when `count + j ≥ high`, so `high − count − 1` frees are quiet. Zero under the
+    /// pressure rules that retune `high` on every free (`RECLAIM_ACTIVE` from patch 7,
+    /// `BELOW_HIGH` from patch 8 with `high_min ≠ high_max`): those take the full commit.
+    #[inline(always)]
+    pub(crate) fn order0_free_room(&self, policy: &PcpPolicy, zone: ZoneFlags) -> u64 {
+        let high = if !policy.auto_tune {
+            match self.high_min {
+                0 => 0,
+                high if zone.contains(ZoneFlags::RECLAIM_ACTIVE) => (4 * self.batch).min(high),
+                high => high,
+            }
+        } else {
+            let retunes = zone.contains(ZoneFlags::RECLAIM_ACTIVE)
+                || (policy.below_high
+                    && self.high_min != self.high_max
+                    && zone.contains(ZoneFlags::BELOW_HIGH));
+            if retunes {
+                0
+            } else {
+                clamp(self.high, self.high_min, self.high_max)
+            }
+        };
+        high.saturating_sub(self.count + 1)
+    }
+
+    /// What `pages` order-0 frees within [`PerCpuPages::order0_free_room`] do to the
+    /// pageset's policy state, in one step: `on_free` halves `alloc_factor` `pages`
+    /// times, `free_high` clears `PREV_FREE_HIGH_ORDER` and adds one to `free_count`
+    /// per free up to `batch << S`, and `nr_pcp_high` clamps `high` (the same clamp each
+    /// time). `count` and the lists are the caller's.
+    pub(crate) fn on_order0_frees(&mut self, policy: &PcpPolicy, pages: u64, scale_max: u8) {
+        debug_assert!(pages > 0, "at least one free to account");
+        if policy.alloc_factor {
+            // A shift by 8 or more empties the u8, as that many halvings do.
+            self.alloc_factor = u32::try_from(pages)
+                .ok()
+                .and_then(|shift| self.alloc_factor.checked_shr(shift))
+                .unwrap_or(0);
+        }
+        if policy.prev_free_high_order {
+            self.flags.prev_free_high_order = false;
+        }
+        let free_count_max = self.batch << scale_max;
+        if policy.free_count && self.free_count < free_count_max {
+            self.free_count = (self.free_count + pages).min(free_count_max);
+        }
+        if policy.auto_tune {
+            self.clamp_high();
+        }
+    }
+
     /// How many pages a drain at threshold `high` frees (`nr_pcp_free`). Before patch 9
     /// this doubles `free_factor` on consecutive drains.
     pub(crate) fn nr_pcp_free(
@@ -350,6 +406,58 @@ impl PerCpuPages {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::{Policy, LATER_PRESETS, PRESETS};
+    use alloc::format;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// `order0_free_room` frees accounted at once by `on_order0_frees` leave the
+        /// pageset as `free_unref_page_commit`'s rules applied free by free, none of which
+        /// reaches its drain threshold.
+        #[test]
+        fn order0_frees_in_one_step_equal_free_by_free(
+            preset in 0..PRESETS.len() + LATER_PRESETS.len(),
+            (count, high, high_min, high_max_above) in (0u64..300, 0u64..300, 0u64..200, 0u64..200),
+            (batch, scale_max) in (1u64..64, 0u8..=6),
+            (alloc_factor, free_factor, free_count) in (0u8..8, 0u8..7, 0u64..3000),
+            (prev_free_high_order, free_high_batch) in (any::<bool>(), any::<bool>()),
+            (reclaim_active, below_high) in (any::<bool>(), any::<bool>()),
+            frees in 1u64..80,
+        ) {
+            let name = PRESETS.iter().chain(&LATER_PRESETS).nth(preset).expect("a preset");
+            let policy = Policy::preset(name).expect("a preset").pcp;
+            let mut zone = ZoneFlags::empty();
+            zone.set(ZoneFlags::RECLAIM_ACTIVE, reclaim_active);
+            zone.set(ZoneFlags::BELOW_HIGH, below_high);
+            let mut pcp = PerCpuPages {
+                count,
+                high,
+                batch,
+                high_min,
+                high_max: high_min + high_max_above,
+                flags: PcpFlags { prev_free_high_order, free_high_batch },
+                alloc_factor,
+                free_factor,
+                free_count,
+                ..PerCpuPages::default()
+            };
+            let pages = frees.min(pcp.order0_free_room(&policy, zone));
+            if pages == 0 {
+                return Ok(());
+            }
+            let mut free_by_free = pcp.clone();
+            for _ in 0..pages {
+                free_by_free.on_free(&policy);
+                free_by_free.count += 1;
+                let free_high = free_by_free.free_high(&policy, Order::ZERO, scale_max);
+                let threshold = free_by_free.nr_pcp_high(&policy, zone, free_high, scale_max);
+                prop_assert!(free_by_free.count < threshold, "a free within the room drains");
+            }
+            pcp.on_order0_frees(&policy, pages, scale_max);
+            pcp.count += pages;
+            prop_assert_eq!(format!("{pcp:?}"), format!("{free_by_free:?}"));
+        }
+    }
 
     #[test]
     fn pindex_maps_orders_and_types() {
