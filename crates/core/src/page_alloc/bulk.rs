@@ -35,6 +35,9 @@ impl Sink<'_> {
         }
     }
 
+    /// Put one page in the sink. Inlined into the fast path's loop, where a call per
+    /// page cost about a tenth of a bulk allocation (callgrind).
+    #[inline(always)]
     fn put(&mut self, pfn: Pfn) {
         match self {
             Sink::Array(array, next) => {
@@ -50,11 +53,17 @@ impl Sink<'_> {
         }
     }
 
-    /// The return value: populated slots (array) or pages added (list).
-    fn result(&self, list_start: usize) -> usize {
+    /// The return value once `added` pages went into a sink that wanted `wanted`:
+    /// populated slots (array: the slots that were full, plus the added) or pages added
+    /// (list).
+    fn result(&self, wanted: usize, added: usize) -> usize {
         match self {
-            Sink::Array(array, _) => array.iter().filter(|slot| slot.is_some()).count(),
-            Sink::List(list, _) => list.len() - list_start,
+            Sink::Array(array, _) => {
+                let populated = array.len() - wanted + added;
+                debug_assert_eq!(populated, array.iter().filter(|s| s.is_some()).count());
+                populated
+            }
+            Sink::List(..) => added,
         }
     }
 }
@@ -93,13 +102,9 @@ impl PageAllocator {
         node: Option<NodeId>,
         mut sink: Sink<'_>,
     ) -> Result<usize, AllocError> {
-        let list_start = match &sink {
-            Sink::List(list, _) => list.len(),
-            Sink::Array(..) => 0,
-        };
         let wanted = sink.wanted();
         if wanted == 0 {
-            return Ok(sink.result(list_start));
+            return Ok(sink.result(0, 0));
         }
         let node = match node {
             Some(node) => node,
@@ -111,21 +116,24 @@ impl PageAllocator {
         if !gfp.contains(Gfp::ACCOUNT) && wanted > 1 {
             if let Some(taken) = self.bulk_fast_path(caller, gfp, node, wanted, &mut sink)? {
                 if taken > 0 {
-                    return Ok(sink.result(list_start));
+                    return Ok(sink.result(wanted, taken));
                 }
             }
         }
         // The fallback: one page through the full allocator; failure is not an error here.
-        match self.alloc_pages_node(caller, gfp, Order::ZERO, node) {
-            Ok(pfn) => sink.put(pfn),
+        let added = match self.alloc_pages_node(caller, gfp, Order::ZERO, node) {
+            Ok(pfn) => {
+                sink.put(pfn);
+                1
+            }
             // The caller's CPU went offline after the fast path's check (which left its
             // pageset alone): nothing was taken, so refuse the whole call as every entry
             // point does, rather than report no pages, which reads as out of memory.
             Err(AllocError::InvalidCpu(cpu)) => return Err(AllocError::InvalidCpu(cpu)),
             // Linux returns what it has (none) when the single allocation fails.
-            Err(_) => {}
-        }
-        Ok(sink.result(list_start))
+            Err(_) => 0,
+        };
+        Ok(sink.result(wanted, added))
     }
 
     /// The pageset fast path. `None` (or `Some(0)`) sends the caller to the fallback.
