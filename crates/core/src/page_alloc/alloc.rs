@@ -639,6 +639,13 @@ impl ZoneLocked<'_> {
         let zone = self.zone();
         let mut got = 0;
         while got < blocks {
+            // Each `__rmqueue` would take the requested list's first block while it has
+            // one: take that whole run in one splice, then go block by block (splitting a
+            // larger block, or stealing) once it runs dry.
+            got += self.rmqueue_head_run(order, mt, blocks - got, &mut pcp.lists[pindex]);
+            if got == blocks {
+                break;
+            }
             let Some(pfn) = self.rmqueue(order, mt, flags) else {
                 break;
             };

@@ -12,6 +12,7 @@ use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::free_area::{self, FreeArea, ListEnd};
 use super::gfp::AllocFlags;
+use super::list::PfnList;
 use super::types::MigrateType;
 use super::watermark::{self, PAGEBLOCK_ORDER, PAGEBLOCK_PAGES};
 use super::zone::{Zone, ZoneFlags};
@@ -141,6 +142,29 @@ impl<'a> ZoneLocked<'a> {
             return Some(pfn);
         }
         None
+    }
+
+    /// Up to `n` blocks from the head of the (`order`, `mt`) list onto the tail of `to`,
+    /// marked as pageset blocks: what `n` calls of [`ZoneLocked::rmqueue_smallest`] would
+    /// return while that list has blocks, counted the same. Returns the blocks taken.
+    /// `NR_FREE_PAGES` is the caller's.
+    #[inline(always)]
+    pub(crate) fn rmqueue_head_run(
+        &mut self,
+        order: Order,
+        mt: MigrateType,
+        n: u64,
+        to: &mut PfnList,
+    ) -> u64 {
+        let taken = self
+            .area
+            .take_head_run(&self.zone.mem_map, order, mt, n, to, |page| {
+                page.set_state(PageState::Pcp, order)
+            });
+        let events = &self.zone.events;
+        Self::count_locked(&events.alloc_zone_locked, taken << order.get());
+        Self::count_locked(&events.alloc_zone_locked_events, taken);
+        taken
     }
 
     /// Split a block of order `high` down to `low`, freeing each upper half at the head of

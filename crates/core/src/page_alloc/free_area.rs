@@ -77,6 +77,27 @@ impl FreeArea {
         page
     }
 
+    /// Take up to `n` blocks from the head of the (`order`, `mt`) list, in list order, to
+    /// the tail of `to`, marking each with `mark`; returns the blocks taken. The same
+    /// blocks, in the same order, as `n` rounds of [`FreeArea::remove`] on the list's
+    /// first block, for a refill that takes them all (`rmqueue_bulk` while
+    /// `__rmqueue_smallest` finds the requested order's list non-empty). The blocks keep
+    /// their cached migratetype: `mt`, as for every block on `mt`'s lists.
+    #[inline(always)]
+    pub(crate) fn take_head_run(
+        &mut self,
+        mem_map: &MemMap,
+        order: Order,
+        mt: MigrateType,
+        n: u64,
+        to: &mut PfnList,
+        mark: impl FnMut(&Page),
+    ) -> u64 {
+        let taken = self.lists[order.index()][mt.index()].splice_head_to_tail(mem_map, n, to, mark);
+        self.nr_free[order.index()] -= taken;
+        taken
+    }
+
     /// Move a free block to the tail of another migratetype's list (`move_to_free_list`).
     pub(crate) fn move_to(&mut self, mem_map: &MemMap, pfn: Pfn, order: Order, mt: MigrateType) {
         let old = self.cached_migratetype(mem_map, pfn);

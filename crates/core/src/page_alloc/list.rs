@@ -138,6 +138,51 @@ impl PfnList {
         Some((pfn, page))
     }
 
+    /// Move the first `n` blocks (all, if fewer) to the tail of `to`, keeping their order,
+    /// and call `mark` on each one's descriptor; returns the blocks moved (Linux's
+    /// `list_cut_position` + `list_splice_tail`). The lists end exactly as `n` rounds of
+    /// [`PfnList::pop_head`] and `push_tail` would leave them, but only the links at the
+    /// cut and at the splice are written: the moved blocks keep the links between them.
+    #[inline(always)]
+    pub(crate) fn splice_head_to_tail(
+        &mut self,
+        mem_map: &MemMap,
+        n: u64,
+        to: &mut PfnList,
+        mut mark: impl FnMut(&Page),
+    ) -> u64 {
+        let n = n.min(self.len);
+        if n == 0 {
+            return 0;
+        }
+        let first = self.head;
+        let first_page = mem_map.page(Pfn(first as u64));
+        debug_assert_eq!(first_page.prev(), NO_PFN, "pfn {first:#x} heads its list");
+        mark(first_page);
+        let (mut last, mut last_page) = (first, first_page);
+        for _ in 1..n {
+            last = last_page.next();
+            last_page = mem_map.page(Pfn(last as u64));
+            mark(last_page);
+        }
+        let rest = last_page.next();
+        match rest {
+            NO_PFN => self.tail = NO_PFN,
+            r => mem_map.page(Pfn(r as u64)).set_prev(NO_PFN),
+        }
+        self.head = rest;
+        self.len -= n;
+        last_page.set_next(NO_PFN);
+        first_page.set_prev(to.tail);
+        match to.tail {
+            NO_PFN => to.head = first,
+            old => mem_map.page(Pfn(old as u64)).set_next(first),
+        }
+        to.tail = last;
+        to.len += n;
+        n
+    }
+
     /// The pfns on the list from head to tail.
     pub(crate) fn iter<'a>(&self, mem_map: &'a MemMap) -> impl Iterator<Item = Pfn> + 'a {
         let mut cursor = self.head;
@@ -155,5 +200,70 @@ impl PfnList {
 impl Default for PfnList {
     fn default() -> PfnList {
         PfnList::EMPTY
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use alloc::vec::Vec;
+
+    use super::*;
+    use crate::page::PageState;
+
+    /// Two lists over one mem_map: `from` holds pfns 0..`from_len`, `to` the next
+    /// `to_len` pfns, both pushed at the tail.
+    fn lists(from_len: u64, to_len: u64) -> (MemMap, PfnList, PfnList) {
+        let spanned = from_len + to_len;
+        let mem_map = MemMap::new(0, spanned, spanned, spanned);
+        let (mut from, mut to) = (PfnList::EMPTY, PfnList::EMPTY);
+        for pfn in 0..from_len {
+            from.push_tail(&mem_map, Pfn(pfn));
+        }
+        for pfn in from_len..spanned {
+            to.push_tail(&mem_map, Pfn(pfn));
+        }
+        (mem_map, from, to)
+    }
+
+    /// Every descriptor's links and both lists' ends and lengths.
+    fn links(mem_map: &MemMap, a: &PfnList, b: &PfnList) -> Vec<(u32, u32)> {
+        let mut all: Vec<(u32, u32)> = mem_map.iter().map(|(_, p)| (p.next(), p.prev())).collect();
+        for list in [a, b] {
+            all.push((list.head, list.tail));
+            all.push((list.len as u32, 0));
+        }
+        all
+    }
+
+    #[test]
+    fn splice_head_to_tail_matches_pop_head_and_push_tail() {
+        for (from_len, to_len) in [(0, 0), (1, 0), (0, 2), (1, 1), (5, 0), (5, 3)] {
+            for n in 0..=from_len + 1 {
+                let (mem_map, mut from, mut to) = lists(from_len, to_len);
+                let mut marked = Vec::new();
+                let moved = from.splice_head_to_tail(&mem_map, n, &mut to, |page| {
+                    page.set_state(PageState::Pcp, crate::page::Order::ZERO);
+                    marked.push(core::ptr::from_ref(page));
+                });
+                let (model_map, mut model_from, mut model_to) = lists(from_len, to_len);
+                let mut expected = Vec::new();
+                for _ in 0..n {
+                    let Some((pfn, _)) = model_from.pop_head(&model_map) else {
+                        break;
+                    };
+                    model_to.push_tail(&model_map, pfn);
+                    expected.push(core::ptr::from_ref(mem_map.page(pfn)));
+                }
+                assert_eq!(moved, expected.len() as u64, "{from_len}/{to_len} n {n}");
+                assert_eq!(marked, expected, "{from_len}/{to_len} n {n}: marked");
+                assert_eq!(
+                    links(&mem_map, &from, &to),
+                    links(&model_map, &model_from, &model_to),
+                    "{from_len}/{to_len} n {n}"
+                );
+                let pcp = mem_map.iter().filter(|(_, p)| p.state() == PageState::Pcp);
+                assert_eq!(pcp.count() as u64, moved);
+            }
+        }
     }
 }
