@@ -16,7 +16,7 @@ use super::list::PfnList;
 use super::types::MigrateType;
 use super::watermark::{self, PAGEBLOCK_ORDER, PAGEBLOCK_PAGES};
 use super::zone::{Zone, ZoneFlags};
-use crate::page::{Order, PageFlags, PageState, Pfn, MAX_ORDER};
+use crate::page::{Order, Page, PageFlags, PageState, Pfn, MAX_ORDER};
 use crate::sync::SpinLockGuard;
 
 const PAGEBLOCK: Order = match Order::new(PAGEBLOCK_ORDER) {
@@ -74,44 +74,65 @@ impl<'a> ZoneLocked<'a> {
     /// at the same order, and at pageblock order and above between two pageblocks whose
     /// types differ when either is not mergeable (high-atomic, isolated).
     pub(crate) fn free_one_page(&mut self, pfn: Pfn, order: Order, mt: MigrateType, end: ListEnd) {
-        debug_assert!(pfn.is_aligned(order));
         if mt != MigrateType::Isolate {
             self.mod_free_pages(order.pages() as i64);
         }
-        // The head gives up its own state now: if it merges into a lower buddy it becomes
-        // a tail page of the merged block, and `add` below marks whichever pfn heads it.
-        self.zone
-            .mem_map
-            .page(pfn)
-            .set_state(PageState::Tail, Order::ZERO);
-        let (mut pfn, mut order) = (pfn, order);
+        let merges = self.merge_free_block(pfn, self.zone.mem_map.page(pfn), order, mt, end);
+        if merges != 0 {
+            Self::count_locked(&self.zone.events.buddy_merges, merges);
+        }
+    }
+
+    /// The merging and list insertion of [`ZoneLocked::free_one_page`], for a caller that
+    /// holds the block's descriptor and keeps `NR_FREE_PAGES` and the merge count itself
+    /// (a pageset drain adds them up once for all its blocks). Returns the merges done.
+    #[inline(always)]
+    pub(crate) fn merge_free_block(
+        &mut self,
+        pfn: Pfn,
+        page: &Page,
+        order: Order,
+        mt: MigrateType,
+        end: ListEnd,
+    ) -> u64 {
+        debug_assert!(pfn.is_aligned(order));
+        let mem_map = &self.zone.mem_map;
+        let (mut head, mut head_page, mut order) = (pfn, page, order);
         let mut buddy = pfn.buddy(order);
         let mut merges = 0;
         while order.get() < MAX_ORDER {
-            buddy = pfn.buddy(order);
-            if !self.is_free_buddy(buddy, order) {
+            buddy = head.buddy(order);
+            let Some(buddy_page) = mem_map.get(buddy) else {
+                break;
+            };
+            if !buddy_page.has_state_order(PageState::Buddy, order) {
                 break;
             }
             if order >= PAGEBLOCK {
-                let buddy_mt = self.zone.mem_map.pageblock_migratetype(buddy);
+                let buddy_mt = mem_map.pageblock_migratetype(buddy);
                 if mt != buddy_mt && (!mt.is_mergeable() || !buddy_mt.is_mergeable()) {
                     break;
                 }
             }
-            self.area.remove(&self.zone.mem_map, buddy, order);
-            pfn = Pfn(pfn.0 & buddy.0);
+            self.area.remove_page(mem_map, buddy, buddy_page, order);
+            if buddy.0 < head.0 {
+                (head, head_page) = (buddy, buddy_page);
+            }
             order = order.up().expect("order < MAX_ORDER");
             merges += 1;
         }
-        if merges != 0 {
-            Self::count_locked(&self.zone.events.buddy_merges, merges);
+        // A block that merged into a lower buddy is a tail page of the merged block now;
+        // `add_page` marks whichever pfn heads it.
+        if head != pfn {
+            page.set_state(PageState::Tail, Order::ZERO);
         }
         let end = match end {
             ListEnd::Tail => ListEnd::Tail,
-            ListEnd::Head if self.buddy_merge_likely(pfn, buddy, order) => ListEnd::Tail,
+            ListEnd::Head if self.buddy_merge_likely(head, buddy, order) => ListEnd::Tail,
             ListEnd::Head => ListEnd::Head,
         };
-        self.area.add(&self.zone.mem_map, pfn, order, mt, end);
+        self.area.add_page(mem_map, head, head_page, order, mt, end);
+        merges
     }
 
     /// If the buddy of the next order up is free, this block will probably merge soon once

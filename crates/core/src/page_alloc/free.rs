@@ -484,7 +484,9 @@ impl ZoneLocked<'_> {
             return 0;
         }
         let mut pindex = (start + NR_PCP_LISTS - 1) % NR_PCP_LISTS;
-        let mut freed = 0;
+        // `NR_FREE_PAGES` and the merge count are added once for the whole drain: the zone
+        // lock is held throughout, so they end as the per-block updates would leave them.
+        let (mut freed, mut free_pages, mut merges) = (0, 0, 0);
         while left > 0 {
             loop {
                 pindex = (pindex + 1) % NR_PCP_LISTS;
@@ -497,13 +499,20 @@ impl ZoneLocked<'_> {
                 pcp.count -= order.pages();
                 let mt = MigrateType::from_index(page.cached_migratetype() as usize)
                     .expect("a PCP page caches a valid migratetype");
-                self.free_one_page(pfn, order, mt, ListEnd::Head);
+                if mt != MigrateType::Isolate {
+                    free_pages += order.pages();
+                }
+                merges += self.merge_free_block(pfn, page, order, mt, ListEnd::Head);
                 freed += order.pages();
                 left -= order.pages() as i64;
                 if left <= 0 {
                     break;
                 }
             }
+        }
+        self.mod_free_pages(free_pages as i64);
+        if merges != 0 {
+            Self::count_locked(&zone.events.buddy_merges, merges);
         }
         pcp.zone_touched = true;
         Self::count_locked(&zone.events.pcp_drains[reason as usize], 1);

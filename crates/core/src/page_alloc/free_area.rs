@@ -53,13 +53,27 @@ impl FreeArea {
         mt: MigrateType,
         end: ListEnd,
     ) {
-        let page = mem_map.page(pfn);
+        self.add_page(mem_map, pfn, mem_map.page(pfn), order, mt, end);
+    }
+
+    /// [`FreeArea::add`] for a caller that already holds `pfn`'s descriptor (the merge
+    /// loop of `__free_one_page`, which read it to find the block).
+    #[inline(always)]
+    pub(crate) fn add_page(
+        &mut self,
+        mem_map: &MemMap,
+        pfn: Pfn,
+        page: &Page,
+        order: Order,
+        mt: MigrateType,
+        end: ListEnd,
+    ) {
         page.set_state(PageState::Buddy, order);
         page.set_cached_migratetype(mt as u8);
         let list = &mut self.lists[order.index()][mt.index()];
         match end {
-            ListEnd::Head => list.push_head(mem_map, pfn),
-            ListEnd::Tail => list.push_tail(mem_map, pfn),
+            ListEnd::Head => list.push_head_page(mem_map, pfn, page),
+            ListEnd::Tail => list.push_tail_page(mem_map, pfn, page),
         }
         self.nr_free[order.index()] += 1;
     }
@@ -69,12 +83,21 @@ impl FreeArea {
     /// first page's descriptor, for a caller that marks it next.
     pub(crate) fn remove<'m>(&mut self, mem_map: &'m MemMap, pfn: Pfn, order: Order) -> &'m Page {
         let page = mem_map.page(pfn);
+        self.remove_page(mem_map, pfn, page, order);
+        page
+    }
+
+    /// [`FreeArea::remove`] for a caller that already holds `pfn`'s descriptor (the merge
+    /// loop, which read the buddy's state through it).
+    #[inline(always)]
+    pub(crate) fn remove_page(&mut self, mem_map: &MemMap, pfn: Pfn, page: &Page, order: Order) {
+        debug_assert!(core::ptr::eq(page, mem_map.page(pfn)));
         debug_assert_eq!(page.state_order(), (PageState::Buddy, order));
-        let mt = self.cached_migratetype(mem_map, pfn);
-        self.lists[order.index()][mt.index()].unlink(mem_map, pfn);
+        let mt = MigrateType::from_index(page.cached_migratetype() as usize)
+            .expect("a free block caches a valid migratetype");
+        self.lists[order.index()][mt.index()].unlink_page(mem_map, pfn, page);
         page.set_state(PageState::Tail, Order::ZERO);
         self.nr_free[order.index()] -= 1;
-        page
     }
 
     /// Take up to `n` blocks from the head of the (`order`, `mt`) list, in list order, to

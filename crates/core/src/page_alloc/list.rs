@@ -36,12 +36,7 @@ impl PfnList {
         self.len
     }
 
-    #[inline(always)]
-    pub(crate) fn push_head(&mut self, mem_map: &MemMap, pfn: Pfn) {
-        self.push_head_page(mem_map, pfn, mem_map.page(pfn));
-    }
-
-    /// [`PfnList::push_head`] for a caller that already holds `pfn`'s descriptor.
+    /// Put the block at `pfn`, whose descriptor is `page`, at the head (`list_add`).
     #[inline(always)]
     pub(crate) fn push_head_page(&mut self, mem_map: &MemMap, pfn: Pfn, page: &Page) {
         debug_assert!(core::ptr::eq(page, mem_map.page(pfn)));
@@ -77,7 +72,13 @@ impl PfnList {
 
     #[inline(always)]
     pub(crate) fn unlink(&mut self, mem_map: &MemMap, pfn: Pfn) {
-        let page = mem_map.page(pfn);
+        self.unlink_page(mem_map, pfn, mem_map.page(pfn));
+    }
+
+    /// [`PfnList::unlink`] for a caller that already holds `pfn`'s descriptor.
+    #[inline(always)]
+    pub(crate) fn unlink_page(&mut self, mem_map: &MemMap, pfn: Pfn, page: &Page) {
+        debug_assert!(core::ptr::eq(page, mem_map.page(pfn)));
         let (prev, next) = (page.prev(), page.next());
         match prev {
             NO_PFN => {
