@@ -640,11 +640,17 @@ impl ZoneLocked<'_> {
         let mut got = 0;
         while got < blocks {
             // Each `__rmqueue` would take the requested list's first block while it has
-            // one: take that whole run in one splice, then go block by block (splitting a
-            // larger block, or stealing) once it runs dry.
-            got += self.rmqueue_head_run(order, mt, blocks - got, &mut pcp.lists[pindex]);
+            // one: take that whole run in one splice; then the blocks of the next larger
+            // block in the order its splitting hands them out; block by block only when
+            // a fallback steals.
+            let list = &mut pcp.lists[pindex];
+            got += self.rmqueue_head_run(order, mt, blocks - got, list);
             if got == blocks {
                 break;
+            }
+            if let Some(taken) = self.rmqueue_split_run(order, mt, blocks - got, list) {
+                got += taken;
+                continue;
             }
             let Some(pfn) = self.rmqueue(order, mt, flags) else {
                 break;
@@ -671,6 +677,7 @@ mod tests {
     use alloc::vec::Vec;
 
     use super::*;
+    use crate::page_alloc::free_area::ListEnd;
     use crate::page_alloc::pcp::PAGE_ALLOC_COSTLY_ORDER;
 
     const MOVABLE: Gfp = Gfp::HIGHUSER_MOVABLE;
@@ -765,5 +772,132 @@ mod tests {
         assert!(peek(&a, 0).is_some());
         let uncached = Order::new(PAGE_ALLOC_COSTLY_ORDER + 1).unwrap();
         assert_eq!(peek_n::<1>(&a, 0, MOVABLE, uncached), []);
+    }
+
+    /// Every descriptor, list, count and event of `a`'s only zone.
+    fn zone_snapshot(a: &PageAllocator) -> String {
+        let zone = zone(a);
+        let mut s = format!(
+            "{:?} {} {:?}\n",
+            zone.events(),
+            zone.free_pages(),
+            zone.buddyinfo()
+        );
+        for (pfn, page) in zone.mem_map.iter() {
+            let (state, order) = page.state_order();
+            let links = (page.next(), page.prev(), page.cached_migratetype());
+            s += &format!("{pfn:?} {state:?} {order} {links:?}\n");
+        }
+        let locked = zone.lock();
+        for order in Order::all() {
+            for mt in MigrateType::ALL {
+                let list = locked.area().list(order, mt);
+                s += &format!(
+                    "{order} {mt:?} {:?}\n",
+                    list.iter(&zone.mem_map).collect::<Vec<_>>()
+                );
+            }
+        }
+        s
+    }
+
+    fn zone(a: &PageAllocator) -> &Zone {
+        a.zone(0, ZoneType::Normal).unwrap()
+    }
+
+    /// `rmqueue_bulk` as Linux writes it, one `__rmqueue` per block: the model.
+    fn rmqueue_bulk_per_block(
+        locked: &mut ZoneLocked<'_>,
+        order: Order,
+        blocks: u64,
+        mt: MigrateType,
+        pcp: &mut PerCpuPages,
+        pindex: usize,
+    ) -> u64 {
+        let mem_map = &locked.zone().mem_map;
+        let mut got = 0;
+        while got < blocks {
+            let Some(pfn) = locked.rmqueue(order, mt, AllocFlags::empty()) else {
+                break;
+            };
+            mem_map.page(pfn).set_state(PageState::Pcp, order);
+            pcp.lists[pindex].push_tail_page(mem_map, pfn, mem_map.page(pfn));
+            got += 1;
+        }
+        let pages = got << order.get();
+        locked.mod_free_pages(-(pages as i64));
+        pcp.count += pages;
+        pcp.zone_touched = true;
+        let events = &locked.zone().events;
+        ZoneLocked::count_locked(&events.pcp_refills, 1);
+        ZoneLocked::count_locked(&events.pcp_refill_pages, pages);
+        got
+    }
+
+    #[test]
+    fn rmqueue_bulk_leaves_what_one_rmqueue_per_block_leaves() {
+        let (a, model) = (allocator(), allocator());
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut random = move |below: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % below
+        };
+        // Fragment both zones alike: take blocks of random orders at random places and
+        // give half of them back, so every order has partly merged free blocks.
+        let start = zone(&a).start_pfn().0;
+        let mut taken = Vec::new();
+        for _ in 0..600 {
+            let order = Order::new(random(5) as u8).unwrap();
+            let pfn = Pfn(start + random(1 << 16)).align_down(order);
+            if zone(&a).lock().take_block(pfn, order).is_some() {
+                assert!(zone(&model).lock().take_block(pfn, order).is_some());
+                for a in [&a, &model] {
+                    zone(a)
+                        .mem_map
+                        .page(pfn)
+                        .set_state(PageState::Allocated, order);
+                }
+                taken.push((pfn, order));
+            }
+        }
+        for &(pfn, order) in taken.iter().step_by(2) {
+            for a in [&a, &model] {
+                zone(a)
+                    .lock()
+                    .free_one_page(pfn, order, MigrateType::Movable, ListEnd::Head);
+            }
+        }
+        let orders = [0, 0, 0, 1, 2, 3, 9].map(|o| Order::new(o).unwrap());
+        let types = [
+            MigrateType::Movable,
+            MigrateType::Movable,
+            MigrateType::Unmovable,
+        ];
+        for round in 0..120 {
+            let order = orders[random(orders.len() as u64) as usize];
+            let mt = types[random(types.len() as u64) as usize];
+            let blocks = 1 + random(200);
+            let pindex = order_to_pindex(mt, order);
+            let mut got = [0; 2];
+            for (i, a) in [&a, &model].into_iter().enumerate() {
+                let zone = zone(a);
+                let mut pcp = zone.pcp_trylock(0).ok().unwrap();
+                let mut locked = zone.lock();
+                got[i] = if i == 0 {
+                    locked.rmqueue_bulk(order, blocks, mt, AllocFlags::empty(), &mut pcp, pindex)
+                } else {
+                    rmqueue_bulk_per_block(&mut locked, order, blocks, mt, &mut pcp, pindex)
+                };
+            }
+            assert_eq!(
+                got[0], got[1],
+                "round {round}: {blocks} × order {order} {mt:?}"
+            );
+            assert_eq!(zone_snapshot(&a), zone_snapshot(&model), "round {round}");
+            assert_eq!(state(&a), state(&model), "round {round}");
+            a.verify().unwrap();
+        }
     }
 }

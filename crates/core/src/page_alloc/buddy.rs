@@ -188,6 +188,56 @@ impl<'a> ZoneLocked<'a> {
         taken
     }
 
+    /// Refill from a larger block while the requested (`order`, `mt`) list is empty: what up
+    /// to `n` calls of [`ZoneLocked::rmqueue_smallest`] would hand out, appended to `to`
+    /// and marked as pageset blocks, before any fallback. Returns the blocks taken, or
+    /// `None` when `mt` has no larger free block.
+    ///
+    /// The first call splits the smallest larger block B (order `high`) and each later
+    /// one takes the lowest free piece of B, splitting it again if it is larger than
+    /// `order`: `expand` leaves B's free rest in ascending pieces, one per set bit of the
+    /// blocks left, and the requested orders' lists hold nothing else. So the calls hand
+    /// out B's blocks in address order, and after `taken` of B's 2^(high − order) blocks
+    /// the lists hold one piece per set bit of 2^(high − order) − `taken`, smallest
+    /// first, each alone on its list. This builds that end state directly.
+    pub(crate) fn rmqueue_split_run(
+        &mut self,
+        order: Order,
+        mt: MigrateType,
+        n: u64,
+        to: &mut PfnList,
+    ) -> Option<u64> {
+        debug_assert!(self.area.list(order, mt).is_empty());
+        let (pfn, high) = order
+            .up_to_max()
+            .skip(1)
+            .find_map(|o| self.area.list(o, mt).first().map(|pfn| (pfn, o)))?;
+        let mem_map = &self.zone.mem_map;
+        self.area.remove(mem_map, pfn, high);
+        let blocks = 1 << (high.get() - order.get());
+        let taken = n.min(blocks);
+        for i in 0..taken {
+            let block = pfn.add(i << order.get());
+            let page = mem_map.page(block);
+            page.set_state(PageState::Pcp, order);
+            page.set_cached_migratetype(mt as u8);
+            to.push_tail_page(mem_map, block, page);
+        }
+        let (mut left, mut piece) = (blocks - taken, pfn.add(taken << order.get()));
+        while left != 0 {
+            let piece_order = Order::new(order.get() + left.trailing_zeros() as u8)
+                .expect("a piece of B is smaller than B");
+            self.area
+                .add(mem_map, piece, piece_order, mt, ListEnd::Head);
+            piece = piece.add(piece_order.pages());
+            left &= left - 1;
+        }
+        let events = &self.zone.events;
+        Self::count_locked(&events.alloc_zone_locked, taken << order.get());
+        Self::count_locked(&events.alloc_zone_locked_events, taken);
+        Some(taken)
+    }
+
     /// Split a block of order `high` down to `low`, freeing each upper half at the head of
     /// its list (`expand`).
     fn expand(&mut self, pfn: Pfn, low: Order, high: Order, mt: MigrateType) {
