@@ -98,10 +98,9 @@ impl<'a> ZoneLocked<'a> {
         debug_assert!(pfn.is_aligned(order));
         let mem_map = &self.zone.mem_map;
         let (mut head, mut head_page, mut order) = (pfn, page, order);
-        let mut buddy = pfn.buddy(order);
         let mut merges = 0;
         while order.get() < MAX_ORDER {
-            buddy = head.buddy(order);
+            let buddy = head.buddy(order);
             let Some(buddy_page) = mem_map.get(buddy) else {
                 break;
             };
@@ -128,7 +127,7 @@ impl<'a> ZoneLocked<'a> {
         }
         let end = match end {
             ListEnd::Tail => ListEnd::Tail,
-            ListEnd::Head if self.buddy_merge_likely(head, buddy, order) => ListEnd::Tail,
+            ListEnd::Head if self.buddy_merge_likely(head, order) => ListEnd::Tail,
             ListEnd::Head => ListEnd::Head,
         };
         self.area.add_page(mem_map, head, head_page, order, mt, end);
@@ -137,12 +136,13 @@ impl<'a> ZoneLocked<'a> {
 
     /// If the buddy of the next order up is free, this block will probably merge soon once
     /// its own buddy is freed: queue it at the tail so it is not handed out first.
-    fn buddy_merge_likely(&self, pfn: Pfn, buddy: Pfn, order: Order) -> bool {
+    fn buddy_merge_likely(&self, pfn: Pfn, order: Order) -> bool {
         if order.get() >= MAX_ORDER - 1 {
             return false;
         }
-        let higher = Pfn(pfn.0 & buddy.0);
         let up = order.up().expect("order < MAX_ORDER - 1");
+        // Linux's `pfn & buddy_pfn`: the block this one and its buddy would merge into.
+        let higher = pfn.align_down(up);
         self.is_free_buddy(higher.buddy(up), up)
     }
 

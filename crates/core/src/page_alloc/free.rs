@@ -495,20 +495,25 @@ impl ZoneLocked<'_> {
                 }
             }
             let order = pindex_to_order(pindex);
-            while let Some((pfn, page)) = pcp.lists[pindex].pop_tail(&zone.mem_map) {
-                pcp.count -= order.pages();
+            // Blocks until `left` is reached (the last one may overshoot) or the list is
+            // empty; the page counts follow from the blocks taken.
+            let wanted = (left as u64).div_ceil(order.pages());
+            let (mut blocks, mut isolated) = (0, 0);
+            while blocks < wanted {
+                let Some((pfn, page)) = pcp.lists[pindex].pop_tail(&zone.mem_map) else {
+                    break;
+                };
                 let mt = MigrateType::from_index(page.cached_migratetype() as usize)
                     .expect("a PCP page caches a valid migratetype");
-                if mt != MigrateType::Isolate {
-                    free_pages += order.pages();
-                }
+                isolated += u64::from(mt == MigrateType::Isolate);
                 merges += self.merge_free_block(pfn, page, order, mt, ListEnd::Head);
-                freed += order.pages();
-                left -= order.pages() as i64;
-                if left <= 0 {
-                    break;
-                }
+                blocks += 1;
             }
+            let pages = blocks << order.get();
+            pcp.count -= pages;
+            free_pages += (blocks - isolated) << order.get();
+            freed += pages;
+            left -= pages as i64;
         }
         self.mod_free_pages(free_pages as i64);
         if merges != 0 {
