@@ -678,7 +678,8 @@ mod tests {
 
     use super::*;
     use crate::page_alloc::free_area::ListEnd;
-    use crate::page_alloc::pcp::PAGE_ALLOC_COSTLY_ORDER;
+    use crate::page_alloc::pcp::{pindex_to_order, NR_PCP_LISTS, PAGE_ALLOC_COSTLY_ORDER};
+    use crate::page_alloc::zone::DrainReason;
 
     const MOVABLE: Gfp = Gfp::HIGHUSER_MOVABLE;
 
@@ -834,18 +835,21 @@ mod tests {
         got
     }
 
-    #[test]
-    fn rmqueue_bulk_leaves_what_one_rmqueue_per_block_leaves() {
-        let (a, model) = (allocator(), allocator());
+    /// A deterministic stream of numbers below the argument (xorshift64).
+    fn numbers() -> impl FnMut(u64) -> u64 {
         let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-        let mut random = move |below: u64| {
+        move |below: u64| {
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
             seed % below
-        };
-        // Fragment both zones alike: take blocks of random orders at random places and
-        // give half of them back, so every order has partly merged free blocks.
+        }
+    }
+
+    /// Two allocators fragmented alike: blocks of random orders taken at random places
+    /// and half of them given back, so every order has partly merged free blocks.
+    fn fragmented_pair(random: &mut impl FnMut(u64) -> u64) -> (PageAllocator, PageAllocator) {
+        let (a, model) = (allocator(), allocator());
         let start = zone(&a).start_pfn().0;
         let mut taken = Vec::new();
         for _ in 0..600 {
@@ -869,15 +873,27 @@ mod tests {
                     .free_one_page(pfn, order, MigrateType::Movable, ListEnd::Head);
             }
         }
-        let orders = [0, 0, 0, 1, 2, 3, 9].map(|o| Order::new(o).unwrap());
+        (a, model)
+    }
+
+    /// A pageset order and migratetype for a refill, mostly order-0 movable.
+    fn refill_list(random: &mut impl FnMut(u64) -> u64) -> (Order, MigrateType) {
+        let orders = [0, 0, 0, 1, 2, 3, 9];
         let types = [
             MigrateType::Movable,
             MigrateType::Movable,
             MigrateType::Unmovable,
         ];
+        let order = Order::new(orders[random(orders.len() as u64) as usize]).unwrap();
+        (order, types[random(types.len() as u64) as usize])
+    }
+
+    #[test]
+    fn rmqueue_bulk_leaves_what_one_rmqueue_per_block_leaves() {
+        let mut random = numbers();
+        let (a, model) = fragmented_pair(&mut random);
         for round in 0..120 {
-            let order = orders[random(orders.len() as u64) as usize];
-            let mt = types[random(types.len() as u64) as usize];
+            let (order, mt) = refill_list(&mut random);
             let blocks = 1 + random(200);
             let pindex = order_to_pindex(mt, order);
             let mut got = [0; 2];
@@ -894,6 +910,89 @@ mod tests {
             assert_eq!(
                 got[0], got[1],
                 "round {round}: {blocks} × order {order} {mt:?}"
+            );
+            assert_eq!(zone_snapshot(&a), zone_snapshot(&model), "round {round}");
+            assert_eq!(state(&a), state(&model), "round {round}");
+            a.verify().unwrap();
+        }
+    }
+
+    /// `free_pcppages_bulk` with one `free_one_page` per block, each updating
+    /// `NR_FREE_PAGES` and the merge count: the model.
+    fn free_pcppages_bulk_per_block(
+        locked: &mut ZoneLocked<'_>,
+        pcp: &mut PerCpuPages,
+        pages: u64,
+        start: usize,
+    ) -> u64 {
+        let mem_map = &locked.zone().mem_map;
+        let mut left = pages.min(pcp.count) as i64;
+        if left <= 0 {
+            return 0;
+        }
+        let mut pindex = (start + NR_PCP_LISTS - 1) % NR_PCP_LISTS;
+        let mut freed = 0;
+        while left > 0 {
+            loop {
+                pindex = (pindex + 1) % NR_PCP_LISTS;
+                if !pcp.lists[pindex].is_empty() {
+                    break;
+                }
+            }
+            let order = pindex_to_order(pindex);
+            while let Some((pfn, page)) = pcp.lists[pindex].pop_tail(mem_map) {
+                pcp.count -= order.pages();
+                let mt = MigrateType::from_index(page.cached_migratetype() as usize).unwrap();
+                locked.free_one_page(pfn, order, mt, ListEnd::Head);
+                freed += order.pages();
+                left -= order.pages() as i64;
+                if left <= 0 {
+                    break;
+                }
+            }
+        }
+        pcp.zone_touched = true;
+        let events = &locked.zone().events;
+        ZoneLocked::count_locked(&events.pcp_drains[DrainReason::Free as usize], 1);
+        ZoneLocked::count_locked(&events.pcp_drain_pages[DrainReason::Free as usize], freed);
+        freed
+    }
+
+    #[test]
+    fn free_pcppages_bulk_leaves_what_one_free_one_page_per_block_leaves() {
+        let mut random = numbers();
+        let (a, model) = fragmented_pair(&mut random);
+        for round in 0..120 {
+            // Refills (exact by the test above) fill the pagesets with blocks of several
+            // orders and types; every third round drains some of them.
+            let (order, mt) = refill_list(&mut random);
+            let blocks = 1 + random(100);
+            let pindex = order_to_pindex(mt, order);
+            for a in [&a, &model] {
+                let zone = zone(a);
+                let mut pcp = zone.pcp_trylock(0).ok().unwrap();
+                let flags = AllocFlags::empty();
+                zone.lock()
+                    .rmqueue_bulk(order, blocks, mt, flags, &mut pcp, pindex);
+            }
+            if round % 3 != 2 {
+                continue;
+            }
+            let (pages, start) = (1 + random(400), random(NR_PCP_LISTS as u64) as usize);
+            let mut freed = [0; 2];
+            for (i, a) in [&a, &model].into_iter().enumerate() {
+                let zone = zone(a);
+                let mut pcp = zone.pcp_trylock(0).ok().unwrap();
+                let mut locked = zone.lock();
+                freed[i] = if i == 0 {
+                    locked.free_pcppages_bulk(&mut pcp, pages, start, DrainReason::Free)
+                } else {
+                    free_pcppages_bulk_per_block(&mut locked, &mut pcp, pages, start)
+                };
+            }
+            assert_eq!(
+                freed[0], freed[1],
+                "round {round}: {pages} pages from {start}"
             );
             assert_eq!(zone_snapshot(&a), zone_snapshot(&model), "round {round}");
             assert_eq!(state(&a), state(&model), "round {round}");
