@@ -213,7 +213,7 @@ impl<'a> ZoneLocked<'a> {
             .skip(1)
             .find_map(|o| self.area.list(o, mt).first().map(|pfn| (pfn, o)))?;
         let mem_map = &self.zone.mem_map;
-        self.area.remove(mem_map, pfn, high);
+        self.area.remove_page(mem_map, pfn, mem_map.page(pfn), high);
         let blocks = 1 << (high.get() - order.get());
         let taken = n.min(blocks);
         for i in 0..taken {
