@@ -282,7 +282,10 @@ fn pageout_run(
             Backend::Files(MappedMemory::new(pool, base_dir, 1, policy).map_err(|e| failed(&e))?)
         }
         IoMode::None => {
-            let memory = Memory::new(pool.allocator_source(), policy, 1);
+            // SAFETY: the Memory only allocates and frees its own pages through its
+            // operations (bookkeeping, no data is moved), and no PageBlock of this pool
+            // exists; nothing reaches the allocator through the Memory.
+            let memory = Memory::new(unsafe { pool.allocator_source() }, policy, 1);
             Backend::Bare(Box::new(std::sync::Mutex::new(memory)), pool)
         }
     };

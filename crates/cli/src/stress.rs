@@ -173,7 +173,7 @@ fn progress(args: &StressArgs, duration: Duration) -> ProgressBar {
 /// After the threads: every block was freed, so drain the pagesets and check that every
 /// page is back on the buddy lists and the structures verify.
 fn account(pool: &PagePool) -> String {
-    for cpu in 0..pool.allocator().topology().nr_cpus() {
+    for cpu in 0..pool.topology().nr_cpus() {
         pool.set_cpu_online(cpu, true);
     }
     pool.drain_all(None);
@@ -183,7 +183,7 @@ fn account(pool: &PagePool) -> String {
             let allocated: u64 = census.iter().map(|c| c.allocated).sum();
             let pcp: u64 = census.iter().map(|c| c.pcp).sum();
             let free: u64 = census.iter().map(|c| c.free).sum();
-            let managed: u64 = pool.allocator().zones().iter().map(|z| z.managed()).sum();
+            let managed: u64 = pool.zones().map(|z| z.managed()).sum();
             if allocated == 0 && pcp == 0 && free == managed {
                 "ok".into()
             } else {
@@ -423,7 +423,7 @@ impl<'p> Worker<'p> {
                 let _ = self.pool.set_settings(settings);
             }
             997..=998 => {
-                let cpus = self.pool.allocator().topology().nr_cpus();
+                let cpus = self.pool.topology().nr_cpus();
                 let cpu = self.rng.below(cpus as u64) as u32;
                 let online = self.rng.below(2) == 0;
                 self.pool.set_cpu_online(cpu, online);

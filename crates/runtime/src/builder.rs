@@ -34,7 +34,7 @@ const ARENA_ALIGN: usize = 4 << 20;
 ///     .settings(Settings { watermark_scale_factor: 100, ..Settings::default() })
 ///     .build()?;
 /// assert_eq!(pool.nr_nodes(), 2);
-/// assert_eq!(pool.allocator().policy().name, "patch5");
+/// assert_eq!(pool.policy().name, "patch5");
 /// # Ok::<(), mmkit_runtime::PoolError>(())
 /// ```
 pub struct PagePoolBuilder {

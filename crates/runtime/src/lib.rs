@@ -34,7 +34,10 @@
 //! into it), [`cpu`] (`sched_getcpu`), [`percpu_area`] (percpu chunk reservations),
 //! [`per_cpu`] (the typed per-CPU handle) and [`mapped`] (the frames of mapped memory).
 //! The pool cache's raw frees are `unsafe fn`s for their contract (as
-//! [`PagePool::free_raw`]) but contain no `unsafe`.
+//! [`PagePool::free_raw`]) but contain no `unsafe`. So are [`PagePool::allocator`],
+//! [`PagePool::allocator_source`] and [`MappedMemory::with_memory`]: the core's API can
+//! free a page behind its owner's back, so safe code reads the zones through
+//! [`ZoneView`]s instead.
 
 #![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -51,6 +54,7 @@ pub mod percpu_area;
 mod pool;
 mod pool_cache;
 mod reclaim;
+mod zone_view;
 
 pub use arena::PageBlock;
 pub use builder::PagePoolBuilder;
@@ -63,3 +67,4 @@ pub use pool_cache::{
     PoolCache, PoolCacheConfig, PoolCacheStats, Recycler, CACHE_REFILL, CACHE_SIZE,
 };
 pub use reclaim::{NoReclaim, Reclaim, ReclaimContext};
+pub use zone_view::ZoneView;

@@ -257,7 +257,16 @@ impl MappedMemory {
     }
 
     /// Run `f` on the core's mapping layer (for statistics, policies, cgroups, `verify`).
-    pub fn with_memory<R>(&self, f: impl FnOnce(&mut Memory) -> R) -> R {
+    ///
+    /// # Safety
+    ///
+    /// `f` must not change which pages the mapping layer owns or where they are mapped:
+    /// no mapping, unmapping, faulting, reclaim or write-back through `Memory`, and only
+    /// reads through [`Memory::allocator`]. Those go through this type's methods, which
+    /// move the data with them; done behind its back, a frame could be freed and handed
+    /// to a [`crate::PageBlock`] while this type still copies into it (see
+    /// [`PagePool::allocator`]).
+    pub unsafe fn with_memory<R>(&self, f: impl FnOnce(&mut Memory) -> R) -> R {
         f(&mut self.lock().memory)
     }
 

@@ -5,15 +5,18 @@ use std::sync::Arc;
 
 use mmkit_core::page::PAGE_SIZE;
 use mmkit_core::page_alloc::verify::{VerifyError, ZoneCensus};
-use mmkit_core::page_alloc::{AllocError, Caller, CpuId, DrainAll, FreeError, Gfp, NodeId, ZoneId};
+use mmkit_core::page_alloc::{
+    AllocError, Caller, CpuId, DrainAll, FreeError, Gfp, NodeId, ZoneId, ZoneType,
+};
 use mmkit_core::views::{buddyinfo, zoneinfo};
-use mmkit_core::{Order, PageAllocator, Pfn, Settings};
+use mmkit_core::{Order, PageAllocator, Pfn, Policy, Settings, Topology};
 
 use crate::arena::{Arena, PageBlock};
 use crate::background::Background;
 use crate::cpu;
 use crate::fault::{FaultConfig, FaultInjector};
 use crate::reclaim::Reclaim;
+use crate::zone_view::ZoneView;
 use crate::PoolError;
 
 /// How many times a call is retried on another CPU when its CPU goes offline under it.
@@ -122,26 +125,87 @@ impl PagePool {
         Ok(PagePool { inner, background })
     }
 
-    /// The core allocator underneath (for statistics, views and experiments).
+    /// The core allocator underneath, for experiments that need more than
+    /// [`PagePool::zones`], [`PagePool::topology`] and [`PagePool::policy`] show.
     ///
     /// ```
     /// # use mmkit_runtime::PagePool;
-    /// # use mmkit_core::page_alloc::ZoneType;
-    /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(2).build()?;
-    /// let normal = pool.allocator().zone(0, ZoneType::Normal).unwrap();
-    /// assert_eq!(normal.managed(), 4096);
-    /// assert_eq!(normal.pageset(1).unwrap().batch, 1, "a 16 MiB zone has batch 1");
+    /// # use mmkit_core::{Order, page_alloc::ZoneType};
+    /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(1).build()?;
+    /// // SAFETY: only reads.
+    /// let balanced = unsafe { pool.allocator() }.pgdat_balanced(0, Order::ZERO, ZoneType::Movable);
+    /// assert!(balanced);
     /// # Ok::<(), mmkit_runtime::PoolError>(())
     /// ```
-    pub fn allocator(&self) -> &PageAllocator {
+    ///
+    /// # Safety
+    ///
+    /// The pool's memory safety rests on one owner per allocated page: the
+    /// [`PageBlock`] or the raw caller it was handed to. The core's API changes page
+    /// ownership without the pool knowing (allocating, freeing, splitting or taking pages,
+    /// a zone's lock, a descriptor's setters), and a page freed behind a live
+    /// [`PageBlock`] is handed out again while the block still reaches its memory. The
+    /// caller must only read through the returned allocator.
+    ///
+    /// Safe code cannot free a handle's page this way any more:
+    ///
+    /// ```compile_fail,E0133
+    /// # use mmkit_runtime::PagePool;
+    /// # use mmkit_core::Order;
+    /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(1).build().unwrap();
+    /// let block = pool.alloc(Order::ZERO).unwrap();
+    /// pool.allocator().free_pages(pool.caller(), block.pfn(), Order::ZERO).unwrap();
+    /// ```
+    pub unsafe fn allocator(&self) -> &PageAllocator {
         &self.inner.allocator
     }
 
     /// The pool's allocator as the core's mapping layer takes it
     /// ([`mmkit_core::mm::Memory::new`]), for a `Memory` that does its own data movement
     /// (or none, in experiments that only measure the bookkeeping).
-    pub fn allocator_source(&self) -> Arc<dyn mmkit_core::mm::AllocatorSource> {
+    ///
+    /// # Safety
+    ///
+    /// As for [`PagePool::allocator`]: the `Memory` built on it may allocate and free its
+    /// own pages through its operations, but nothing may reach the allocator through it
+    /// ([`mmkit_core::mm::Memory::allocator`], [`mmkit_core::mm::AllocatorSource`]) for
+    /// anything but reading.
+    pub unsafe fn allocator_source(&self) -> Arc<dyn mmkit_core::mm::AllocatorSource> {
         self.inner.clone()
+    }
+
+    /// The pool's zones in zonelist order, read only.
+    ///
+    /// ```
+    /// # use mmkit_runtime::PagePool;
+    /// # use mmkit_core::page_alloc::ZoneType;
+    /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(2).build()?;
+    /// let normal = pool.zone(0, ZoneType::Normal).unwrap();
+    /// assert_eq!(normal.managed(), 4096);
+    /// assert_eq!(normal.pageset(1).unwrap().batch, 1, "a 16 MiB zone has batch 1");
+    /// assert_eq!(pool.zones().map(|z| z.managed()).sum::<u64>(), 4096);
+    /// # Ok::<(), mmkit_runtime::PoolError>(())
+    /// ```
+    pub fn zones(&self) -> impl Iterator<Item = ZoneView<'_>> {
+        self.inner.allocator.zones().iter().map(ZoneView::new)
+    }
+
+    /// Zone `zone_type` of `node`, read only.
+    pub fn zone(&self, node: NodeId, zone_type: ZoneType) -> Option<ZoneView<'_>> {
+        self.inner
+            .allocator
+            .zone(node, zone_type)
+            .map(ZoneView::new)
+    }
+
+    /// The machine the pool lays out: nodes, CPUs, zone sizes.
+    pub fn topology(&self) -> &Topology {
+        self.inner.allocator.topology()
+    }
+
+    /// The allocation policy in force (v6.7 or a patch preset).
+    pub fn policy(&self) -> &Policy {
+        self.inner.allocator.policy()
     }
 
     pub(crate) fn arena(&self) -> &Arena {
@@ -570,7 +634,7 @@ impl PagePool {
     /// let pool = PagePool::builder().memory_bytes(512 << 20).cpus(1).background(false).build()?;
     /// let blocks: Vec<_> = (0..3000).map(|_| pool.alloc(Order::ZERO)).collect::<Result<_, _>>()?;
     /// drop(blocks);                                   // high grew during the refills
-    /// let zone = pool.allocator().zone(0, ZoneType::Normal).unwrap();
+    /// let zone = pool.zone(0, ZoneType::Normal).unwrap();
     /// let before = zone.pageset(0).unwrap().high;
     /// pool.vmstat_tick(0);
     /// assert!(zone.pageset(0).unwrap().high < before, "decays by up to an eighth per tick");

@@ -81,18 +81,21 @@ fn file_pages_are_read_from_and_written_back_to_the_file_on_disk() {
 fn a_cgroup_limit_swaps_its_own_pages_and_keeps_their_data() {
     let m = mapped("memcg", MmPolicy::V6_7);
     let mm = m.create_mm();
-    let group = m
-        .with_memory(|memory| {
+    // SAFETY: creates a cgroup and moves an empty mm into it; no page changes owner.
+    let group = unsafe {
+        m.with_memory(|memory| {
             let group = memory.create_memcg(MemcgId::ROOT)?;
             memory.set_mm_memcg(mm, group)?;
             Ok::<_, mmkit_core::mm::MmError>(group)
         })
-        .unwrap();
+    }
+    .unwrap();
     m.set_memory_max(group, 64).unwrap();
     m.mmap_anon(mm, 0x1000, 256, Order::ZERO).unwrap();
     let data = pattern(11, 256 * 4096);
     m.write(mm, 0x1000 * 4096, &data).unwrap();
-    let usage = m.with_memory(|memory| memory.memcgs().get(group).unwrap().usage);
+    // SAFETY: reads a counter.
+    let usage = unsafe { m.with_memory(|memory| memory.memcgs().get(group).unwrap().usage) };
     assert!(usage <= 64, "usage {usage} over memory.max");
     assert!(m.stats().swap_out >= 256 - 64);
     let mut back = vec![0; data.len()];

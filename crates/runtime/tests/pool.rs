@@ -230,7 +230,7 @@ fn the_vmstat_thread_decays_pageset_high() {
         .settings(settings)
         .build()
         .unwrap();
-    let zone = pool.allocator().zone(0, ZoneType::Normal).unwrap();
+    let zone = pool.zone(0, ZoneType::Normal).unwrap();
     let blocks: Vec<_> = (0..4000).map(|_| pool.alloc(order(0)).unwrap()).collect();
     let grown = zone.pageset(0).unwrap().high;
     drop(blocks);
@@ -298,7 +298,7 @@ fn kswapd_reclaims_through_the_hook_until_balanced() {
             .unwrap(),
     ));
     *cache.pool.lock().unwrap() = Some(pool);
-    let zone = pool.allocator().zone(0, ZoneType::Normal).unwrap();
+    let zone = pool.zone(0, ZoneType::Normal).unwrap();
     let low = zone.wmark(mmkit_core::page_alloc::WatermarkKind::Low) as i64;
     // Fill the cache until the zone is below its low watermark.
     while zone.free_pages() > low - 10 {
@@ -306,11 +306,12 @@ fn kswapd_reclaims_through_the_hook_until_balanced() {
         cache.blocks.lock().unwrap().push(pfn);
     }
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !pool
-        .allocator()
-        .pgdat_balanced(0, Order::ZERO, ZoneType::Movable)
-        && Instant::now() < deadline
-    {
+    let balanced = || {
+        // SAFETY: `pgdat_balanced` only reads the zones' free pages and watermarks.
+        let allocator = unsafe { pool.allocator() };
+        allocator.pgdat_balanced(0, Order::ZERO, ZoneType::Movable)
+    };
+    while !balanced() && Instant::now() < deadline {
         let _ = pool
             .alloc_raw(Gfp::KERNEL, Order::ZERO)
             .map(|pfn| cache.blocks.lock().unwrap().push(pfn));
@@ -322,9 +323,7 @@ fn kswapd_reclaims_through_the_hook_until_balanced() {
         cache.saw_reclaim_active.load(Relaxed),
         "RECLAIM_ACTIVE was set while reclaiming"
     );
-    assert!(pool
-        .allocator()
-        .pgdat_balanced(0, Order::ZERO, ZoneType::Movable));
+    assert!(balanced());
     // RECLAIM_ACTIVE is cleared once kswapd is done (give it a moment to finish the run).
     std::thread::sleep(Duration::from_millis(200));
     assert!(!zone.flags().contains(ZoneFlags::RECLAIM_ACTIVE));
@@ -346,7 +345,7 @@ fn allocation_failure_drains_other_cpus_pagesets_first() {
         .background(false)
         .build()
         .unwrap();
-    let zone = pool.allocator().zone(0, ZoneType::Normal).unwrap();
+    let zone = pool.zone(0, ZoneType::Normal).unwrap();
     // CPU 1 caches free pages on its pageset.
     cpu::pin_thread(Some(1));
     let blocks: Vec<_> = (0..200).map(|_| pool.alloc(order(0)).unwrap()).collect();
@@ -482,7 +481,7 @@ fn raw_calls_from_an_offline_cpu_are_served_by_an_online_one() {
         .background(false)
         .build()
         .unwrap();
-    let zone = pool.allocator().zone(0, ZoneType::Normal).unwrap();
+    let zone = pool.zone(0, ZoneType::Normal).unwrap();
     assert!(pool.set_cpu_online(1, false));
     cpu::pin_thread(Some(1));
     let pfns: Vec<Pfn> = (0..64)

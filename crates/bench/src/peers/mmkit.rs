@@ -30,17 +30,16 @@ pub(crate) fn bench_pool(arena_bytes: usize, cpus: u32) -> Result<PagePool, Pool
 
 /// One line on the pool: its size and its first pageset's sizing.
 pub(crate) fn describe_pool(pool: &PagePool, what: &str) -> String {
-    let zones = pool.allocator().zones();
-    let Some(zone) = zones.iter().find(|z| z.managed() > 0) else {
+    let Some(zone) = pool.zones().find(|z| z.managed() > 0) else {
         return format!("{what}; no zone has memory");
     };
     let pageset = zone.pageset(0).unwrap_or_default();
     format!(
         "{what}; policy {}, zone {:?} of {} MiB, {} CPUs, pageset batch {} high_min {} high_max {}",
-        pool.allocator().policy().name,
+        pool.policy().name,
         zone.zone_type(),
         (zone.managed() * PAGE_SIZE as u64) >> 20,
-        pool.allocator().topology().nr_cpus(),
+        pool.topology().nr_cpus(),
         pageset.batch,
         pageset.high_min,
         pageset.high_max,

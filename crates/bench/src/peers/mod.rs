@@ -188,9 +188,7 @@ fn entry<C: crate::contestant::Contestant + 'static>(
 }
 
 fn high_max(pool: &mmkit_runtime::PagePool) -> Option<u64> {
-    let zones = pool.allocator().zones();
-    zones
-        .iter()
+    pool.zones()
         .find(|z| z.managed() > 0)?
         .pageset(0)
         .map(|p| p.high_max)

@@ -27,9 +27,7 @@ pub fn toggle_cpu1_while(pool: &PagePool, work: impl FnOnce() + Send) {
             while !done.load(Relaxed) {
                 pool.set_cpu_online(1, false);
                 let stranded: u64 = pool
-                    .allocator()
                     .zones()
-                    .iter()
                     .map(|zone| zone.pageset(1).map_or(0, |pcp| pcp.count))
                     .sum();
                 assert_eq!(stranded, 0, "pages left on the offline CPU's pagesets");
