@@ -1,5 +1,8 @@
 //! Bad frees: each mistake a caller can make with `PageAllocator::free_pages` is refused
-//! with its own `FreeError` and changes nothing.
+//! with its own `FreeError` and changes nothing. Every sequential test runs against both
+//! entry points, `free_pages` and `free_pages_exclusive` (module `atomic` and module
+//! `exclusive`): they differ only in how the claim is made, so a sequential bad free must
+//! be refused by both with the same error.
 //!
 //! Linux counterpart: `free_pages_prepare` / `bad_page` catch some of these and taint the
 //! kernel; mmkit refuses them instead (house style: "a bad call from a user returns an
@@ -58,10 +61,58 @@ fn alloc(allocator: &PageAllocator, gfp: Gfp, o: Order) -> Pfn {
         .unwrap_or_else(|e| panic!("order-{o} allocation: {e}"))
 }
 
-fn free(allocator: &PageAllocator, pfn: Pfn, o: Order) {
-    allocator
-        .free_pages(CPU0, pfn, o)
-        .unwrap_or_else(|e| panic!("free of {pfn:?} order {o}: {e}"));
+/// The two single-free entry points.
+#[derive(Clone, Copy, Debug)]
+enum Entry {
+    /// `free_pages`: the claim is a compare-and-swap.
+    Atomic,
+    /// `free_pages_exclusive`: the claim is a load, a check and a store.
+    Exclusive,
+}
+
+impl Entry {
+    fn free(
+        self,
+        allocator: &PageAllocator,
+        caller: Caller,
+        pfn: Pfn,
+        o: Order,
+    ) -> Result<(), FreeError> {
+        match self {
+            Entry::Atomic => allocator.free_pages(caller, pfn, o),
+            Entry::Exclusive => allocator.free_pages_exclusive(caller, pfn, o),
+        }
+    }
+}
+
+/// Each named test (a `fn(Entry)` below) as a test of each entry point.
+macro_rules! for_both_entry_points {
+    ($($test:ident),* $(,)?) => {
+        mod atomic {
+            $(#[test] fn $test() { super::$test(super::Entry::Atomic) })*
+        }
+        mod exclusive {
+            $(#[test] fn $test() { super::$test(super::Entry::Exclusive) })*
+        }
+    };
+}
+
+for_both_entry_points!(
+    free_of_a_never_allocated_page_is_not_allocated,
+    double_free_is_not_allocated,
+    free_with_the_wrong_order_is_refused,
+    free_inside_an_allocated_block_is_not_block_start,
+    free_outside_every_zone_is_refused,
+    free_of_a_misaligned_pfn_is_refused,
+    free_of_a_reserved_page_is_refused,
+    free_of_a_hole_is_refused_as_reserved,
+    free_from_an_unknown_cpu_is_refused,
+);
+
+fn free(entry: Entry, allocator: &PageAllocator, pfn: Pfn, o: Order) {
+    entry
+        .free(allocator, CPU0, pfn, o)
+        .unwrap_or_else(|e| panic!("{entry:?} free of {pfn:?} order {o}: {e}"));
 }
 
 /// A PC: DMA from pfn 1 (unaligned), DMA32 from 16 MiB, Normal from 4 GiB.
@@ -137,9 +188,10 @@ impl Snapshot {
     }
 }
 
-/// Free (`pfn`, `order`), expect `expected`, and check that nothing changed. `involved`
-/// are further pages whose descriptors must stay as they were.
+/// Free (`pfn`, `order`) through `entry`, expect `expected`, and check that nothing
+/// changed. `involved` are further pages whose descriptors must stay as they were.
 fn assert_refused(
+    entry: Entry,
     allocator: &PageAllocator,
     pfn: Pfn,
     order: Order,
@@ -150,19 +202,18 @@ fn assert_refused(
     pfns.extend_from_slice(involved);
     let before = Snapshot::take(allocator, &pfns);
     assert_eq!(
-        allocator.free_pages(CPU0, pfn, order),
+        entry.free(allocator, CPU0, pfn, order),
         Err(expected),
-        "free of {pfn:?} order {order}"
+        "{entry:?} free of {pfn:?} order {order}"
     );
     let after = Snapshot::take(allocator, &pfns);
     assert_eq!(
         before, after,
-        "a refused free of {pfn:?} order {order} changed the allocator"
+        "a refused {entry:?} free of {pfn:?} order {order} changed the allocator"
     );
 }
 
-#[test]
-fn free_of_a_never_allocated_page_is_not_allocated() {
+fn free_of_a_never_allocated_page_is_not_allocated(entry: Entry) {
     let allocator = one_zone(4096);
     let zone = allocator.zone(0, ZoneType::Normal).unwrap();
     let start = zone.start_pfn();
@@ -180,6 +231,7 @@ fn free_of_a_never_allocated_page_is_not_allocated() {
     ];
     for (pfn, o) in cases {
         assert_refused(
+            entry,
             &allocator,
             pfn,
             o,
@@ -189,8 +241,7 @@ fn free_of_a_never_allocated_page_is_not_allocated() {
     }
 }
 
-#[test]
-fn double_free_is_not_allocated() {
+fn double_free_is_not_allocated(entry: Entry) {
     let allocator = one_zone(4096);
     // Order 4 bypasses the pagesets. Freed while its buddy is in use, a block stays a free
     // order-4 head.
@@ -201,13 +252,14 @@ fn double_free_is_not_allocated() {
         low.buddy(order(4)),
         "the second order-4 block is the first one's buddy"
     );
-    free(&allocator, high, order(4));
+    free(entry, &allocator, high, order(4));
     let zone = allocator.find_zone(high).unwrap();
     assert_eq!(
         zone.mem_map().page(high).state_order(),
         (PageState::Buddy, order(4))
     );
     assert_refused(
+        entry,
         &allocator,
         high,
         order(4),
@@ -217,13 +269,14 @@ fn double_free_is_not_allocated() {
 
     // Once its buddy is freed too they merge: the upper block's head becomes a tail page
     // of the merged block, and the lower one heads it with a larger order.
-    free(&allocator, low, order(4));
+    free(entry, &allocator, low, order(4));
     assert_eq!(zone.mem_map().page(high).state(), PageState::Tail);
     assert_eq!(
         zone.mem_map().page(low).state_order(),
         (PageState::Buddy, Order::MAX)
     );
     assert_refused(
+        entry,
         &allocator,
         high,
         order(4),
@@ -231,6 +284,7 @@ fn double_free_is_not_allocated() {
         &[low],
     );
     assert_refused(
+        entry,
         &allocator,
         low,
         order(4),
@@ -240,12 +294,13 @@ fn double_free_is_not_allocated() {
 
     // A cheap order: the first free puts the block on CPU 0's pageset.
     let cached = alloc(&allocator, Gfp::KERNEL, order(2));
-    free(&allocator, cached, order(2));
+    free(entry, &allocator, cached, order(2));
     assert_eq!(
         zone.mem_map().page(cached).state_order(),
         (PageState::Pcp, order(2))
     );
     assert_refused(
+        entry,
         &allocator,
         cached,
         order(2),
@@ -254,8 +309,7 @@ fn double_free_is_not_allocated() {
     );
 }
 
-#[test]
-fn free_with_the_wrong_order_is_refused() {
+fn free_with_the_wrong_order_is_refused(entry: Entry) {
     let allocator = one_zone(4096);
     let blocks: Vec<Pfn> = (0..8)
         .map(|_| alloc(&allocator, Gfp::KERNEL, order(2)))
@@ -276,35 +330,34 @@ fn free_with_the_wrong_order_is_refused() {
         allocated: order(2),
         given: order(1),
     };
-    assert_refused(&allocator, a, order(1), expected, &involved);
+    assert_refused(entry, &allocator, a, order(1), expected, &involved);
     let expected = FreeError::WrongOrder {
         pfn: a,
         allocated: order(2),
         given: order(0),
     };
-    assert_refused(&allocator, a, order(0), expected, &involved);
+    assert_refused(entry, &allocator, a, order(0), expected, &involved);
     // Larger order, aligned.
     let expected = FreeError::WrongOrder {
         pfn: a,
         allocated: order(2),
         given: order(3),
     };
-    assert_refused(&allocator, a, order(3), expected, &involved);
+    assert_refused(entry, &allocator, a, order(3), expected, &involved);
     // Larger order, not aligned to it: alignment is checked before the page is read.
     let expected = FreeError::Misaligned {
         pfn: b,
         order: order(3),
     };
-    assert_refused(&allocator, b, order(3), expected, &involved);
+    assert_refused(entry, &allocator, b, order(3), expected, &involved);
     // Every block is still freeable with the right order.
     for pfn in blocks {
-        free(&allocator, pfn, order(2));
+        free(entry, &allocator, pfn, order(2));
     }
     allocator.verify().unwrap();
 }
 
-#[test]
-fn free_inside_an_allocated_block_is_not_block_start() {
+fn free_inside_an_allocated_block_is_not_block_start(entry: Entry) {
     let allocator = one_zone(4096);
     for o in [order(3), order(5)] {
         let p = alloc(&allocator, Gfp::KERNEL, o);
@@ -312,19 +365,18 @@ fn free_inside_an_allocated_block_is_not_block_start() {
             pfn: p.add(2),
             block: p,
         };
-        assert_refused(&allocator, p.add(2), order(1), expected, &[p]);
+        assert_refused(entry, &allocator, p.add(2), order(1), expected, &[p]);
         let last = p.add(o.pages() - 1);
         let expected = FreeError::NotBlockStart {
             pfn: last,
             block: p,
         };
-        assert_refused(&allocator, last, order(0), expected, &[p]);
-        free(&allocator, p, o);
+        assert_refused(entry, &allocator, last, order(0), expected, &[p]);
+        free(entry, &allocator, p, o);
     }
 }
 
-#[test]
-fn free_outside_every_zone_is_refused() {
+fn free_outside_every_zone_is_refused(entry: Entry) {
     let allocator = x86_64();
     let dma = allocator.zone(0, ZoneType::Dma).unwrap();
     let dma32 = allocator.zone(0, ZoneType::Dma32).unwrap();
@@ -344,6 +396,7 @@ fn free_outside_every_zone_is_refused() {
     for pfn in outside {
         assert!(allocator.find_zone(pfn).is_none());
         assert_refused(
+            entry,
             &allocator,
             pfn,
             order(0),
@@ -354,6 +407,7 @@ fn free_outside_every_zone_is_refused() {
     // The zone check comes first: a misaligned pfn outside the zones is still outside.
     let pfn = dma_end.add(1);
     assert_refused(
+        entry,
         &allocator,
         pfn,
         order(1),
@@ -362,12 +416,12 @@ fn free_outside_every_zone_is_refused() {
     );
 }
 
-#[test]
-fn free_of_a_misaligned_pfn_is_refused() {
+fn free_of_a_misaligned_pfn_is_refused(entry: Entry) {
     let allocator = one_zone(4096);
     let p = alloc(&allocator, Gfp::KERNEL, order(1));
     let pfn = p.add(1);
     assert_refused(
+        entry,
         &allocator,
         pfn,
         order(1),
@@ -377,11 +431,10 @@ fn free_of_a_misaligned_pfn_is_refused() {
         },
         &[p],
     );
-    free(&allocator, p, order(1));
+    free(entry, &allocator, p, order(1));
 }
 
-#[test]
-fn free_of_a_reserved_page_is_refused() {
+fn free_of_a_reserved_page_is_refused(entry: Entry) {
     // 100 reserved pages, then 3996 managed, then 96 holes.
     let spec = ZoneSpec {
         node: 0,
@@ -397,14 +450,29 @@ fn free_of_a_reserved_page_is_refused() {
     for pfn in [start, start.add(1), start.add(64), start.add(99)] {
         let zone = allocator.find_zone(pfn).unwrap();
         assert_eq!(zone.mem_map().page(pfn).state(), PageState::Reserved);
-        assert_refused(&allocator, pfn, order(0), FreeError::Reserved { pfn }, &[]);
+        assert_refused(
+            entry,
+            &allocator,
+            pfn,
+            order(0),
+            FreeError::Reserved { pfn },
+            &[],
+        );
     }
     // An aligned higher-order free of a reserved head is refused the same way.
     let pfn = start.add(64);
-    assert_refused(&allocator, pfn, order(5), FreeError::Reserved { pfn }, &[]);
+    assert_refused(
+        entry,
+        &allocator,
+        pfn,
+        order(5),
+        FreeError::Reserved { pfn },
+        &[],
+    );
     // The first managed page is a free page, not a reserved one.
     let pfn = start.add(100);
     assert_refused(
+        entry,
         &allocator,
         pfn,
         order(0),
@@ -413,8 +481,7 @@ fn free_of_a_reserved_page_is_refused() {
     );
 }
 
-#[test]
-fn free_of_a_hole_is_refused_as_reserved() {
+fn free_of_a_hole_is_refused_as_reserved(entry: Entry) {
     let spec = ZoneSpec {
         node: 0,
         zone_type: ZoneType::Normal,
@@ -430,23 +497,31 @@ fn free_of_a_hole_is_refused_as_reserved() {
             .find_zone(pfn)
             .expect("a hole is spanned by its zone");
         assert_eq!(zone.mem_map().page(pfn).state(), PageState::Hole);
-        assert_refused(&allocator, pfn, order(0), FreeError::Reserved { pfn }, &[]);
+        assert_refused(
+            entry,
+            &allocator,
+            pfn,
+            order(0),
+            FreeError::Reserved { pfn },
+            &[],
+        );
     }
 }
 
-#[test]
-fn free_from_an_unknown_cpu_is_refused() {
+fn free_from_an_unknown_cpu_is_refused(entry: Entry) {
     let allocator = one_zone(4096);
     let p = alloc(&allocator, Gfp::KERNEL, order(0));
     let before = Snapshot::take(&allocator, &[p]);
     assert_eq!(
-        allocator.free_pages(Caller::task(2), p, order(0)),
+        entry.free(&allocator, Caller::task(2), p, order(0)),
         Err(FreeError::InvalidCpu(2))
     );
     assert_eq!(before, Snapshot::take(&allocator, &[p]));
-    free(&allocator, p, order(0));
+    free(entry, &allocator, p, order(0));
 }
 
+/// The atomic entry point only: `free_pages_exclusive` is for callers that exclude such
+/// races, and does not detect them.
 #[test]
 fn racing_double_free_lets_exactly_one_caller_win() {
     let allocator = one_zone(2048);
@@ -483,4 +558,50 @@ fn racing_double_free_lets_exactly_one_caller_win() {
     }
     let zone = allocator.zone(0, ZoneType::Normal).unwrap();
     assert_eq!(zone.free_pages() as u64 + zone.pcp_pages(), 2048);
+}
+
+/// The case `free_pages_exclusive` exists for: its owner frees a block twice, one free
+/// after the other. Refused with the error `free_pages` gives, changing nothing, from the
+/// pagesets (orders 0 to 3) and from the buddy lists (order 4).
+#[test]
+fn exclusive_double_free_is_refused_as_the_atomic_one_is() {
+    let allocator = one_zone(4096);
+    for o in [order(0), order(1), order(3), order(4)] {
+        let pfn = alloc(&allocator, Gfp::KERNEL, o);
+        free(Entry::Exclusive, &allocator, pfn, o);
+        let atomic = allocator.free_pages(CPU0, pfn, o);
+        assert_eq!(atomic, Err(FreeError::NotAllocated { pfn }), "order {o}");
+        assert_refused(
+            Entry::Exclusive,
+            &allocator,
+            pfn,
+            o,
+            atomic.unwrap_err(),
+            &[],
+        );
+    }
+}
+
+/// The batched form: a batch holding a page freed before is refused whole, with the index
+/// and error `free_pages_batch` gives, and changes nothing.
+#[test]
+fn exclusive_batch_with_a_freed_page_is_refused_as_the_atomic_one_is() {
+    let allocator = one_zone(4096);
+    let pfns: Vec<Pfn> = (0..4)
+        .map(|_| alloc(&allocator, Gfp::KERNEL, order(0)))
+        .collect();
+    assert_eq!(
+        allocator.free_pages_batch_exclusive(CPU0, &pfns[2..]),
+        Ok(())
+    );
+    let before = Snapshot::take(&allocator, &pfns);
+    let atomic = allocator.free_pages_batch(CPU0, &pfns);
+    assert_eq!(atomic, Err((2, FreeError::NotAllocated { pfn: pfns[2] })));
+    assert_eq!(allocator.free_pages_batch_exclusive(CPU0, &pfns), atomic);
+    assert_eq!(before, Snapshot::take(&allocator, &pfns));
+    assert_eq!(
+        allocator.free_pages_batch_exclusive(CPU0, &pfns[..2]),
+        Ok(())
+    );
+    allocator.verify().expect("every page accounted for");
 }

@@ -4,6 +4,11 @@
 //! and PCT for the rare interleavings); in every one, no page may be lost or doubled and
 //! the outcomes must be the ones Linux allows.
 //!
+//! The frees here go through the atomic `free_pages`. `free_pages_exclusive` is not
+//! model-checked: it differs only in the claim of the block head, the races that claim
+//! decides (two frees, or a free and a split, of one block) are excluded by its contract,
+//! and past the claim it runs the same code, taking the same locks in the same order.
+//!
 //! Run: `cargo test -p mmkit-core --features shuttle --test shuttle_drain`.
 #![cfg(feature = "shuttle")]
 

@@ -222,6 +222,26 @@ impl Page {
             .map_err(|_| self.state_order())
     }
 
+    /// [`Page::transition`] for a caller that no other thread races on this page: a
+    /// relaxed load, the same check and a plain store, without the locked instruction.
+    /// Sequentially it succeeds and fails exactly as `transition` does, with the same
+    /// result; two racing calls may both succeed.
+    #[inline(always)]
+    pub fn transition_exclusive(
+        &self,
+        from: PageState,
+        order: Order,
+        to: PageState,
+    ) -> Result<(), (PageState, Order)> {
+        let current = self.flags.load(Relaxed);
+        if current & (STATE_MASK | ORDER_MASK) != Self::with_state(0, from, order) {
+            return Err(self.state_order());
+        }
+        self.flags
+            .store(Self::with_state(current, to, order), Relaxed);
+        Ok(())
+    }
+
     /// Change the order of a block in `state` from `from` to `to` atomically; fails,
     /// returning what the page holds instead, when it is not in `state` at `from`.
     pub fn transition_order(
@@ -499,5 +519,41 @@ mod tests {
             page.transition(PageState::Allocated, o1, PageState::Freeing),
             Err((PageState::Freeing, o1))
         );
+    }
+
+    #[test]
+    fn transition_exclusive_agrees_with_transition() {
+        let states = [
+            PageState::Tail,
+            PageState::Buddy,
+            PageState::Pcp,
+            PageState::Allocated,
+            PageState::Reserved,
+            PageState::Hole,
+            PageState::Freeing,
+        ];
+        let o2 = Order::new(2).unwrap();
+        for state in states {
+            for order in Order::all() {
+                for asked in [Order::ZERO, o2] {
+                    let (atomic, exclusive) = (Page::new(state), Page::new(state));
+                    for page in [&atomic, &exclusive] {
+                        page.set_state(state, order);
+                        page.set_flags(PageFlags::DIRTY | PageFlags::LRU);
+                        page.set_memcg_id(7);
+                    }
+                    assert_eq!(
+                        exclusive.transition_exclusive(
+                            PageState::Allocated,
+                            asked,
+                            PageState::Freeing
+                        ),
+                        atomic.transition(PageState::Allocated, asked, PageState::Freeing),
+                        "{state:?}/{order} asked {asked}"
+                    );
+                    assert_eq!(exclusive.flags.load(Relaxed), atomic.flags.load(Relaxed));
+                }
+            }
+        }
     }
 }

@@ -7,7 +7,9 @@
 //! (`percpu_pagelist_high_fraction`, which makes `high_min = high_max`;
 //! `pcp_batch_scale_max`). A batch of order-0 pages, in random order across both zones,
 //! goes to `free_pages_batch` on the first allocator and to `free_pages` page by page on
-//! the second. After every operation both must hold the same state: every pageset's
+//! the second. In half the cases the first allocator frees through the exclusive entry
+//! points instead (`free_pages_batch_exclusive`, `free_pages_exclusive`), which must leave
+//! the same state and refuse alike. After every operation both must hold the same state: every pageset's
 //! fields and lists in order, each CPU's vm events, each zone's event counters, flags,
 //! free count and buddy lists in order; after each case, every page descriptor.
 //!
@@ -144,6 +146,8 @@ fn op() -> impl Strategy<Value = Op> {
 /// The two allocators and what the test knows about them.
 struct Pair {
     batched: PageAllocator,
+    /// Whether `batched` frees through the exclusive entry points.
+    exclusive: bool,
     single: PageAllocator,
     /// Live blocks, in allocation order.
     live: Vec<(Pfn, Order)>,
@@ -153,13 +157,32 @@ struct Pair {
 }
 
 impl Pair {
-    fn new(policy: Policy) -> Pair {
+    fn new(policy: Policy, exclusive: bool) -> Pair {
         Pair {
             batched: machine(policy),
+            exclusive,
             single: machine(policy),
             live: Vec::new(),
             freed: Vec::new(),
             pcp_disabled: [false; ZONES.len()],
+        }
+    }
+
+    /// A single free on `batched`, through the entry point under test.
+    fn free_batched(&self, caller: Caller, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        if self.exclusive {
+            self.batched.free_pages_exclusive(caller, pfn, order)
+        } else {
+            self.batched.free_pages(caller, pfn, order)
+        }
+    }
+
+    /// The batched free under test.
+    fn free_batch(&self, caller: Caller, pfns: &[Pfn]) -> Result<(), (usize, FreeError)> {
+        if self.exclusive {
+            self.batched.free_pages_batch_exclusive(caller, pfns)
+        } else {
+            self.batched.free_pages_batch(caller, pfns)
         }
     }
 
@@ -203,7 +226,9 @@ impl Pair {
                     return;
                 }
                 let (pfn, order) = self.live.remove(index.index(self.live.len()));
-                self.both(|a| a.free_pages(Caller::task(0), pfn, order).expect("live"));
+                let caller = Caller::task(0);
+                self.free_batched(caller, pfn, order).expect("live");
+                self.single.free_pages(caller, pfn, order).expect("live");
                 if order == Order::ZERO {
                     self.freed.push(pfn);
                 }
@@ -294,11 +319,11 @@ impl Pair {
                     .expect_err("a bad pfn"),
             };
             pfns.insert(at, bad.0);
-            let got = self.batched.free_pages_batch(caller, &pfns);
+            let got = self.free_batch(caller, &pfns);
             assert_eq!(got, Err((at, expected)), "batch {pfns:?}");
             return;
         }
-        assert_eq!(self.batched.free_pages_batch(caller, &pfns), Ok(()));
+        assert_eq!(self.free_batch(caller, &pfns), Ok(()));
         for &pfn in &pfns {
             self.single
                 .free_pages(caller, pfn, Order::ZERO)
@@ -404,9 +429,10 @@ proptest! {
     #[test]
     fn batched_free_leaves_what_single_frees_leave(
         policy_index in 0..POLICIES,
+        exclusive in any::<bool>(),
         ops in proptest::collection::vec(op(), 1..60),
     ) {
-        let mut pair = Pair::new(policy(policy_index));
+        let mut pair = Pair::new(policy(policy_index), exclusive);
         for (step, op) in ops.iter().enumerate() {
             pair.apply(op);
             pair.assert_same(&format!("step {step} {op:?}"));

@@ -4,7 +4,10 @@
 //! Linux counterpart (v6.7, `mm/page_alloc.c`): `__free_pages` → `free_unref_page`,
 //! `free_unref_page_commit`, `free_pcppages_bulk`, `free_one_page`, `__free_pages_ok`,
 //! and `free_unref_page_list`. Linux trusts its callers; we check first, with one
-//! compare-and-swap on the block head, so that a bad free changes nothing. The batched
+//! compare-and-swap on the block head, so that a bad free changes nothing. Callers that
+//! own their blocks exclusively (the runtime's handles and raw frees, the simulator) use
+//! the `_exclusive` entry points, whose claim is a load, the same check and a plain
+//! store ([`Claim`]): one body, compiled once per kind of claim. The batched
 //! free commits each run of pages that cannot reach the drain threshold with only the
 //! list push, and does the run's policy and counter updates once
 //! ([`PerCpuPages::order0_free_room`], [`PerCpuPages::on_order0_frees`]); the end state
@@ -26,49 +29,122 @@ use crate::policy::PcpPolicy;
 /// Pages freed under one pageset lock hold in a batched free (`SWAP_CLUSTER_MAX`).
 const FREE_BATCH_RELOCK: usize = 32;
 
+/// How a free takes its block from Allocated to Freeing: the one step in which
+/// [`PageAllocator::free_pages`] and [`PageAllocator::free_pages_exclusive`] (and their
+/// batched forms) differ. The free paths are generic over it, so each entry point
+/// compiles to its own copy of the one body.
+pub(super) trait Claim {
+    /// [`Page::transition`] from Allocated at `order` to Freeing, or what the page holds
+    /// instead.
+    fn take(page: &Page, order: Order) -> Result<(), (PageState, Order)>;
+}
+
+/// Any thread may free any block: the claim is a compare-and-swap, so of two racing
+/// frees (or a free and a split) of one block exactly one passes.
+pub(super) struct Atomic;
+
+impl Claim for Atomic {
+    #[inline(always)]
+    fn take(page: &Page, order: Order) -> Result<(), (PageState, Order)> {
+        page.transition(PageState::Allocated, order, PageState::Freeing)
+    }
+}
+
+/// The caller owns the block exclusively, so no other thread frees or splits it at the
+/// same time: the claim is a load, the same check and a plain store
+/// ([`Page::transition_exclusive`]), without the locked instruction.
+pub(super) struct Exclusive;
+
+impl Claim for Exclusive {
+    #[inline(always)]
+    fn take(page: &Page, order: Order) -> Result<(), (PageState, Order)> {
+        page.transition_exclusive(PageState::Allocated, order, PageState::Freeing)
+    }
+}
+
 impl PageAllocator {
     /// Free a block allocated with [`PageAllocator::alloc_pages`], from `caller`'s CPU
     /// (`__free_pages`). Cheap orders and THP go to the caller's pageset (the zone if the
     /// pageset is busy); other orders go straight to the zone. A bad free (never
     /// allocated, already free, wrong order, inside another block, outside every zone,
-    /// misaligned) is refused with an error and changes nothing.
+    /// misaligned) is refused with an error and changes nothing, also when another thread
+    /// frees the same block at the same time: exactly one of two racing frees passes.
     #[inline(always)]
     pub fn free_pages(&self, caller: Caller, pfn: Pfn, order: Order) -> Result<(), FreeError> {
-        // Nearly every free is of one page: that copy of the path has the order as a
-        // constant (alignment, list index, page counts and the high-order rules fold
-        // away); the other orders share one out-of-line copy.
-        if order == Order::ZERO {
-            self.free_pages_of_order(caller, pfn, Order::ZERO)
-        } else {
-            self.free_pages_of_any_order(caller, pfn, order)
-        }
+        self.free_pages_claimed::<Atomic>(caller, pfn, order)
     }
 
-    /// [`PageAllocator::free_pages`] for orders above 0.
-    #[inline(never)]
-    fn free_pages_of_any_order(
+    /// [`PageAllocator::free_pages`] for a caller that owns the block exclusively: the
+    /// same checks in the same order, the same errors, the same state and counters
+    /// afterwards, without the compare-and-swap on the block head.
+    ///
+    /// Every bad free made after the block's previous free or split returned (a double
+    /// free, a wrong order, a tail page, a foreign or misaligned pfn, an offline CPU) is
+    /// still refused and changes nothing. A free that races another free or a
+    /// [`PageAllocator::split_page`] of the same block on another thread is not detected:
+    /// both may pass and corrupt the free lists (the core has no undefined behaviour, it
+    /// owns no memory, but it would hand the pages out twice and its `verify()` fails).
+    /// The caller guarantees there is no such race, as every caller of Linux's
+    /// `free_pages` does: its checks are not atomic either.
+    #[inline(always)]
+    pub fn free_pages_exclusive(
         &self,
         caller: Caller,
         pfn: Pfn,
         order: Order,
     ) -> Result<(), FreeError> {
-        self.free_pages_of_order(caller, pfn, order)
+        self.free_pages_claimed::<Exclusive>(caller, pfn, order)
     }
 
-    /// The body of [`PageAllocator::free_pages`].
+    /// The body of [`PageAllocator::free_pages`], claiming with `C`.
     #[inline(always)]
-    fn free_pages_of_order(&self, caller: Caller, pfn: Pfn, order: Order) -> Result<(), FreeError> {
-        let (zone, page) = self.claim_block(caller, pfn, order)?;
+    fn free_pages_claimed<C: Claim>(
+        &self,
+        caller: Caller,
+        pfn: Pfn,
+        order: Order,
+    ) -> Result<(), FreeError> {
+        // Nearly every free is of one page: that copy of the path has the order as a
+        // constant (alignment, list index, page counts and the high-order rules fold
+        // away); the other orders share one out-of-line copy.
+        if order == Order::ZERO {
+            self.free_pages_of_order::<C>(caller, pfn, Order::ZERO)
+        } else {
+            self.free_pages_of_any_order::<C>(caller, pfn, order)
+        }
+    }
+
+    /// [`PageAllocator::free_pages`] for orders above 0.
+    #[inline(never)]
+    fn free_pages_of_any_order<C: Claim>(
+        &self,
+        caller: Caller,
+        pfn: Pfn,
+        order: Order,
+    ) -> Result<(), FreeError> {
+        self.free_pages_of_order::<C>(caller, pfn, order)
+    }
+
+    /// The free once the order is known: claim, prepare, commit.
+    #[inline(always)]
+    fn free_pages_of_order<C: Claim>(
+        &self,
+        caller: Caller,
+        pfn: Pfn,
+        order: Order,
+    ) -> Result<(), FreeError> {
+        let (zone, page) = self.claim_block::<C>(caller, pfn, order)?;
         free_pages_prepare(page);
         self.free_unref_page(caller, zone, pfn, page, order);
         Ok(())
     }
 
     /// Check that `pfn` heads an allocated block of `order` and take it (Allocated →
-    /// Freeing). Exactly one of two racing frees of a block gets past this. Returns the
-    /// zone and the head page, so the paths after it do not look the page up again.
+    /// Freeing) with `C`. With [`Atomic`], exactly one of two racing frees of a block gets
+    /// past this. Returns the zone and the head page, so the paths after it do not look
+    /// the page up again.
     #[inline(always)]
-    pub(super) fn claim_block(
+    pub(super) fn claim_block<C: Claim>(
         &self,
         caller: Caller,
         pfn: Pfn,
@@ -77,14 +153,18 @@ impl PageAllocator {
         if !self.cpu_online(caller.cpu) {
             return Err(FreeError::InvalidCpu(caller.cpu));
         }
-        self.claim_allocated(pfn, order)
+        self.claim_allocated::<C>(pfn, order)
     }
 
     /// [`PageAllocator::claim_block`] after the caller's CPU was found online.
     #[inline(always)]
-    fn claim_allocated(&self, pfn: Pfn, order: Order) -> Result<(&Zone, &Page), FreeError> {
+    fn claim_allocated<C: Claim>(
+        &self,
+        pfn: Pfn,
+        order: Order,
+    ) -> Result<(&Zone, &Page), FreeError> {
         let zone = self.find_zone(pfn).ok_or(FreeError::OutsideZones { pfn })?;
-        claim_in_zone(zone, zone.mem_map.page(pfn), pfn, order)
+        claim_in_zone::<C>(zone, zone.mem_map.page(pfn), pfn, order)
     }
 
     /// `free_unref_page` for a claimed block.
@@ -170,9 +250,36 @@ impl PageAllocator {
     /// `free_unref_folios`). Either every pfn is a valid order-0 allocation and all are
     /// freed, or none is and the first problem is returned with its index. Pages go to
     /// `caller`'s pagesets, relocking when the zone changes or every 32 pages. The end
-    /// state is the one single frees of the pages in order leave.
+    /// state is the one single frees of the pages in order leave. A page freed twice in
+    /// the batch is refused as a duplicate, and, as for [`PageAllocator::free_pages`], so
+    /// is a page that another thread frees at the same time.
     pub fn free_pages_batch(&self, caller: Caller, pfns: &[Pfn]) -> Result<(), (usize, FreeError)> {
-        self.claim_batch(caller, pfns)?;
+        self.free_pages_batch_claimed::<Atomic>(caller, pfns)
+    }
+
+    /// [`PageAllocator::free_pages_batch`] for a caller that owns every page exclusively:
+    /// the same checks, the same all-or-nothing refusal with the same index and error
+    /// (a duplicate within the batch included), the same state and counters afterwards,
+    /// without a compare-and-swap per page. As for
+    /// [`PageAllocator::free_pages_exclusive`], a free or split of one of the pages racing
+    /// it on another thread is not detected and corrupts the free lists: the caller
+    /// guarantees there is none.
+    pub fn free_pages_batch_exclusive(
+        &self,
+        caller: Caller,
+        pfns: &[Pfn],
+    ) -> Result<(), (usize, FreeError)> {
+        self.free_pages_batch_claimed::<Exclusive>(caller, pfns)
+    }
+
+    /// The body of [`PageAllocator::free_pages_batch`], claiming with `C`.
+    #[inline(always)]
+    fn free_pages_batch_claimed<C: Claim>(
+        &self,
+        caller: Caller,
+        pfns: &[Pfn],
+    ) -> Result<(), (usize, FreeError)> {
+        self.claim_batch::<C>(caller, pfns)?;
         let zone_of = |pfn| self.find_zone(pfn).expect("a claimed page is in a zone");
         if self.policy.irq_bypass && caller.in_interrupt() {
             for &pfn in pfns {
@@ -280,7 +387,11 @@ impl PageAllocator {
     /// The claim pass of [`PageAllocator::free_pages_batch`]: every page Allocated →
     /// Freeing, or, at the first refusal, the earlier ones back and the refusal with its
     /// index.
-    fn claim_batch(&self, caller: Caller, pfns: &[Pfn]) -> Result<(), (usize, FreeError)> {
+    fn claim_batch<C: Claim>(
+        &self,
+        caller: Caller,
+        pfns: &[Pfn],
+    ) -> Result<(), (usize, FreeError)> {
         if pfns.is_empty() {
             return Ok(());
         }
@@ -292,7 +403,7 @@ impl PageAllocator {
         let mut near: Option<&Zone> = None;
         for (index, &pfn) in pfns.iter().enumerate() {
             let claimed = match self.zone_page_near(near, pfn) {
-                Some((zone, page)) => claim_in_zone(zone, page, pfn, Order::ZERO),
+                Some((zone, page)) => claim_in_zone::<C>(zone, page, pfn, Order::ZERO),
                 None => Err(FreeError::OutsideZones { pfn }),
             };
             match claimed {
@@ -410,7 +521,7 @@ fn pcp_add_block(
 /// The checks of [`PageAllocator::claim_block`] once `pfn`'s zone and descriptor are
 /// found.
 #[inline(always)]
-fn claim_in_zone<'a>(
+fn claim_in_zone<'a, C: Claim>(
     zone: &'a Zone,
     page: &'a Page,
     pfn: Pfn,
@@ -419,7 +530,7 @@ fn claim_in_zone<'a>(
     if !pfn.is_aligned(order) {
         return Err(FreeError::Misaligned { pfn, order });
     }
-    if let Err((state, found)) = page.transition(PageState::Allocated, order, PageState::Freeing) {
+    if let Err((state, found)) = C::take(page, order) {
         return Err(diagnose_bad_free(zone, pfn, order, state, found));
     }
     Ok((zone, page))

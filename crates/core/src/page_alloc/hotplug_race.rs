@@ -51,7 +51,7 @@ fn a_free_that_loses_its_cpu_goes_to_the_zone() {
 
     // `free_pages` as far as `claim_block`, whose online check passes...
     let (zone, page) = allocator
-        .claim_block(caller, pfn, Order::ZERO)
+        .claim_block::<super::free::Atomic>(caller, pfn, Order::ZERO)
         .expect("an allocated block");
     // ... then the CPU goes down, and the free goes on.
     assert!(allocator.cpu_offline(1));
