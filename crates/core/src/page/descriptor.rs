@@ -237,8 +237,9 @@ impl Page {
         if current & (STATE_MASK | ORDER_MASK) != Self::with_state(0, from, order) {
             return Err(self.state_order());
         }
+        // The state bits hold `from`: one XOR makes them `to`, keeping everything else.
         self.flags
-            .store(Self::with_state(current, to, order), Relaxed);
+            .store(current ^ (from as u32 ^ to as u32), Relaxed);
         Ok(())
     }
 
