@@ -332,13 +332,18 @@ impl std::fmt::Debug for PageBlock<'_> {
 impl crate::PagePool {
     /// Free a block obtained from [`crate::PagePool::alloc_raw`] or
     /// [`PageBlock::into_raw`]. Bad calls (a double free, a wrong order, a pfn outside the
-    /// arena or not at a block start) are refused with an error and change nothing.
+    /// arena or not at a block start) are refused with an error and change nothing, as
+    /// long as they come one after the other: a free racing this one is not detected.
     ///
     /// # Safety
     ///
     /// The caller owns the block: it came from `alloc_raw` or `into_raw` and has not been
     /// freed since, and no reference into its memory is used after this call. (A block
-    /// owned by a live [`PageBlock`] must not be freed this way.)
+    /// owned by a live [`PageBlock`] must not be freed this way.) No other thread frees
+    /// the block at the same time: the pool frees with the core's
+    /// [`free_pages_exclusive`](mmkit_core::PageAllocator::free_pages_exclusive), which
+    /// refuses a second free made after this one returned but does not detect one
+    /// racing it, and two racing frees could both pass and hand the block out twice.
     pub unsafe fn free_raw(
         &self,
         pfn: mmkit_core::Pfn,
@@ -352,7 +357,9 @@ impl crate::PagePool {
     ///
     /// # Safety
     ///
-    /// As for [`free_raw`](Self::free_raw), for every page: the caller owns each one.
+    /// As for [`free_raw`](Self::free_raw), for every page: the caller owns each one, and
+    /// no other thread frees any of them at the same time (a page freed before, or twice
+    /// in the batch, is still refused).
     pub unsafe fn free_batch(&self, pfns: &[mmkit_core::Pfn]) -> Result<(), crate::PoolError> {
         self.free_pfns_batch(pfns)
     }

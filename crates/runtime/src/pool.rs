@@ -483,11 +483,19 @@ impl PagePool {
         }
     }
 
-    /// The batched free behind [`PagePool::free_batch`] and [`PagePool::free_blocks`].
+    /// The batched free behind [`PagePool::free_batch`], [`PagePool::free_blocks`] and
+    /// the pool cache's releases. Every page is owned by the caller (a handle, a raw
+    /// caller bound by `free_batch`'s contract, or the cache), so no other thread frees
+    /// it at the same time: the core's exclusive free, without a compare-and-swap per
+    /// page. A page freed before is still refused.
     pub(crate) fn free_pfns_batch(&self, pfns: &[Pfn]) -> Result<(), PoolError> {
         let (mut caller, mut retries) = (self.caller(), 0);
         loop {
-            match self.inner.allocator.free_pages_batch(caller, pfns) {
+            match self
+                .inner
+                .allocator
+                .free_pages_batch_exclusive(caller, pfns)
+            {
                 Err((_, FreeError::InvalidCpu(cpu)))
                     if self.retry_after_hotplug(&mut caller, cpu, &mut retries) => {}
                 done => break done,
@@ -508,10 +516,19 @@ impl PagePool {
     /// `free_pages` from the current task (see [`PagePool::retry_after_hotplug`]). As
     /// `alloc_pfn`, on this CPU without `caller()`'s online test, which the core makes
     /// before anything else.
+    ///
+    /// The core's exclusive free: the block's owner frees it (a dropped handle, or a raw
+    /// caller bound by `free_raw`'s contract), so no other thread frees or splits it at
+    /// the same time, and the claim needs no compare-and-swap. A second free after this
+    /// one is still refused.
     #[inline(always)]
     fn free_pages_as_task(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
         let caller = Caller::task(self.this_cpu());
-        match self.inner.allocator.free_pages(caller, pfn, order) {
+        match self
+            .inner
+            .allocator
+            .free_pages_exclusive(caller, pfn, order)
+        {
             Err(FreeError::InvalidCpu(_)) => self.free_on_online_cpu(pfn, order),
             done => done,
         }
@@ -523,7 +540,11 @@ impl PagePool {
     #[inline(never)]
     fn free_on_online_cpu(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
         let caller = self.caller();
-        match self.inner.allocator.free_pages(caller, pfn, order) {
+        match self
+            .inner
+            .allocator
+            .free_pages_exclusive(caller, pfn, order)
+        {
             Err(FreeError::InvalidCpu(cpu)) => self.free_after_hotplug(caller, cpu, pfn, order),
             done => done,
         }
@@ -543,7 +564,11 @@ impl PagePool {
         let mut retries = 0;
         let mut refused = refused;
         while self.retry_after_hotplug(&mut caller, refused, &mut retries) {
-            match self.inner.allocator.free_pages(caller, pfn, order) {
+            match self
+                .inner
+                .allocator
+                .free_pages_exclusive(caller, pfn, order)
+            {
                 Err(FreeError::InvalidCpu(cpu)) => refused = cpu,
                 done => return done,
             }
@@ -551,7 +576,9 @@ impl PagePool {
         Err(FreeError::InvalidCpu(refused))
     }
 
-    /// Free a block whose handle dropped. The handle owned it, so refusal is corruption.
+    /// Free a block whose handle dropped. The handle owned it, so refusal is corruption;
+    /// and it was the only owner (handles are not `Clone`, and safe code cannot reach the
+    /// core's free), so no other thread frees it at the same time: the exclusive free.
     pub(crate) fn free_handle(&self, pfn: Pfn, order: Order) {
         if let Err(e) = self.free_pages_as_task(pfn, order) {
             panic!("freeing a block owned by a handle failed: {e}");

@@ -332,7 +332,9 @@ impl Shared<'_> {
     }
 
     /// Give owned pages back to the pool: batched at order 0, one by one otherwise, and
-    /// one by one again if the batch is refused (it then freed nothing).
+    /// one by one again if the batch is refused (it then freed nothing). Each page has
+    /// one owner (module documentation), here the releasing thread, so the pool's
+    /// exclusive free applies.
     fn release_all(&self, pfns: &[Pfn]) {
         if pfns.is_empty() {
             return;
@@ -605,14 +607,15 @@ impl<'pool> PoolCache<'pool> {
     /// (the pool refuses and the page is skipped; builds with debug assertions panic): a
     /// block that is not allocated or of another order. Not detected in release builds: a
     /// page freed twice while both copies sit in the array, the ring or a recycler's
-    /// buffer; it would then be handed out twice.
+    /// buffer; it would then be handed out twice. Nor are two copies that reach the pool
+    /// at the same time from two threads: the pool frees with the core's exclusive free.
     ///
     /// # Safety
     ///
     /// The caller owns the block: it is a block of this cache's order that this pool
     /// allocated (from this cache, another cache over the pool, or the pool's raw API),
-    /// it has not been freed since, no [`PageBlock`] owns it, and no reference into its
-    /// memory is used after this call.
+    /// it has not been freed since, no other thread frees it at the same time, no
+    /// [`PageBlock`] owns it, and no reference into its memory is used after this call.
     #[inline]
     pub unsafe fn free_raw(&mut self, pfn: Pfn) -> Result<(), PoolError> {
         self.raw_check.check(pfn)?;

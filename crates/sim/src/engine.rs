@@ -651,12 +651,15 @@ impl Sim {
         }
     }
 
-    /// Free the block at `pfn` on `cpu`, charging its cost.
+    /// Free the block at `pfn` on `cpu`, charging its cost. The simulator runs on one
+    /// thread and the workload model owns the blocks it frees, so no free races another:
+    /// the core's exclusive free, which refuses every sequential bad free as
+    /// `free_pages` does.
     pub fn free(&mut self, cpu: u32, pfn: Pfn, order: Order) -> Result<(), SimError> {
         let slot = self.zone_slot(pfn);
         let before = read_drain_counters(self.zone(slot));
         self.allocator
-            .free_pages(Caller::task(cpu), pfn, order)
+            .free_pages_exclusive(Caller::task(cpu), pfn, order)
             .map_err(|e| SimError::BadFree(e.to_string()))?;
         self.stats.free_calls += 1;
         let offset = pfn.0 - self.zones[slot].1;
