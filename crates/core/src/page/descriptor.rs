@@ -474,24 +474,26 @@ mod tests {
         page.set_state_of_bare(PageState::Pcp, Order::ZERO);
     }
 
+    /// Every valid state.
+    const STATES: [PageState; 7] = [
+        PageState::Tail,
+        PageState::Buddy,
+        PageState::Pcp,
+        PageState::Allocated,
+        PageState::Reserved,
+        PageState::Hole,
+        PageState::Freeing,
+    ];
+
     #[test]
     fn has_state_order_agrees_with_state_order() {
         let page = Page::new(PageState::Tail);
         page.set_memcg_id(0xffff);
         page.set_flags(PageFlags::all());
-        let states = [
-            PageState::Tail,
-            PageState::Buddy,
-            PageState::Pcp,
-            PageState::Allocated,
-            PageState::Reserved,
-            PageState::Hole,
-            PageState::Freeing,
-        ];
-        for state in states {
+        for state in STATES {
             for order in Order::all() {
                 page.set_state(state, order);
-                for asked in states {
+                for asked in STATES {
                     for asked_order in Order::all() {
                         assert_eq!(
                             page.has_state_order(asked, asked_order),
@@ -524,17 +526,8 @@ mod tests {
 
     #[test]
     fn transition_exclusive_agrees_with_transition() {
-        let states = [
-            PageState::Tail,
-            PageState::Buddy,
-            PageState::Pcp,
-            PageState::Allocated,
-            PageState::Reserved,
-            PageState::Hole,
-            PageState::Freeing,
-        ];
         let o2 = Order::new(2).unwrap();
-        for state in states {
+        for state in STATES {
             for order in Order::all() {
                 for asked in [Order::ZERO, o2] {
                     let (atomic, exclusive) = (Page::new(state), Page::new(state));
