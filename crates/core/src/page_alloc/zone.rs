@@ -278,6 +278,13 @@ impl Zone {
         let mut locked = self.lock();
         for (pfn, order) in aligned_blocks(first, end) {
             let mt = self.mem_map.pageblock_migratetype(pfn);
+            // The mem_map is allocated zeroed and mapped by the kernel on first touch; a
+            // first touch that reads maps the shared zero page, and the write after it
+            // copies (a second fault, and in a multi-threaded process a TLB shootdown to
+            // every CPU running it: the demo's two simulation threads spent 27 s in the
+            // kernel on that). `free_one_page` reads the head before it writes it, so
+            // write it first: storing the unlinked Tail it already holds changes nothing.
+            self.mem_map.page(pfn).clear_tail();
             locked.free_one_page(pfn, order, mt, ListEnd::Tail);
         }
     }
