@@ -19,7 +19,7 @@ use super::pcp::{order_to_pindex, pcp_allowed_order, PerCpuPages};
 use super::types::{Caller, MigrateType, NodeId, ZoneType};
 use super::watermark::{self, WatermarkKind};
 use super::zone::{Zone, ZoneFlags};
-use crate::page::{Order, PageState, Pfn, NO_PFN};
+use crate::page::{Order, Page, PageState, Pfn, NO_PFN};
 use crate::policy::DrainMode;
 
 /// A request after `prepare_alloc_pages`.
@@ -68,8 +68,9 @@ impl PageAllocator {
     }
 
     /// `__alloc_pages` for a caller whose CPU was found online. Order 0, the pageset fast
-    /// path's order and nearly every request, gets a copy with the order as a constant;
-    /// the other orders share one out-of-line copy.
+    /// path's order and nearly every request, tries the fast path with the order as a
+    /// constant; the other orders, and order-0 requests the fast path cannot serve, go to
+    /// the out-of-line general path.
     #[inline(always)]
     fn alloc_pages_online(
         &self,
@@ -79,46 +80,19 @@ impl PageAllocator {
         node: NodeId,
     ) -> Result<Pfn, AllocError> {
         if order == Order::ZERO {
-            self.alloc_pages_of_order(caller, gfp, Order::ZERO, node)
-        } else {
-            self.alloc_pages_of_any_order(caller, gfp, order, node)
-        }
-    }
-
-    /// [`PageAllocator::alloc_pages_online`] for orders above 0.
-    #[inline(never)]
-    fn alloc_pages_of_any_order(
-        &self,
-        caller: Caller,
-        gfp: Gfp,
-        order: Order,
-        node: NodeId,
-    ) -> Result<Pfn, AllocError> {
-        self.alloc_pages_of_order(caller, gfp, order, node)
-    }
-
-    /// The body of [`PageAllocator::alloc_pages_online`].
-    #[inline(always)]
-    fn alloc_pages_of_order(
-        &self,
-        caller: Caller,
-        gfp: Gfp,
-        order: Order,
-        node: NodeId,
-    ) -> Result<Pfn, AllocError> {
-        let ac = self.alloc_context(caller, gfp, order, node)?;
-        if let Some(pfn) = self.alloc_pcp_fast(&ac) {
-            return Ok(pfn);
+            if let Some(pfn) = self.alloc_pcp_fast(caller, gfp, node) {
+                return Ok(pfn);
+            }
         }
         self.alloc_pages_general(caller, gfp, order, node)
     }
 
-    /// Everything but the fast path: the first zonelist pass, then the slow path. Out of
-    /// line, so that a caller inlining `alloc_pages` does not set up a frame for it on
-    /// every allocation the fast path serves. It builds the request's context again from
-    /// the arguments rather than taking the fast path's: the context is a pure function of
-    /// them and of tables fixed at boot, and a context passed by reference would be
-    /// stored to memory on every allocation, fast or not.
+    /// Everything but the fast path: `prepare_alloc_pages`, the first zonelist pass, then
+    /// the slow path. Out of line, so that a caller inlining `alloc_pages` does not set up
+    /// a frame for it on every allocation the fast path serves. The fast path reads its
+    /// part of the request's context from a table fixed at boot
+    /// ([`Zonelist::pcp_fast`](super::allocator::Zonelist)); this builds the whole context
+    /// from the arguments, refusing what that table had no entry for.
     #[inline(never)]
     fn alloc_pages_general(
         &self,
@@ -192,18 +166,31 @@ impl PageAllocator {
     /// The common case of the first `get_page_from_freelist` pass, for order 0: the
     /// preferred zone passes its watermark check and the caller's pageset list has a page.
     /// Everything that pass would decide is decided here before anything changes, so a
-    /// request this cannot serve (a higher order, a zone below its mark, a busy pageset,
-    /// an empty list, an interrupt that bypasses the pagesets) goes to the general path
+    /// request this cannot serve (a zone below its mark, a busy pageset, an empty list, an
+    /// interrupt that bypasses the pagesets, flags without a fast-path entry, or
+    /// `__GFP_THISNODE`, whose preferred zone is searched for) goes to the general path
     /// exactly as if this had not run. What it does on success is what that pass does:
-    /// `zone_allows` for the first zone, then `rmqueue` → `rmqueue_pcplist`, through the
-    /// same functions; it only skips the zonelist walk, the allocation-flag computation
-    /// (which matters only to a refill or a fallback) and the higher-order checks.
+    /// `zone_allows` for the first zone, then `rmqueue` → `rmqueue_pcplist`; it only skips
+    /// building the context (the preferred zone, highest zone and migratetype come from
+    /// the node's [`PcpFastTarget`](super::allocator::PcpFastTarget) table), the zonelist walk, the allocation-flag
+    /// computation (which matters only to a refill or a fallback) and the refill test.
     #[inline(always)]
-    pub(super) fn alloc_pcp_fast(&self, ac: &AllocContext<'_>) -> Option<Pfn> {
-        if ac.order != Order::ZERO || (self.policy.irq_bypass && ac.caller.in_interrupt()) {
+    pub(super) fn alloc_pcp_fast(&self, caller: Caller, gfp: Gfp, node: NodeId) -> Option<Pfn> {
+        let target = self.zonelists.get(node as usize)?.pcp_fast[gfp.decode_index()]?;
+        if gfp.contains(Gfp::THISNODE) || (self.policy.irq_bypass && caller.in_interrupt()) {
             return None;
         }
-        let zone = &self.zones[ac.preferred];
+        debug_assert!(self
+            .alloc_context(caller, gfp, Order::ZERO, node)
+            .is_ok_and(|ac| {
+                (ac.preferred, ac.highest_zoneidx, ac.migratetype)
+                    == (
+                        target.preferred as usize,
+                        target.highest_zoneidx,
+                        target.migratetype,
+                    )
+            }));
+        let zone = &self.zones[target.preferred as usize];
         // `zone_allows` refuses an unmanaged zone, but zonelists hold managed zones only.
         debug_assert!(zone.is_managed());
         // `zone_allows` with the first pass's flags (no reserve rights): patch 8 checks a
@@ -215,26 +202,20 @@ impl PageAllocator {
         } else {
             WatermarkKind::Low
         };
-        let input = zone.watermark_input(ac.highest_zoneidx, &[]);
+        let input = zone.watermark_input(target.highest_zoneidx, &[]);
         if !watermark::order0_above(zone.wmark(kind), AllocFlags::empty(), &input) {
             return None;
         }
-        let pindex = order_to_pindex(ac.migratetype, Order::ZERO);
-        let mut pcp = zone.pcp_trylock(ac.caller.cpu).ok()?;
-        if pcp.lists[pindex].is_empty() {
-            return None;
-        }
+        let pindex = order_to_pindex(target.migratetype, Order::ZERO);
+        let mut pcp = zone.pcp_trylock(caller.cpu).ok()?;
+        // An empty list (a refill) is the general path's: nothing has changed yet. A list
+        // known not to be empty needs none of `rmqueue_pcplist_locked`'s refill test.
+        let (pfn, page) = pcp.lists[pindex].pop_head(&zone.mem_map)?;
         pcp.on_alloc(&self.policy.pcp);
-        let pfn = self.rmqueue_pcplist_locked(
-            zone,
-            &mut pcp,
-            Order::ZERO,
-            ac.migratetype,
-            AllocFlags::empty(),
-        )?;
+        pcp_block_allocated(&mut pcp, page, Order::ZERO);
         pcp.count_alloc(1);
         drop(pcp);
-        if ac.gfp.contains(Gfp::KSWAPD_RECLAIM) {
+        if gfp.contains(Gfp::KSWAPD_RECLAIM) {
             self.wake_if_boosted(zone);
         }
         Some(pfn)
@@ -478,10 +459,7 @@ impl PageAllocator {
             locked.rmqueue_bulk(order, blocks, mt, flags, pcp, pindex);
         }
         let (pfn, page) = pcp.lists[pindex].pop_head(&zone.mem_map)?;
-        pcp.count -= order.pages();
-        debug_assert_eq!(page.state_order(), (PageState::Pcp, order));
-        page.set_state(PageState::Allocated, order);
-        page.init_refcount(1);
+        pcp_block_allocated(pcp, page, order);
         Some(pfn)
     }
 
@@ -623,6 +601,16 @@ impl PageAllocator {
     }
 }
 
+/// The end of `__rmqueue_pcplist`: the block just taken off a pageset list leaves the
+/// pageset's count and becomes an allocated block with one reference.
+#[inline(always)]
+fn pcp_block_allocated(pcp: &mut PerCpuPages, page: &Page, order: Order) {
+    pcp.count -= order.pages();
+    debug_assert_eq!(page.state_order(), (PageState::Pcp, order));
+    page.set_state(PageState::Allocated, order);
+    page.init_refcount(1);
+}
+
 impl ZoneLocked<'_> {
     /// `rmqueue_bulk`: move up to `blocks` blocks of `order` from the buddy lists to the
     /// tail of pageset list `pindex`, keeping them in the order the buddy hands them out.
@@ -680,6 +668,7 @@ mod tests {
     use crate::page_alloc::free_area::ListEnd;
     use crate::page_alloc::pcp::{pindex_to_order, NR_PCP_LISTS, PAGE_ALLOC_COSTLY_ORDER};
     use crate::page_alloc::zone::DrainReason;
+    use crate::{Policy, Settings};
 
     const MOVABLE: Gfp = Gfp::HIGHUSER_MOVABLE;
 
@@ -704,6 +693,49 @@ mod tests {
             }
         }
         s
+    }
+
+    /// The fast path's table holds, for every node and every value of the GFP bits it is
+    /// indexed by, what `prepare_alloc_pages` decides: the same preferred zone, highest
+    /// zone and migratetype, or no entry where the context is refused. Checked on a
+    /// two-node machine with DMA32 and Movable zones (a memoryless Movable zone on node
+    /// 1), and on one too small to group pages by mobility.
+    #[test]
+    fn pcp_fast_table_agrees_with_the_alloc_context() {
+        use crate::page_alloc::gfp::GFP_DECODE_COMBINATIONS;
+        use crate::topology::{CacheInfo, Topology, ZoneSize};
+        let llc = CacheInfo {
+            llc_bytes: 8 << 20,
+            llc_shared_cpus: 2,
+        };
+        let numa = [
+            ZoneSize::managed(0, ZoneType::Dma32, 1 << 14),
+            ZoneSize::managed(0, ZoneType::Normal, 1 << 15),
+            ZoneSize::managed(0, ZoneType::Movable, 1 << 13),
+            ZoneSize::managed(1, ZoneType::Normal, 1 << 15),
+        ];
+        let tiny = [ZoneSize::managed(0, ZoneType::Normal, 2048)];
+        let machines = [(&numa[..], alloc::vec![2, 2]), (&tiny[..], alloc::vec![1])];
+        for (sizes, node_cpus) in machines {
+            let topology = Topology::x86_64(sizes, node_cpus, llc, false).expect("a topology");
+            let a = PageAllocator::new(topology, Settings::default(), Policy::V6_7)
+                .expect("valid settings");
+            let grouping = a.group_by_mobility.load(Relaxed);
+            assert_eq!(grouping, sizes.len() > 1, "the tiny machine does not group");
+            for node in 0..a.topology.nr_nodes() as NodeId {
+                for bits in 0..GFP_DECODE_COMBINATIONS {
+                    let gfp = Gfp::from_bits_retain(bits as u32) | Gfp::KERNEL;
+                    let ac = a.alloc_context(Caller::task(0), gfp, Order::ZERO, node);
+                    let expected = ac
+                        .ok()
+                        .map(|ac| (ac.preferred, ac.highest_zoneidx, ac.migratetype));
+                    let target = a.zonelists[node as usize].pcp_fast[gfp.decode_index()];
+                    let found =
+                        target.map(|t| (t.preferred as usize, t.highest_zoneidx, t.migratetype));
+                    assert_eq!(found, expected, "node {node}, gfp {gfp:?}");
+                }
+            }
+        }
     }
 
     /// Peek at up to `N` blocks, check that it changed nothing, and return what it saw.

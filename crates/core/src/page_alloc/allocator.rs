@@ -14,8 +14,9 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use core::sync::atomic::{AtomicU32, AtomicU8};
 
 use super::drain::DrainWorkState;
+use super::gfp::{Gfp, GFP_DECODE_COMBINATIONS};
 use super::pcp_sizing::{self, PcpLimits};
-use super::types::{CpuId, NodeId, ZoneType, MAX_NR_ZONES, MIGRATE_TYPES};
+use super::types::{CpuId, MigrateType, NodeId, ZoneType, MAX_NR_ZONES, MIGRATE_TYPES};
 use super::watermark::{self, WatermarkKind, PAGEBLOCK_PAGES};
 use super::zone::Zone;
 use crate::page::Pfn;
@@ -42,6 +43,55 @@ pub(crate) struct Zonelist {
     /// Per highest zone type: the first entry a request may use (`first_zones_zonelist`),
     /// computed once so the fast path does not search.
     pub(crate) first: [Option<usize>; MAX_NR_ZONES],
+    /// Per value of the GFP bits that choose zone and migratetype ([`Gfp::decode_index`]):
+    /// what the order-0 fast path needs of `prepare_alloc_pages` from this node, fixed at
+    /// boot. `None` where the bits are invalid or no zone serves them: the general path
+    /// builds the full context and reports why.
+    pub(crate) pcp_fast: [Option<PcpFastTarget>; GFP_DECODE_COMBINATIONS],
+}
+
+/// The part of an order-0 request's context (`struct alloc_context`) that the pageset
+/// fast path reads, decoded once per node and GFP combination instead of per allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PcpFastTarget {
+    /// The preferred zone (`ac->preferred_zoneref`), an index into the zones.
+    pub(crate) preferred: u16,
+    /// `ac->highest_zoneidx`: which `lowmem_reserve` the watermark check adds.
+    pub(crate) highest_zoneidx: ZoneType,
+    /// `ac->migratetype`, after `page_group_by_mobility_disabled`.
+    pub(crate) migratetype: MigrateType,
+}
+
+impl Zonelist {
+    /// The zonelist of `zones` (indices in fallback order) with its lookup tables.
+    fn new(all: &[Zone], zones: Vec<usize>, group_by_mobility: bool) -> Zonelist {
+        let first: [Option<usize>; MAX_NR_ZONES] = core::array::from_fn(|highest| {
+            zones
+                .iter()
+                .copied()
+                .find(|&i| all[i].zone_type.index() <= highest)
+        });
+        let pcp_fast = core::array::from_fn(|bits| {
+            let (highest_zoneidx, migratetype) = Gfp::from_bits_retain(bits as u32)
+                .zone_and_migratetype()
+                .ok()?;
+            Some(PcpFastTarget {
+                preferred: u16::try_from(first[highest_zoneidx.index()]?)
+                    .expect("fewer than 65536 zones"),
+                highest_zoneidx,
+                migratetype: if group_by_mobility {
+                    migratetype
+                } else {
+                    MigrateType::Unmovable
+                },
+            })
+        });
+        Zonelist {
+            zones,
+            first,
+            pcp_fast,
+        }
+    }
 }
 
 /// What the allocation and free paths ask about a CPU, in one entry so one bounds check
@@ -113,16 +163,10 @@ impl PageAllocator {
                 zones.push(Zone::new(&spec, nr_cpus));
             }
         }
+        let grouping = page_group_by_mobility(&zones);
         let zonelists = build_zonelists(&zones, nr_zone_types, topology.nr_nodes())
             .into_iter()
-            .map(|list| Zonelist {
-                first: core::array::from_fn(|highest| {
-                    list.iter()
-                        .copied()
-                        .find(|&i| zones[i].zone_type.index() <= highest)
-                }),
-                zones: list,
-            })
+            .map(|list| Zonelist::new(&zones, list, grouping))
             .collect();
         let mut pfn_ranges: Vec<_> = zones
             .iter()
@@ -167,14 +211,7 @@ impl PageAllocator {
     /// watermarks, reserves, PCP limits, stat thresholds and the `FREE_HIGH_BATCH` flags.
     fn boot(&self) {
         let settings = self.settings.lock().clone();
-        let total: u64 = self
-            .zones
-            .iter()
-            .filter(|z| z.zone_type <= ZoneType::Movable)
-            .map(|z| z.managed)
-            .sum();
-        // page_group_by_mobility_disabled: under one pageblock per migratetype.
-        let grouping = total >= PAGEBLOCK_PAGES * MIGRATE_TYPES as u64;
+        let grouping = page_group_by_mobility(&self.zones);
         self.group_by_mobility.store(grouping, Relaxed);
         for zone in &self.zones {
             zone.group_by_mobility.store(grouping, Relaxed);
@@ -503,6 +540,17 @@ fn search_zone(ranges: &[(u64, u64, usize)], pfn: u64) -> Option<usize> {
     let i = ranges.partition_point(|&(start, _, _)| start <= pfn);
     let &(_, end, zone) = ranges.get(i.checked_sub(1)?)?;
     (pfn < end).then_some(zone)
+}
+
+/// `!page_group_by_mobility_disabled` (`build_all_zonelists`): false under one pageblock
+/// per migratetype.
+fn page_group_by_mobility(zones: &[Zone]) -> bool {
+    let total: u64 = zones
+        .iter()
+        .filter(|z| z.zone_type <= ZoneType::Movable)
+        .map(|z| z.managed)
+        .sum();
+    total >= PAGEBLOCK_PAGES * MIGRATE_TYPES as u64
 }
 
 /// `build_zonelists`: for each node, its own zones from the highest type down, then each

@@ -86,11 +86,15 @@ const GFP_ZONE_MASK: Gfp = Gfp::DMA
 const GFP_DECODE_MASK: Gfp = GFP_ZONE_MASK.union(Gfp::RECLAIMABLE);
 const _: () = assert!(GFP_DECODE_MASK.bits() == 0x1f);
 
+/// How many values the [`GFP_DECODE_MASK`] bits take: the length of a table indexed by
+/// [`Gfp::decode_index`].
+pub(crate) const GFP_DECODE_COMBINATIONS: usize = GFP_DECODE_MASK.bits() as usize + 1;
+
 /// [`Gfp::decode`] of every value of the [`GFP_DECODE_MASK`] bits.
-static GFP_DECODE: [Result<(ZoneType, MigrateType), AllocError>; 32] = {
-    let mut table = [Err(AllocError::NoZone); 32];
+static GFP_DECODE: [Result<(ZoneType, MigrateType), AllocError>; GFP_DECODE_COMBINATIONS] = {
+    let mut table = [Err(AllocError::NoZone); GFP_DECODE_COMBINATIONS];
     let mut bits = 0;
-    while bits < 32 {
+    while bits < GFP_DECODE_COMBINATIONS {
         table[bits] = Gfp::from_bits_retain(bits as u32).decode();
         bits += 1;
     }
@@ -130,7 +134,14 @@ impl Gfp {
     /// does for the zone: one load on the allocation fast path.
     #[inline]
     pub(crate) fn zone_and_migratetype(self) -> Result<(ZoneType, MigrateType), AllocError> {
-        GFP_DECODE[(self.bits() & GFP_DECODE_MASK.bits()) as usize]
+        GFP_DECODE[self.decode_index()]
+    }
+
+    /// The value of the bits [`Gfp::zone_and_migratetype`] reads: an index into a table
+    /// of [`GFP_DECODE_COMBINATIONS`] entries, one per way to decode them.
+    #[inline(always)]
+    pub(crate) fn decode_index(self) -> usize {
+        (self.bits() & GFP_DECODE_MASK.bits()) as usize
     }
 
     /// The uncached decode behind [`GFP_DECODE`].
