@@ -375,9 +375,25 @@ impl PagePool {
         // `alloc_on_online_cpu`, which starts over from `caller()`: what `caller()` would
         // have picked, without the test on every call.
         let caller = Caller::task(self.this_cpu());
-        let result = match self.inner.allocator.alloc_pages(caller, gfp, order) {
-            Err(AllocError::InvalidCpu(_)) => self.alloc_on_online_cpu(gfp, order),
-            done => done,
+        match self.inner.allocator.alloc_pages(caller, gfp, order) {
+            Ok(pfn) => {
+                self.kick_kswapd();
+                Ok(pfn)
+            }
+            Err(refused) => self.alloc_refused(refused, gfp, order),
+        }
+    }
+
+    /// [`PagePool::alloc_pfn`] after the core refused: an offline CPU is retried from
+    /// the online CPU `caller()` picks (see [`PagePool::alloc_on_online_cpu`]); any other
+    /// refusal is the answer. Either way kswapd is kicked, as after a success. Out of
+    /// line, so the fast path carries no error conversion.
+    #[cold]
+    #[inline(never)]
+    fn alloc_refused(&self, refused: AllocError, gfp: Gfp, order: Order) -> Result<Pfn, PoolError> {
+        let result = match refused {
+            AllocError::InvalidCpu(_) => self.alloc_on_online_cpu(gfp, order),
+            other => Err(other),
         };
         self.kick_kswapd();
         Ok(result?)
@@ -385,8 +401,6 @@ impl PagePool {
 
     /// [`PagePool::alloc_pfn`] after the core refused this thread's CPU, offline: from
     /// the online CPU `caller()` picks, then retried as `alloc_after_hotplug` decides.
-    #[cold]
-    #[inline(never)]
     fn alloc_on_online_cpu(&self, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
         let caller = self.caller();
         match self.inner.allocator.alloc_pages(caller, gfp, order) {
