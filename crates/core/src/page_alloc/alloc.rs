@@ -606,6 +606,13 @@ impl PageAllocator {
 #[inline(always)]
 fn pcp_block_allocated(pcp: &mut PerCpuPages, page: &Page, order: Order) {
     pcp.count -= order.pages();
+    block_allocated(page, order);
+}
+
+/// A block taken off a pageset list becomes an allocated block with one reference
+/// (`prep_new_page`'s `set_page_refcounted`). The pageset's count is the caller's.
+#[inline(always)]
+pub(super) fn block_allocated(page: &Page, order: Order) {
     debug_assert_eq!(page.state_order(), (PageState::Pcp, order));
     page.set_state(PageState::Allocated, order);
     page.init_refcount(1);

@@ -9,11 +9,12 @@
 
 use alloc::vec::Vec;
 
-use super::alloc::AllocContext;
+use super::alloc::{block_allocated, AllocContext};
 use super::allocator::PageAllocator;
 use super::error::AllocError;
 use super::gfp::{AllocFlags, Gfp};
-use super::types::{Caller, NodeId};
+use super::pcp::{order_to_pindex, PerCpuPages};
+use super::types::{Caller, MigrateType, NodeId};
 use super::watermark::WatermarkKind;
 use super::zone::Zone;
 use crate::page::{Order, Pfn};
@@ -153,33 +154,69 @@ impl PageAllocator {
                 return Ok(None);
             }
         };
-        let mut take =
-            || self.rmqueue_pcplist_locked(zone, &mut pcp, Order::ZERO, ac.migratetype, flags);
-        let mut taken = 0;
-        match sink {
+        let taken = match sink {
             // One pass over the slots: `wanted` is how many are empty.
             Sink::Array(array) => {
-                for slot in array.iter_mut().filter(|slot| slot.is_none()) {
-                    let Some(pfn) = take() else {
-                        break;
-                    };
-                    *slot = Some(pfn);
-                    taken += 1;
-                }
+                let mut slots = array.iter_mut().filter(|slot| slot.is_none());
+                self.rmqueue_pcplist_run(zone, &mut pcp, ac.migratetype, flags, wanted, |pfn| {
+                    if let Some(slot) = slots.next() {
+                        *slot = Some(pfn);
+                    }
+                })
             }
             Sink::List(list, _) => {
-                while taken < wanted {
-                    let Some(pfn) = take() else {
-                        break;
-                    };
-                    list.push(pfn);
-                    taken += 1;
-                }
+                self.rmqueue_pcplist_run(zone, &mut pcp, ac.migratetype, flags, wanted, |pfn| {
+                    list.push(pfn)
+                })
             }
-        }
+        };
         pcp.count_alloc(taken as u64);
         drop(pcp);
         Ok(Some(taken))
+    }
+
+    /// `wanted` rounds of `__rmqueue_pcplist` for order 0, handing each block to `put`;
+    /// returns how many blocks it took (fewer only when a refill finds nothing). What is
+    /// on the list is taken as one run ([`PfnList::pop_head_run`]), which writes the
+    /// list and the pageset's count once; only an empty list goes through
+    /// [`PageAllocator::rmqueue_pcplist_locked`] to be refilled, exactly when the page
+    /// by page loop would have refilled it.
+    ///
+    /// [`PfnList::pop_head_run`]: super::list::PfnList::pop_head_run
+    #[inline(always)]
+    fn rmqueue_pcplist_run(
+        &self,
+        zone: &Zone,
+        pcp: &mut PerCpuPages,
+        mt: MigrateType,
+        flags: AllocFlags,
+        wanted: usize,
+        mut put: impl FnMut(Pfn),
+    ) -> usize {
+        let pindex = order_to_pindex(mt, Order::ZERO);
+        let mut taken = 0;
+        while taken < wanted {
+            let run = pcp.lists[pindex].pop_head_run(
+                &zone.mem_map,
+                (wanted - taken) as u64,
+                |pfn, page| {
+                    block_allocated(page, Order::ZERO);
+                    put(pfn);
+                },
+            );
+            pcp.count -= run;
+            taken += run as usize;
+            if taken == wanted {
+                break;
+            }
+            // The list is empty: refill it and take its head.
+            let Some(pfn) = self.rmqueue_pcplist_locked(zone, pcp, Order::ZERO, mt, flags) else {
+                break;
+            };
+            put(pfn);
+            taken += 1;
+        }
+        taken
     }
 
     /// The zone the fast path takes from: the first eligible zone with `wanted` pages
@@ -234,6 +271,92 @@ mod tests {
         let pcp = zone.pagesets[0].pcp.lock();
         let pindex = order_to_pindex(MigrateType::Movable, Order::ZERO);
         pcp.lists[pindex].iter(&zone.mem_map).collect()
+    }
+
+    /// Every descriptor of `zone`: state, order, links and `private`.
+    fn descriptors(zone: &Zone) -> Vec<(Pfn, u32, u32, u32, u16)> {
+        zone.mem_map
+            .iter()
+            .map(|(pfn, page)| {
+                let (state, order) = page.state_order();
+                let bits = (state as u32) << 8 | u32::from(order.get());
+                (pfn, bits, page.next(), page.prev(), page.refcount())
+            })
+            .collect()
+    }
+
+    /// `rmqueue_pcplist_run` of `wanted` blocks takes the blocks, in the order, that
+    /// `wanted` rounds of `rmqueue_pcplist_locked` take, and leaves the pageset, the
+    /// zone and every descriptor as they do: from an empty pageset, from one with a
+    /// few pages, across one refill and across many, under every preset.
+    #[test]
+    fn a_run_takes_what_page_by_page_rounds_take() {
+        use crate::policy::{Policy, LATER_PRESETS, PRESETS};
+        let flags = AllocFlags::empty().with_wmark(WatermarkKind::Low);
+        for name in PRESETS.iter().chain(&LATER_PRESETS) {
+            let policy = Policy::preset(name).expect("a preset");
+            for (cached, wanted) in [(0, 1), (0, 40), (5, 3), (5, 6), (5, 300), (60, 61)] {
+                let machine = || {
+                    let mut allocator = test_allocator();
+                    allocator.policy = policy;
+                    let caller = Caller::task(0);
+                    let pfns: Vec<_> = (0..cached)
+                        .map(|_| allocator.alloc_pages(caller, MOVABLE, Order::ZERO))
+                        .collect::<Result<_, _>>()
+                        .expect("room");
+                    allocator
+                        .free_pages_batch(caller, &pfns)
+                        .expect("allocated above");
+                    allocator
+                };
+                let (run, rounds) = (machine(), machine());
+                let taken = |allocator: &PageAllocator, by_run: bool| {
+                    let zone = allocator
+                        .zone(0, super::super::ZoneType::Normal)
+                        .expect("Normal");
+                    let mut pcp = zone.pcp_trylock(0).expect("not busy");
+                    let mut pfns = Vec::new();
+                    let mt = MigrateType::Movable;
+                    if by_run {
+                        let n = allocator.rmqueue_pcplist_run(
+                            zone,
+                            &mut pcp,
+                            mt,
+                            flags,
+                            wanted,
+                            |pfn| pfns.push(pfn),
+                        );
+                        assert_eq!(n, pfns.len());
+                    } else {
+                        for _ in 0..wanted {
+                            let Some(pfn) = allocator.rmqueue_pcplist_locked(
+                                zone,
+                                &mut pcp,
+                                Order::ZERO,
+                                mt,
+                                flags,
+                            ) else {
+                                break;
+                            };
+                            pfns.push(pfn);
+                        }
+                    }
+                    let pageset = alloc::format!("{:?}", *pcp);
+                    drop(pcp);
+                    let zone_state = alloc::format!(
+                        "{:?} {} {:?}",
+                        zone.events(),
+                        zone.free_pages(),
+                        zone.free_blocks()
+                    );
+                    (pfns, pageset, zone_state, descriptors(zone))
+                };
+                let context = alloc::format!("{name}: {cached} cached, {wanted} wanted");
+                let (by_run, by_rounds) = (taken(&run, true), taken(&rounds, false));
+                assert_eq!(by_run.0.len(), wanted, "{context}");
+                assert_eq!(by_run, by_rounds, "{context}");
+            }
+        }
     }
 
     #[test]
