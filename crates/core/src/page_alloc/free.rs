@@ -19,6 +19,7 @@ use super::allocator::PageAllocator;
 use super::buddy::ZoneLocked;
 use super::error::FreeError;
 use super::free_area::ListEnd;
+use super::list::HeadRun;
 use super::pcp::{order_to_pindex, pcp_allowed_order, pindex_to_order, PerCpuPages, NR_PCP_LISTS};
 use super::types::{Caller, MigrateType, ZoneType, MIGRATE_PCPTYPES};
 use super::watermark::{self, WatermarkKind, PAGEBLOCK_ORDER};
@@ -360,6 +361,10 @@ impl PageAllocator {
         // The pageblock of the previous page, its type and its list: one lookup per
         // pageblock, as Linux ≥ 6.10 reads each folio's type once before it locks.
         let mut block = (u64::MAX, MigrateType::Movable, 0);
+        // The pages bound for list `block.2`, linked to each other as they come and put
+        // on the list when the list changes or the run ends: the list ends as pushing
+        // each in turn leaves it.
+        let mut run: Option<(usize, HeadRun<'_>)> = None;
         let mut done = 0;
         for &pfn in &pfns[..limit.min(pfns.len())] {
             let Some(page) = zone.mem_map.get(pfn) else {
@@ -374,8 +379,19 @@ impl PageAllocator {
                 block = (pageblock, mt, order_to_pindex(pcp_mt, Order::ZERO));
             }
             free_pages_prepare(page);
-            pcp_add_block(zone, pcp, pfn, page, Order::ZERO, block.1, block.2);
+            pcp_mark_block(page, Order::ZERO, block.1);
+            match &mut run {
+                Some((pindex, run)) if *pindex == block.2 => run.push(pfn, page),
+                _ => {
+                    if let Some((pindex, full)) = run.replace((block.2, HeadRun::new(pfn, page))) {
+                        full.finish(&mut pcp.lists[pindex], &zone.mem_map);
+                    }
+                }
+            }
             done += 1;
+        }
+        if let Some((pindex, full)) = run {
+            full.finish(&mut pcp.lists[pindex], &zone.mem_map);
         }
         pcp.count += done as u64;
         hold.room -= done as u64;
@@ -513,9 +529,16 @@ fn pcp_add_block(
     mt: MigrateType,
     pindex: usize,
 ) {
+    pcp_mark_block(page, order, mt);
+    pcp.lists[pindex].push_head_page(&zone.mem_map, pfn, page);
+}
+
+/// The descriptor half of [`pcp_add_block`]: a prepared block of pageblock type `mt`
+/// marked as on a pageset.
+#[inline(always)]
+fn pcp_mark_block(page: &Page, order: Order, mt: MigrateType) {
     page.set_state_of_bare(PageState::Pcp, order);
     page.set_cached_migratetype(mt as u8);
-    pcp.lists[pindex].push_head_page(&zone.mem_map, pfn, page);
 }
 
 /// The checks of [`PageAllocator::claim_block`] once `pfn`'s zone and descriptor are
