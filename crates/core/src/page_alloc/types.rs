@@ -113,9 +113,19 @@ impl MigrateType {
         self as usize
     }
 
-    /// The migratetype with index `index`.
+    /// The migratetype with index `index`. A match rather than a lookup in
+    /// [`MigrateType::ALL`]: it compiles to one range check, with no table load, on every
+    /// free's pageblock lookup.
+    #[inline]
     pub fn from_index(index: usize) -> Option<MigrateType> {
-        MigrateType::ALL.get(index).copied()
+        match index {
+            0 => Some(MigrateType::Unmovable),
+            1 => Some(MigrateType::Movable),
+            2 => Some(MigrateType::Reclaimable),
+            3 => Some(MigrateType::HighAtomic),
+            4 => Some(MigrateType::Isolate),
+            _ => None,
+        }
     }
 
     /// Whether blocks of this type may merge with blocks of another mergeable type at
@@ -203,5 +213,23 @@ impl Caller {
     /// Linux's `in_interrupt()`: any context but a task.
     pub const fn in_interrupt(&self) -> bool {
         !matches!(self.context, Context::Task)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migratetype_from_index_inverts_index() {
+        for index in 0..MIGRATE_TYPES + 3 {
+            assert_eq!(
+                MigrateType::from_index(index),
+                MigrateType::ALL.get(index).copied()
+            );
+        }
+        for mt in MigrateType::ALL {
+            assert_eq!(MigrateType::from_index(mt.index()), Some(mt));
+        }
     }
 }
