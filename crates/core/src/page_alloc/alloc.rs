@@ -610,11 +610,13 @@ fn pcp_block_allocated(pcp: &mut PerCpuPages, page: &Page, order: Order) {
 }
 
 /// A block taken off a pageset list becomes an allocated block with one reference
-/// (`prep_new_page`'s `set_page_refcounted`). The pageset's count is the caller's.
+/// (`prep_new_page`'s `set_page_refcounted`). The pageset's count is the caller's. A
+/// free block carries no page flags and no memcg id (`verify` checks it), so its state is
+/// one store.
 #[inline(always)]
 pub(super) fn block_allocated(page: &Page, order: Order) {
     debug_assert_eq!(page.state_order(), (PageState::Pcp, order));
-    page.set_state(PageState::Allocated, order);
+    page.set_state_of_bare(PageState::Allocated, order);
     page.init_refcount(1);
 }
 

@@ -66,6 +66,11 @@ impl Zone {
 
         let mut census = ZoneCensus::default();
         let mut covered_until = self.start_pfn.0;
+        // Whether the block covering the pages up to `covered_until` is free: its pages
+        // carry no page flags and no memcg id (`free_pages_prepare`), so the allocation
+        // paths may set a block's state with one store (`Page::set_state_of_bare`).
+        let mut covering_free = false;
+        let bare = |page: &crate::page::Page| page.flags().is_empty() && page.memcg_id() == 0;
         for (pfn, page) in mem_map.iter() {
             let (state, order) = page.state_order();
             match state {
@@ -73,6 +78,10 @@ impl Zone {
                 PageState::Hole => census.holes += 1,
                 PageState::Tail => {
                     ensure!(pfn.0 < covered_until, "{name}: {pfn:?} belongs to no block");
+                    ensure!(
+                        !covering_free || bare(page),
+                        "{name}: {pfn:?}, inside a free block, has page flags or a memcg id"
+                    );
                     continue;
                 }
                 PageState::Freeing => {
@@ -96,8 +105,13 @@ impl Zone {
                         _ => &mut census.allocated,
                     };
                     *counter += order.pages();
+                    ensure!(
+                        state == PageState::Allocated || bare(page),
+                        "{name}: free block {pfn:?} has page flags or a memcg id"
+                    );
                 }
             }
+            covering_free = matches!(state, PageState::Buddy | PageState::Pcp);
             ensure!(
                 pfn.0 >= covered_until,
                 "{name}: {pfn:?} heads a block inside another block"
@@ -309,3 +323,42 @@ pub fn block_heads(zone: &Zone) -> impl Iterator<Item = (Pfn, PageState, Order)>
 }
 
 impl core::error::Error for VerifyError {}
+
+#[cfg(test)]
+mod tests {
+    use crate::page::{Order, PageFlags};
+    use crate::page_alloc::{test_allocator, Caller, Gfp, ZoneType};
+
+    /// A free block whose head or tail carries page flags or a memcg id fails `verify`:
+    /// the allocation paths set a free block's state with one store, which would drop
+    /// them.
+    #[test]
+    fn verify_refuses_free_pages_with_flags_or_a_memcg_id() {
+        let allocator = test_allocator();
+        allocator.verify().expect("a fresh allocator is sound");
+        let zone = allocator.zone(0, ZoneType::Normal).expect("Normal");
+        let caller = Caller::task(0);
+        // A page on the pageset (freed back), and a tail of a free buddy block.
+        let pfn = allocator
+            .alloc_pages(caller, Gfp::KERNEL, Order::ZERO)
+            .expect("room");
+        allocator
+            .free_pages(caller, pfn, Order::ZERO)
+            .expect("allocated above");
+        let (buddy, _, _) = zone
+            .free_blocks()
+            .into_iter()
+            .find(|&(_, order, _)| order > Order::ZERO)
+            .expect("a free block of order above 0");
+        let tail = zone.mem_map().page(buddy.add(1));
+        for page in [zone.mem_map().page(pfn), tail] {
+            page.set_flags(PageFlags::DIRTY);
+            assert!(allocator.verify().is_err(), "flags on a free page");
+            page.set_flags(PageFlags::empty());
+            page.set_memcg_id(3);
+            assert!(allocator.verify().is_err(), "a memcg id on a free page");
+            page.set_memcg_id(0);
+            allocator.verify().expect("bare again");
+        }
+    }
+}
