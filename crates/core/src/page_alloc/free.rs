@@ -360,38 +360,60 @@ impl PageAllocator {
         let pcp: &mut PerCpuPages = &mut hold.pcp;
         // The pageblock of the previous page, its type and its list: one lookup per
         // pageblock, as Linux ≥ 6.10 reads each folio's type once before it locks.
+        // `refresh` moves it to `pfn`'s pageblock and returns the list, or `None` for a
+        // pageblock the pagesets do not take (isolated): the quiet run stops there.
         let mut block = (u64::MAX, MigrateType::Movable, 0);
-        // The pages bound for list `block.2`, linked to each other as they come and put
-        // on the list when the list changes or the run ends: the list ends as pushing
-        // each in turn leaves it.
-        let mut run: Option<(usize, HeadRun<'_>)> = None;
-        let mut done = 0;
-        for &pfn in &pfns[..limit.min(pfns.len())] {
-            let Some(page) = zone.mem_map.get(pfn) else {
-                break;
-            };
+        let refresh = |block: &mut (u64, MigrateType, usize), pfn: Pfn| {
             let pageblock = pfn.0 >> PAGEBLOCK_ORDER;
             if pageblock != block.0 {
                 let mt = zone.mem_map.pageblock_migratetype(pfn);
-                let Some(pcp_mt) = pcp_migratetype(mt) else {
-                    break;
-                };
-                block = (pageblock, mt, order_to_pindex(pcp_mt, Order::ZERO));
+                *block = (
+                    pageblock,
+                    mt,
+                    order_to_pindex(pcp_migratetype(mt)?, Order::ZERO),
+                );
             }
+            Some(block.2)
+        };
+        let pfns = &pfns[..limit.min(pfns.len())];
+        let mut done = 0;
+        // One pass per run of pages bound for one list: linked to each other as they come
+        // and put on the list when the list changes or the pages end, which leaves the
+        // list as pushing each in turn does.
+        while let Some(&first) = pfns.get(done) {
+            let Some(page) = zone.mem_map.get(first) else {
+                break;
+            };
+            let Some(pindex) = refresh(&mut block, first) else {
+                break;
+            };
             free_pages_prepare(page);
             pcp_mark_block(page, Order::ZERO, block.1);
-            match &mut run {
-                Some((pindex, run)) if *pindex == block.2 => run.push(pfn, page),
-                _ => {
-                    if let Some((pindex, full)) = run.replace((block.2, HeadRun::new(pfn, page))) {
-                        full.finish(&mut pcp.lists[pindex], &zone.mem_map);
-                    }
-                }
-            }
+            let mut run = HeadRun::new(first, page);
             done += 1;
-        }
-        if let Some((pindex, full)) = run {
-            full.finish(&mut pcp.lists[pindex], &zone.mem_map);
+            let mut stop = false;
+            for &pfn in &pfns[done..] {
+                let Some(page) = zone.mem_map.get(pfn) else {
+                    stop = true;
+                    break;
+                };
+                let Some(list) = refresh(&mut block, pfn) else {
+                    stop = true;
+                    break;
+                };
+                if list != pindex {
+                    // The next run's first page.
+                    break;
+                }
+                free_pages_prepare(page);
+                pcp_mark_block(page, Order::ZERO, block.1);
+                run.push(pfn, page);
+                done += 1;
+            }
+            run.finish(&mut pcp.lists[pindex], &zone.mem_map);
+            if stop {
+                break;
+            }
         }
         pcp.count += done as u64;
         hold.room -= done as u64;
