@@ -438,14 +438,17 @@ impl PageAllocator {
         if !self.cpu_online(caller.cpu) {
             return Err((0, FreeError::InvalidCpu(caller.cpu)));
         }
-        let mut near: Option<&Zone> = None;
+        // The zone of the page before, asked first; any zone will do for the first page.
+        let Some(mut near) = self.zones.first() else {
+            return Err((0, FreeError::OutsideZones { pfn: pfns[0] }));
+        };
         for (index, &pfn) in pfns.iter().enumerate() {
             let claimed = match self.zone_page_near(near, pfn) {
                 Some((zone, page)) => claim_in_zone::<C>(zone, page, pfn, Order::ZERO),
                 None => Err(FreeError::OutsideZones { pfn }),
             };
             match claimed {
-                Ok((zone, _)) => near = Some(zone),
+                Ok((zone, _)) => near = zone,
                 Err(err) => return Err(self.refuse_batch(&pfns[..index], err)),
             }
         }
@@ -457,15 +460,9 @@ impl PageAllocator {
     /// overlaps), so a zone that spans `pfn` is its zone, found in the one comparison
     /// the descriptor lookup makes anyway.
     #[inline(always)]
-    fn zone_page_near<'a>(
-        &'a self,
-        near: Option<&'a Zone>,
-        pfn: Pfn,
-    ) -> Option<(&'a Zone, &'a Page)> {
-        if let Some(zone) = near {
-            if let Some(page) = zone.mem_map.get(pfn) {
-                return Some((zone, page));
-            }
+    fn zone_page_near<'a>(&'a self, near: &'a Zone, pfn: Pfn) -> Option<(&'a Zone, &'a Page)> {
+        if let Some(page) = near.mem_map.get(pfn) {
+            return Some((near, page));
         }
         let zone = self.find_zone(pfn)?;
         Some((zone, zone.mem_map.page(pfn)))
