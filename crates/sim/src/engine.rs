@@ -443,29 +443,6 @@ impl Sim {
         }
     }
 
-    /// Prefetch the page descriptor and the cache stamp of the block that `cpu`'s
-    /// allocation of `order` with `gfp` after the next will take from its pageset (the
-    /// second block of the list, [`PageAllocator::peek_pcplist`]), so that the misses of
-    /// that allocation and of the touch after it overlap with what other CPUs do first. The
-    /// block the next allocation takes was prefetched by the call before it. Nothing when
-    /// the list holds fewer than two blocks (a refill: only the buddy knows those blocks).
-    /// Changes nothing in the run.
-    ///
-    /// Call it just before the allocation. The peek tries the pageset's lock, a locked
-    /// instruction that waits for every store before it; just before the allocation, whose
-    /// own lock would wait for them anyway, that wait is not added. Peeking the head after
-    /// the allocation instead was slower, and reading the second block's link would wait
-    /// for the very miss this hides (`docs/EXPERIMENTS.md`, "Simulator speed", session 5).
-    pub fn prefetch_alloc(&self, cpu: u32, gfp: Gfp, order: Order) {
-        let mut blocks = [Pfn(0); 2];
-        let n = self
-            .allocator
-            .peek_pcplist(Caller::task(cpu), gfp, order, &mut blocks);
-        if n == 2 {
-            self.prefetch(&blocks[1..]);
-        }
-    }
-
     fn acquire(&mut self, slot: usize, cpu: u32, hold_ns: u64, blocks: u64) {
         let t = self.clock[cpu as usize];
         let lock = &mut self.locks[slot];
@@ -588,14 +565,22 @@ impl Sim {
             self.alloc_seen == self.alloc_snapshot(),
             "an allocator call other than alloc_pages moved the allocation counters"
         );
-        let result = self.allocator.alloc_pages(Caller::task(cpu), gfp, order);
-        let Ok(pfn) = result else {
+        let result = self
+            .allocator
+            .alloc_pages_peek_next(Caller::task(cpu), gfp, order);
+        let Ok((pfn, next)) = result else {
             self.alloc_seen = self.alloc_snapshot();
             return Err(SimError::OutOfMemory {
                 cpu,
                 order: order.get(),
             });
         };
+        // The block this CPU's next allocation of the kind takes: its descriptor is cold
+        // (the pop just stored to it, and that store's miss would hold up the next locked
+        // instruction) and its stamp too; both are needed an allocation later.
+        if let Some(next) = next {
+            self.prefetch(&[next]);
+        }
         self.stats.alloc_calls += 1;
         self.stats.pages_allocated += order.pages();
         let pcp_order = pcp_allowed_order(order);

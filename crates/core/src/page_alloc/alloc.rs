@@ -6,8 +6,9 @@
 //! `__rmqueue_pcplist`, `rmqueue_bulk`, `rmqueue_buddy`, `__alloc_pages_slowpath`
 //! (reduced: no direct reclaim, compaction or OOM killer yet; it releases the high-atomic
 //! reserve and then reports [`AllocError::OutOfMemory`]), `wakeup_kswapd`.
-//! [`PageAllocator::peek_pcplist`] has no counterpart: a read-only look at the head of a
-//! pageset list, for a caller (the simulator) that prefetches the next block.
+//! [`PageAllocator::alloc_pages_peek_next`] has no counterpart: an allocation that also
+//! names the block now at the head of its pageset list, for a caller (the simulator) that
+//! prefetches the next block.
 
 use core::sync::atomic::Ordering::Relaxed;
 
@@ -19,7 +20,7 @@ use super::pcp::{order_to_pindex, pcp_allowed_order, PerCpuPages};
 use super::types::{Caller, MigrateType, NodeId, ZoneType};
 use super::watermark::{self, WatermarkKind};
 use super::zone::{Zone, ZoneFlags};
-use crate::page::{Order, Page, PageState, Pfn, NO_PFN};
+use crate::page::{Order, Page, PageState, Pfn};
 use crate::policy::DrainMode;
 
 /// A request after `prepare_alloc_pages`.
@@ -49,7 +50,32 @@ impl PageAllocator {
         let node = self
             .online_cpu_node(caller.cpu)
             .ok_or(AllocError::InvalidCpu(caller.cpu))?;
-        self.alloc_pages_online(caller, gfp, order, node)
+        self.alloc_pages_online::<false>(caller, gfp, order, node)
+            .map(|(pfn, _)| pfn)
+    }
+
+    /// [`PageAllocator::alloc_pages`], and, when the block came off a non-empty list of the
+    /// caller's pageset (an order-0 pageset hit in the preferred zone), the block now at
+    /// that list's head: the one the caller's next allocation of this order and `gfp`
+    /// takes if nothing changes the list first. `None` otherwise (a refill, a fallback, a
+    /// higher order).
+    ///
+    /// A hint for a caller that prefetches (the simulator reads ahead the descriptor and
+    /// its own state of the block the CPU's next fault takes); Linux has no such call. The
+    /// allocation is exactly [`PageAllocator::alloc_pages`]'s: the head is read under the
+    /// same pageset lock hold, after the pop that wrote it, so the hint costs no second
+    /// lock (a separate peek's try-lock waited for the allocation's stores to drain).
+    #[inline(always)]
+    pub fn alloc_pages_peek_next(
+        &self,
+        caller: Caller,
+        gfp: Gfp,
+        order: Order,
+    ) -> Result<(Pfn, Option<Pfn>), AllocError> {
+        let node = self
+            .online_cpu_node(caller.cpu)
+            .ok_or(AllocError::InvalidCpu(caller.cpu))?;
+        self.alloc_pages_online::<true>(caller, gfp, order, node)
     }
 
     /// Allocate for `caller`, preferring `node` (`__alloc_pages` with a preferred nid).
@@ -64,27 +90,31 @@ impl PageAllocator {
         if !self.cpu_online(caller.cpu) {
             return Err(AllocError::InvalidCpu(caller.cpu));
         }
-        self.alloc_pages_online(caller, gfp, order, node)
+        self.alloc_pages_online::<false>(caller, gfp, order, node)
+            .map(|(pfn, _)| pfn)
     }
 
     /// `__alloc_pages` for a caller whose CPU was found online. Order 0, the pageset fast
     /// path's order and nearly every request, tries the fast path with the order as a
     /// constant; the other orders, and order-0 requests the fast path cannot serve, go to
-    /// the out-of-line general path.
+    /// the out-of-line general path. With the block, if `PEEK`, the pageset list's new head
+    /// after a fast-path hit ([`PageAllocator::alloc_pages_peek_next`]); a constant `None`
+    /// otherwise, so that `alloc_pages` does not read it.
     #[inline(always)]
-    fn alloc_pages_online(
+    fn alloc_pages_online<const PEEK: bool>(
         &self,
         caller: Caller,
         gfp: Gfp,
         order: Order,
         node: NodeId,
-    ) -> Result<Pfn, AllocError> {
+    ) -> Result<(Pfn, Option<Pfn>), AllocError> {
         if order == Order::ZERO {
-            if let Some(pfn) = self.alloc_pcp_fast(caller, gfp, node) {
-                return Ok(pfn);
+            if let Some(hit) = self.alloc_pcp_fast::<PEEK>(caller, gfp, node) {
+                return Ok(hit);
             }
         }
         self.alloc_pages_general(caller, gfp, order, node)
+            .map(|pfn| (pfn, None))
     }
 
     /// Everything but the fast path: `prepare_alloc_pages`, the first zonelist pass, then
@@ -175,7 +205,15 @@ impl PageAllocator {
     /// the node's [`PcpFastTarget`](super::allocator::PcpFastTarget) table), the zonelist walk, the allocation-flag
     /// computation (which matters only to a refill or a fallback) and the refill test.
     #[inline(always)]
-    pub(super) fn alloc_pcp_fast(&self, caller: Caller, gfp: Gfp, node: NodeId) -> Option<Pfn> {
+    ///
+    /// Returns the block and, if `PEEK`, the list's new head, read under the lock: the
+    /// caller's next hit, for [`PageAllocator::alloc_pages_peek_next`].
+    pub(super) fn alloc_pcp_fast<const PEEK: bool>(
+        &self,
+        caller: Caller,
+        gfp: Gfp,
+        node: NodeId,
+    ) -> Option<(Pfn, Option<Pfn>)> {
         let target = self.zonelists.get(node as usize)?.pcp_fast[gfp.decode_index()]?;
         if gfp.contains(Gfp::THISNODE) || (self.policy.irq_bypass && caller.in_interrupt()) {
             return None;
@@ -213,64 +251,17 @@ impl PageAllocator {
         let (pfn, page) = pcp.lists[pindex].pop_head(&zone.mem_map)?;
         pcp.on_alloc(&self.policy.pcp);
         pcp_block_allocated(&mut pcp, page, Order::ZERO);
+        let next = if PEEK {
+            pcp.lists[pindex].first()
+        } else {
+            None
+        };
         pcp.count_alloc(1);
         drop(pcp);
         if gfp.contains(Gfp::KSWAPD_RECLAIM) {
             self.wake_if_boosted(zone);
         }
-        Some(pfn)
-    }
-
-    /// The blocks `caller`'s next allocations of `order` with `gfp` would take from its
-    /// pageset, in order, into `blocks`; returns how many it wrote. They are the first
-    /// entries of the preferred zone's `pcp->lists[order_to_pindex(migratetype, order)]`
-    /// (`list_first_entry_or_null` and its successors), which `__rmqueue_pcplist` takes
-    /// from the head. Nothing when the list is empty (the allocation refills it from the
-    /// buddy first), when `order` is not cached on pagesets, when the request would bypass
-    /// them (an interrupt under `irq_bypass`), or when the pageset is busy or offline: its
-    /// lock is only tried, never waited for.
-    ///
-    /// A hint for a caller that wants to prefetch those blocks (the simulator reads ahead
-    /// the descriptor and its own state of the block after the one it is about to take);
-    /// Linux has no such call. It changes nothing: no counter, no list, no pageset or zone
-    /// state. An allocation can still be served elsewhere (a preferred zone below its
-    /// watermark sends it down the zonelist), and a free or drain on the pageset in
-    /// between changes the list.
-    pub fn peek_pcplist(
-        &self,
-        caller: Caller,
-        gfp: Gfp,
-        order: Order,
-        blocks: &mut [Pfn],
-    ) -> usize {
-        if !pcp_allowed_order(order) || (self.policy.irq_bypass && caller.in_interrupt()) {
-            return 0;
-        }
-        let Some(node) = self.online_cpu_node(caller.cpu) else {
-            return 0;
-        };
-        let Ok(ac) = self.alloc_context(caller, gfp, order, node) else {
-            return 0;
-        };
-        let zone = &self.zones[ac.preferred];
-        let Ok(pcp) = zone.pcp_trylock(caller.cpu) else {
-            return 0;
-        };
-        let mut next = pcp.lists[order_to_pindex(ac.migratetype, order)].first();
-        let wanted = blocks.len();
-        for (written, block) in blocks.iter_mut().enumerate() {
-            let Some(pfn) = next else {
-                return written;
-            };
-            *block = pfn;
-            // Read a block's link only when its successor is wanted: the last descriptor
-            // is what the caller means to prefetch, and reading it here would wait for it.
-            if written + 1 < wanted {
-                let link = zone.mem_map.page(pfn).next();
-                next = (link != NO_PFN).then_some(Pfn(link as u64));
-            }
-        }
-        wanted
+        Some((pfn, next))
     }
 
     /// `alloc_flags_nofragment`: a request whose preferred zone is Normal avoids splitting
@@ -675,7 +666,7 @@ mod tests {
 
     use super::*;
     use crate::page_alloc::free_area::ListEnd;
-    use crate::page_alloc::pcp::{pindex_to_order, NR_PCP_LISTS, PAGE_ALLOC_COSTLY_ORDER};
+    use crate::page_alloc::pcp::{pindex_to_order, NR_PCP_LISTS};
     use crate::page_alloc::zone::DrainReason;
     use crate::{Policy, Settings};
 
@@ -747,73 +738,60 @@ mod tests {
         }
     }
 
-    /// Peek at up to `N` blocks, check that it changed nothing, and return what it saw.
-    fn peek_n<const N: usize>(a: &PageAllocator, cpu: u32, gfp: Gfp, order: Order) -> Vec<Pfn> {
-        let before = state(a);
-        let mut blocks = [Pfn(u64::MAX); N];
-        let n = a.peek_pcplist(Caller::task(cpu), gfp, order, &mut blocks);
-        assert_eq!(state(a), before, "peek_pcplist changed the allocator");
-        blocks[..n].to_vec()
-    }
-
-    /// The head of CPU `cpu`'s movable order-0 list, by [`peek_n`].
-    fn peek(a: &PageAllocator, cpu: u32) -> Option<Pfn> {
-        peek_n::<1>(a, cpu, MOVABLE, Order::ZERO).first().copied()
-    }
-
     #[test]
-    fn peek_pcplist_names_the_block_the_next_allocation_takes() {
+    fn alloc_pages_peek_next_names_the_block_the_next_allocation_takes() {
         let a = allocator();
-        // Empty pagesets: the next allocation refills first, so there is nothing to name.
-        assert_eq!(peek(&a, 0), None);
-        let first = a
-            .alloc_pages(Caller::task(0), MOVABLE, Order::ZERO)
-            .unwrap();
-        assert_ne!(peek(&a, 0), Some(first));
-        let ahead = peek_n::<4>(&a, 0, MOVABLE, Order::ZERO);
-        assert_eq!(
-            ahead.len(),
-            4,
-            "the refill left more than 4 blocks on the list"
-        );
-        for next in ahead {
-            assert_eq!(peek(&a, 0), Some(next));
-            let pfn = a
-                .alloc_pages(Caller::task(0), MOVABLE, Order::ZERO)
-                .unwrap();
-            assert_eq!(pfn, next);
+        let peek = |cpu, gfp| a.alloc_pages_peek_next(Caller::task(cpu), gfp, Order::ZERO);
+        // An empty pageset: the allocation refills it, off the fast path, so no hint.
+        let (first, hint) = peek(0, MOVABLE).unwrap();
+        assert_eq!(hint, None);
+        let (mut previous, mut hint) = peek(0, MOVABLE).unwrap();
+        assert!(hint.is_some(), "the refill left more than two blocks");
+        for _ in 0..8 {
+            let (pfn, next) = peek(0, MOVABLE).unwrap();
+            assert_eq!(
+                Some(pfn),
+                hint,
+                "the hint named the block this allocation took"
+            );
+            assert_ne!(pfn, previous);
+            previous = pfn;
+            hint = next;
         }
-        // A free puts its block at the head; the other CPU's pageset is still empty.
+        // A free puts its block at the head, in front of the hint.
         a.free_pages(Caller::task(0), first, Order::ZERO).unwrap();
-        assert_eq!(peek(&a, 0), Some(first));
-        assert_eq!(peek(&a, 1), None);
-        assert_eq!(
-            a.alloc_pages(Caller::task(0), MOVABLE, Order::ZERO),
-            Ok(first)
-        );
-        // Another migratetype's list is empty.
-        assert_eq!(peek_n::<1>(&a, 0, Gfp::KERNEL, Order::ZERO), []);
+        assert_eq!(peek(0, MOVABLE).unwrap(), (first, hint));
+        // Another CPU's pageset and another migratetype's list are their own.
+        assert_eq!(peek(1, MOVABLE).unwrap().1, None);
+        assert_eq!(peek(0, Gfp::KERNEL).unwrap().1, None);
+        // Orders above 0 take the general path.
+        let (_, hint) = a
+            .alloc_pages_peek_next(Caller::task(0), MOVABLE, Order::new(1).unwrap())
+            .unwrap();
+        assert_eq!(hint, None);
     }
 
     #[test]
-    fn peek_pcplist_declines_uncached_orders_and_busy_pagesets() {
-        let a = allocator();
-        a.alloc_pages(Caller::task(0), MOVABLE, Order::ZERO)
-            .unwrap();
-        let zone = a.zone(0, ZoneType::Normal).unwrap();
-        let held = zone.pcp_trylock(0).unwrap();
-        let before = zone.events().pcp_lock_contended.load(Relaxed);
-        let mut blocks = [Pfn(0); 1];
-        assert_eq!(
-            a.peek_pcplist(Caller::task(0), MOVABLE, Order::ZERO, &mut blocks),
-            0,
-            "a busy pageset is not waited for"
-        );
-        assert_eq!(zone.events().pcp_lock_contended.load(Relaxed), before);
-        drop(held);
-        assert!(peek(&a, 0).is_some());
-        let uncached = Order::new(PAGE_ALLOC_COSTLY_ORDER + 1).unwrap();
-        assert_eq!(peek_n::<1>(&a, 0, MOVABLE, uncached), []);
+    fn alloc_pages_peek_next_allocates_as_alloc_pages_does() {
+        let plain = allocator();
+        let peeking = allocator();
+        let mut held = Vec::new();
+        // Allocations and frees on two CPUs, of orders 0 to 3, with refills and drains.
+        for i in 0u64..3000 {
+            let cpu = (i % 7 == 0) as u32;
+            let order = Order::new([0, 0, 0, 1, 0, 2, 0, 3][(i % 8) as usize]).unwrap();
+            if i % 5 < 3 || held.is_empty() {
+                let got = plain.alloc_pages(Caller::task(cpu), MOVABLE, order);
+                let peeked = peeking.alloc_pages_peek_next(Caller::task(cpu), MOVABLE, order);
+                assert_eq!(got, peeked.map(|(pfn, _)| pfn));
+                held.push((got.unwrap(), order));
+            } else {
+                let (pfn, order) = held.swap_remove((i as usize * 31) % held.len());
+                plain.free_pages(Caller::task(cpu), pfn, order).unwrap();
+                peeking.free_pages(Caller::task(cpu), pfn, order).unwrap();
+            }
+        }
+        assert_eq!(state(&plain), state(&peeking));
     }
 
     /// Every descriptor, list, count and event of `a`'s only zone.

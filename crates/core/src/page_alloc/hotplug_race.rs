@@ -87,7 +87,7 @@ fn an_allocation_that_loses_its_cpu_is_served_by_the_zone() {
     assert!(allocator.cpu_offline(1));
     assert_eq!(pcp_count(&allocator, 1), 0, "cpu_offline drained CPU 1");
     assert_eq!(
-        allocator.alloc_pcp_fast(caller, Gfp::KERNEL, 0),
+        allocator.alloc_pcp_fast::<false>(caller, Gfp::KERNEL, 0),
         None,
         "the fast path declines"
     );

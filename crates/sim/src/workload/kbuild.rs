@@ -306,8 +306,6 @@ impl Kbuild {
             // Its descriptor is cold: let the miss overlap with the allocation.
             sim.prefetch(&slot.pages[index..index + 1]);
         }
-        // The page after the one this fault takes: cold, and needed a step or more later.
-        sim.prefetch_alloc(cpu, ANON, Order::ZERO);
         let pfn = self.alloc(sim, cpu, ANON, Order::ZERO)?;
         let slot = &mut self.slots[c];
         slot.pages.push(pfn);
