@@ -31,6 +31,19 @@ pub struct ZoneLocked<'a> {
     area: SpinLockGuard<'a, FreeArea>,
 }
 
+/// Publish the free lists' [`FreeArea::free_block_bits`] for lockless watermark checks as
+/// the lock is released (the guard field drops after this runs, so still under the lock).
+/// The free area keeps the bits as its lists fill and empty; the store is skipped when
+/// they did not change.
+impl Drop for ZoneLocked<'_> {
+    fn drop(&mut self) {
+        let bits = self.area.free_block_bits();
+        if self.zone.free_block_bits.load(Relaxed) != bits {
+            self.zone.free_block_bits.store(bits, Relaxed);
+        }
+    }
+}
+
 impl<'a> ZoneLocked<'a> {
     pub(crate) fn new(zone: &'a Zone, area: SpinLockGuard<'a, FreeArea>) -> ZoneLocked<'a> {
         ZoneLocked { zone, area }

@@ -7,7 +7,7 @@
 
 use super::list::PfnList;
 use super::mem_map::MemMap;
-use super::types::{MigrateType, MIGRATE_TYPES};
+use super::types::{MigrateType, MIGRATE_PCPTYPES, MIGRATE_TYPES};
 use crate::page::{Order, Page, PageState, Pfn, NR_PAGE_ORDERS};
 
 /// All free lists of a zone and the block count per order (`nr_free`).
@@ -15,7 +15,21 @@ use crate::page::{Order, Page, PageState, Pfn, NR_PAGE_ORDERS};
 pub(crate) struct FreeArea {
     lists: [[PfnList; MIGRATE_TYPES]; NR_PAGE_ORDERS],
     nr_free: [u64; NR_PAGE_ORDERS],
+    /// [`FreeArea::free_block_bits`], kept up to date as lists fill and empty (a list that
+    /// changes between empty and not is the only change that moves it), so that
+    /// publishing it at each lock release is a compare, not a walk.
+    bits: u32,
 }
+
+/// The layout of [`FreeArea::free_block_bits`].
+pub(crate) struct FreeBlockBits;
+
+impl FreeBlockBits {
+    /// The high-atomic bits start here; the PCP-type bits at 0.
+    pub(crate) const HIGH_ATOMIC: usize = 16;
+}
+
+const _: () = assert!(NR_PAGE_ORDERS <= FreeBlockBits::HIGH_ATOMIC);
 
 /// Where a freed block goes on its list.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -31,6 +45,7 @@ impl FreeArea {
         FreeArea {
             lists: [[PfnList::EMPTY; MIGRATE_TYPES]; NR_PAGE_ORDERS],
             nr_free: [0; NR_PAGE_ORDERS],
+            bits: 0,
         }
     }
 
@@ -41,6 +56,37 @@ impl FreeArea {
     /// Blocks of `order` on all lists.
     pub(crate) fn nr_free(&self, order: Order) -> u64 {
         self.nr_free[order.index()]
+    }
+
+    /// Which orders have a block on a PCP-type list (bit `o`) and on the high-atomic list
+    /// (bit `16 + o`): what `__zone_watermark_ok`'s free-area walk looks at, as the zone
+    /// publishes it for checks made without the lock ([`FreeBlockBits`]).
+    #[inline(always)]
+    pub(crate) fn free_block_bits(&self) -> u32 {
+        self.bits
+    }
+
+    /// [`FreeArea::free_block_bits`] recomputed from the lists, for the walker.
+    pub(crate) fn free_block_bits_walked(&self) -> u32 {
+        (0..NR_PAGE_ORDERS).fold(0, |bits, o| bits | self.order_bits(o))
+    }
+
+    /// Order `o`'s two bits of [`FreeArea::free_block_bits`], read off its lists.
+    #[inline(always)]
+    fn order_bits(&self, o: usize) -> u32 {
+        let lists = &self.lists[o];
+        let pcp_types = lists[..MIGRATE_PCPTYPES]
+            .iter()
+            .any(|list| !list.is_empty());
+        let high_atomic = !lists[MigrateType::HighAtomic.index()].is_empty();
+        (pcp_types as u32) << o | (high_atomic as u32) << (FreeBlockBits::HIGH_ATOMIC + o)
+    }
+
+    /// Recompute order `o`'s bits after one of its lists filled or emptied.
+    #[inline(never)]
+    fn refresh_bits(&mut self, o: usize) {
+        let mask = 1 << o | 1 << (FreeBlockBits::HIGH_ATOMIC + o);
+        self.bits = self.bits & !mask | self.order_bits(o);
     }
 
     /// Put the block at `pfn` on its list and mark it free (`add_to_free_list[_tail]` with
@@ -71,11 +117,15 @@ impl FreeArea {
         page.set_state(PageState::Buddy, order);
         page.set_cached_migratetype(mt as u8);
         let list = &mut self.lists[order.index()][mt.index()];
+        let was_empty = list.is_empty();
         match end {
             ListEnd::Head => list.push_head_page(mem_map, pfn, page),
             ListEnd::Tail => list.push_tail_page(mem_map, pfn, page),
         }
         self.nr_free[order.index()] += 1;
+        if was_empty {
+            self.refresh_bits(order.index());
+        }
     }
 
     /// Take the block at `pfn` off its list and clear its free mark
@@ -95,9 +145,14 @@ impl FreeArea {
         debug_assert_eq!(page.state_order(), (PageState::Buddy, order));
         let mt = MigrateType::from_index(page.cached_migratetype() as usize)
             .expect("a free block caches a valid migratetype");
-        self.lists[order.index()][mt.index()].unlink_page(mem_map, pfn, page);
+        let list = &mut self.lists[order.index()][mt.index()];
+        list.unlink_page(mem_map, pfn, page);
+        let emptied = list.is_empty();
         page.set_state(PageState::Tail, Order::ZERO);
         self.nr_free[order.index()] -= 1;
+        if emptied {
+            self.refresh_bits(order.index());
+        }
     }
 
     /// Take up to `n` blocks from the head of the (`order`, `mt`) list, in list order, to
@@ -116,7 +171,11 @@ impl FreeArea {
         to: &mut PfnList,
         mark: impl FnMut(&Page),
     ) -> u64 {
-        let taken = self.lists[order.index()][mt.index()].splice_head_to_tail(mem_map, n, to, mark);
+        let list = &mut self.lists[order.index()][mt.index()];
+        let taken = list.splice_head_to_tail(mem_map, n, to, mark);
+        if list.is_empty() {
+            self.refresh_bits(order.index());
+        }
         self.nr_free[order.index()] -= taken;
         taken
     }
@@ -127,6 +186,7 @@ impl FreeArea {
         self.lists[order.index()][old.index()].unlink(mem_map, pfn);
         mem_map.page(pfn).set_cached_migratetype(mt as u8);
         self.lists[order.index()][mt.index()].push_tail(mem_map, pfn);
+        self.refresh_bits(order.index());
     }
 
     /// The list a free block is on.

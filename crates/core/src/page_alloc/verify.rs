@@ -8,6 +8,7 @@
 use alloc::format;
 use alloc::string::String;
 use alloc::vec;
+use core::sync::atomic::Ordering::Relaxed;
 
 use super::pcp::{pindex_to_order, PerCpuPages, NR_PCP_LISTS};
 use super::types::MigrateType;
@@ -121,6 +122,16 @@ impl Zone {
                 _ => pfn.0 + order.pages(),
             };
         }
+        // The lock's previous holder published the lists as they are now; this walk has
+        // changed nothing yet.
+        ensure!(
+            area.free_block_bits() == area.free_block_bits_walked()
+                && self.free_block_bits.load(Relaxed) == area.free_block_bits(),
+            "{name}: free-block bits: kept {:#x}, published {:#x}, the lists' {:#x}",
+            area.free_block_bits(),
+            self.free_block_bits.load(Relaxed),
+            area.free_block_bits_walked()
+        );
         ensure!(
             census.free + census.pcp + census.allocated == self.managed,
             "{name}: free {} + pcp {} + allocated {} != managed {}",

@@ -10,7 +10,7 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use super::buddy::ZoneLocked;
-use super::free_area::{FreeArea, ListEnd};
+use super::free_area::{FreeArea, FreeBlockBits, ListEnd};
 use super::mem_map::MemMap;
 use super::pcp::PerCpuPages;
 use super::pcp_sizing::PcpLimits;
@@ -193,6 +193,11 @@ pub struct Zone {
     pub(crate) mem_map: MemMap,
     /// `zone->lock` and what it protects.
     pub(crate) free_area: SpinLock<FreeArea>,
+    /// [`FreeArea::free_block_bits`] as the last holder of the zone lock left the lists,
+    /// stored by [`ZoneLocked`] as it releases the lock: the free-area walk of a
+    /// higher-order watermark check reads this instead of taking the lock (Linux reads
+    /// `free_area` without it there).
+    pub(crate) free_block_bits: AtomicU32,
     pub(crate) watermarks: Watermarks,
     pub(crate) lowmem_reserve: [AtomicU64; MAX_NR_ZONES],
     pub(crate) flags: AtomicU32,
@@ -248,6 +253,7 @@ impl Zone {
             managed: spec.managed,
             mem_map: MemMap::new(spec.start_pfn.0, spec.spanned, spec.present, spec.managed),
             free_area: SpinLock::new(FreeArea::new()),
+            free_block_bits: AtomicU32::new(0),
             watermarks: Watermarks::default(),
             lowmem_reserve: Default::default(),
             flags: AtomicU32::new(0),
@@ -511,24 +517,20 @@ impl Zone {
     /// high-atomic list (`__zone_watermark_ok`'s free-area walk). The walk stops at the
     /// first order with a block on a PCP-type list, as Linux's returns there: a watermark
     /// check reading the orders in turn has its answer at that entry, so the entries past
-    /// it, and those below `from`, are left `(false, false)` unread. Linux reads
-    /// `free_area` without the lock here; we take it, which is only a cost.
+    /// it, and those below `from`, are left `(false, false)` unread.
+    ///
+    /// Read without the zone lock, as Linux reads `free_area` here: from the bits the last
+    /// lock holder published (`free_block_bits`). A check racing a holder sees the lists as
+    /// the previous holder left them, as Linux's lockless walk may; a check that does not
+    /// race one (every check in the simulator) sees what a locked walk would. It used to
+    /// take the lock: a locked instruction, and a wait behind refills and drains, on every
+    /// allocation above order 0.
     pub(crate) fn free_block_summary(&self, from: Order) -> [(bool, bool); NR_PAGE_ORDERS] {
-        let area = self.free_area.lock();
+        let bits = self.free_block_bits.load(Relaxed);
         let mut summary = [(false, false); NR_PAGE_ORDERS];
         for (o, entry) in summary.iter_mut().enumerate().skip(from.index()) {
-            let order = Order::new(o as u8).expect("o ≤ MAX_ORDER");
-            let pcp_types = [
-                MigrateType::Unmovable,
-                MigrateType::Movable,
-                MigrateType::Reclaimable,
-            ]
-            .iter()
-            .any(|&mt| !area.list(order, mt).is_empty());
-            *entry = (
-                pcp_types,
-                !area.list(order, MigrateType::HighAtomic).is_empty(),
-            );
+            let pcp_types = bits >> o & 1 != 0;
+            *entry = (pcp_types, bits >> (FreeBlockBits::HIGH_ATOMIC + o) & 1 != 0);
             if pcp_types {
                 break;
             }
@@ -592,6 +594,67 @@ mod tests {
             let answer = summary[from..].iter().any(|&(pcp_types, _)| pcp_types);
             assert_eq!(answer, first.is_some(), "from {from}");
         }
+    }
+
+    /// The summary, read without the lock, follows every change made under it: taking
+    /// blocks off the lists, reserving a high-atomic pageblock, freeing them back. The
+    /// expected answer is read off the lists themselves ([`Zone::free_blocks`]).
+    #[test]
+    fn free_block_summary_follows_the_lists_across_lock_holds() {
+        let spec = ZoneSpec {
+            node: 0,
+            zone_type: ZoneType::Normal,
+            start_pfn: Pfn(0),
+            spanned: 3000,
+            present: 3000,
+            managed: 3000,
+        };
+        let zone = Zone::new(&spec, 1);
+        let check = |step: &str| {
+            let blocks = zone.free_blocks();
+            let summary = zone.free_block_summary(Order::ZERO);
+            let mut stopped = false;
+            for (o, &entry) in summary.iter().enumerate() {
+                let on = |high_atomic: bool| {
+                    blocks.iter().any(|&(_, order, mt)| {
+                        order.index() == o && (mt == MigrateType::HighAtomic) == high_atomic
+                    })
+                };
+                let expected = if stopped {
+                    (false, false)
+                } else {
+                    (on(false), on(true))
+                };
+                assert_eq!(entry, expected, "{step}: order {o}");
+                stopped |= expected.0;
+            }
+        };
+        check("boot");
+        // Boot's order-3 block is 2992..3000 and its order-4 block 2976..2992.
+        let small = zone.lock().take_block(Pfn(2992), Order::new(3).unwrap());
+        assert!(small.is_some());
+        check("order 3 taken");
+        let medium = zone.lock().take_block(Pfn(2976), Order::new(4).unwrap());
+        assert!(medium.is_some());
+        check("order 4 taken");
+        // The pageblock of the order-9 block at 2048 becomes high-atomic.
+        zone.lock().reserve_highatomic_pageblock(Pfn(2048));
+        assert!(
+            zone.free_blocks()
+                .iter()
+                .any(|&(_, _, mt)| mt == MigrateType::HighAtomic),
+            "the reserve took the pageblock"
+        );
+        check("pageblock reserved");
+        let mut locked = zone.lock();
+        locked.free_one_page(
+            Pfn(2992),
+            Order::new(3).unwrap(),
+            MigrateType::Movable,
+            ListEnd::Head,
+        );
+        drop(locked);
+        check("order 3 freed");
     }
 
     #[test]
