@@ -31,7 +31,7 @@ pub struct ZoneLocked<'a> {
     area: SpinLockGuard<'a, FreeArea>,
 }
 
-/// Publish the free lists' [`FreeArea::free_block_bits`] for lockless watermark checks as
+/// Publish the free lists' `FreeArea::free_block_bits` for lockless watermark checks as
 /// the lock is released (the guard field drops after this runs, so still under the lock).
 /// The free area keeps the bits as its lists fill and empty; the store is skipped when
 /// they did not change.
