@@ -565,12 +565,9 @@ pub(crate) fn aligned_blocks(start: u64, end: u64) -> impl Iterator<Item = (Pfn,
 mod tests {
     use super::*;
 
-    /// The watermark walk's answer from every order, read off a summary that stops early,
-    /// equals the answer read off the free lists themselves. Boot frees pfns 0..3000 as
-    /// blocks of orders 10, 10, 9, 8, 7, 5, 4 and 3 (the test below), so orders 0–2 and
-    /// 6 have none.
-    #[test]
-    fn free_block_summary_stops_at_the_first_order_with_a_block() {
+    /// A Normal zone of pfns 0..3000, all managed, one pageset, as boot leaves it: free
+    /// blocks of orders 10, 10, 9, 8, 7, 5, 4 and 3.
+    fn boot_zone_of_3000_pages() -> Zone {
         let spec = ZoneSpec {
             node: 0,
             zone_type: ZoneType::Normal,
@@ -579,7 +576,16 @@ mod tests {
             present: 3000,
             managed: 3000,
         };
-        let zone = Zone::new(&spec, 1);
+        Zone::new(&spec, 1)
+    }
+
+    /// The watermark walk's answer from every order, read off a summary that stops early,
+    /// equals the answer read off the free lists themselves. Boot frees pfns 0..3000 as
+    /// blocks of orders 10, 10, 9, 8, 7, 5, 4 and 3 (the test below), so orders 0–2 and
+    /// 6 have none.
+    #[test]
+    fn free_block_summary_stops_at_the_first_order_with_a_block() {
+        let zone = boot_zone_of_3000_pages();
         let has_block = |o: usize| [3, 4, 5, 7, 8, 9, 10].contains(&o);
         for from in 0..NR_PAGE_ORDERS {
             let order = Order::new(from as u8).expect("a valid order");
@@ -601,15 +607,7 @@ mod tests {
     /// expected answer is read off the lists themselves ([`Zone::free_blocks`]).
     #[test]
     fn free_block_summary_follows_the_lists_across_lock_holds() {
-        let spec = ZoneSpec {
-            node: 0,
-            zone_type: ZoneType::Normal,
-            start_pfn: Pfn(0),
-            spanned: 3000,
-            present: 3000,
-            managed: 3000,
-        };
-        let zone = Zone::new(&spec, 1);
+        let zone = boot_zone_of_3000_pages();
         let check = |step: &str| {
             let blocks = zone.free_blocks();
             let summary = zone.free_block_summary(Order::ZERO);
