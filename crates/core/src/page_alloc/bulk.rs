@@ -359,14 +359,21 @@ mod tests {
         }
     }
 
-    #[test]
-    fn bulk_array_fills_empty_slots_in_order_from_the_pageset_head() {
+    /// A test allocator after one order-0 allocation on CPU 0: the block it returned, kept
+    /// by the test, and the movable pages the refill left on the pageset, head first.
+    fn refilled_with_one_kept() -> (PageAllocator, Pfn, Vec<Pfn>) {
         let allocator = test_allocator();
-        let caller = Caller::task(0);
         let kept = allocator
-            .alloc_pages(caller, MOVABLE, Order::ZERO)
+            .alloc_pages(Caller::task(0), MOVABLE, Order::ZERO)
             .expect("a page, and a refilled pageset");
         let cached = pageset_pages(&allocator);
+        (allocator, kept, cached)
+    }
+
+    #[test]
+    fn bulk_array_fills_empty_slots_in_order_from_the_pageset_head() {
+        let (allocator, kept, cached) = refilled_with_one_kept();
+        let caller = Caller::task(0);
         assert!(cached.len() >= 4, "the refill left a few pages");
         let mut array = [None, Some(kept), None, None, Some(kept), None];
         assert_eq!(
@@ -387,12 +394,8 @@ mod tests {
 
     #[test]
     fn bulk_list_appends_in_order_from_the_pageset_head() {
-        let allocator = test_allocator();
+        let (allocator, kept, cached) = refilled_with_one_kept();
         let caller = Caller::task(0);
-        let kept = allocator
-            .alloc_pages(caller, MOVABLE, Order::ZERO)
-            .expect("a page, and a refilled pageset");
-        let cached = pageset_pages(&allocator);
         let mut list = vec![kept];
         assert_eq!(
             allocator.alloc_pages_bulk_list(caller, MOVABLE, None, 3, &mut list),
