@@ -217,15 +217,6 @@ pub fn render_json(results: &[RunResult]) -> Result<String, CliError> {
 /// `mmkit sim`.
 pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
     let workload = workload(&args.workload)?;
-    if !(args.scale > 0.0 && args.scale <= 100.0) {
-        return Err(CliError::usage(format!(
-            "scale {} is invalid: use a number in (0, 100]",
-            args.scale
-        )));
-    }
-    if args.cpus == Some(0) {
-        return Err(CliError::usage("--cpus must be at least 1"));
-    }
     let policies: Vec<Policy> = args
         .policies
         .iter()
@@ -240,6 +231,8 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
         scale: args.scale,
         ..RunSpec::new(workload)
     };
+    spec.validate()
+        .map_err(|e| CliError::usage(e.to_string()))?;
     if let Some(ns) = args.merge_ns {
         if ns > 10_000 {
             return Err(CliError::usage(format!(

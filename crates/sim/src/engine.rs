@@ -63,6 +63,9 @@ pub enum SimError {
     BadFree(String),
     /// The allocator's own walker found a broken invariant.
     Verify(String),
+    /// The run asks for something the simulator cannot do (too many CPUs, a workload
+    /// on too few), in words. Nothing ran.
+    Invalid(String),
     /// The allocator's census disagrees with the pages the workload holds.
     Conservation {
         /// Allocated pages in the census.
@@ -81,6 +84,7 @@ impl std::fmt::Display for SimError {
             ),
             SimError::BadFree(e) => write!(f, "bad free: {e}"),
             SimError::Verify(e) => write!(f, "allocator invariant broken: {e}"),
+            SimError::Invalid(why) => f.write_str(why),
             SimError::Conservation { census, held } => write!(
                 f,
                 "page conservation: the allocator has {census} pages allocated, the workload holds {held}"
@@ -90,6 +94,10 @@ impl std::fmt::Display for SimError {
 }
 
 impl std::error::Error for SimError {}
+
+/// The most CPUs a machine may have: event keys and cache stamps hold a CPU number in
+/// 16 bits, and the cache model's `NEVER` stamp is `0xffff`.
+pub const MAX_CPUS: u32 = 0xfffe;
 
 /// A workload: one state machine per virtual CPU.
 pub trait Workload {
@@ -298,8 +306,10 @@ impl Sim {
         );
         let cost = CostModel::SERVER;
         let nr_cpus = machine.nr_cpus();
-        // Event keys and cache stamps hold a CPU number in 16 bits.
-        assert!(nr_cpus < 0xffff, "{nr_cpus} CPUs are too many to simulate");
+        assert!(
+            nr_cpus <= MAX_CPUS,
+            "{nr_cpus} CPUs are too many to simulate"
+        );
         let cpu_socket = (0..nr_cpus).map(|c| machine.socket_of(c)).collect();
         let cache = CacheModel::new(
             cpu_socket,

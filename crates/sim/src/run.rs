@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::cache::CacheCounts;
 use crate::cost::CostModel;
-use crate::engine::{Series, Sim, SimError, SimOptions, SimStats, Workload};
+use crate::engine::{Series, Sim, SimError, SimOptions, SimStats, Workload, MAX_CPUS};
 use crate::machine::MachineSpec;
 use crate::workload::kbuild::{Kbuild, KbuildParams};
 use crate::workload::micro::{Pagealloc, PageallocParams, Pageout, PageoutParams};
@@ -47,6 +47,32 @@ impl RunSpec {
             verify_every: None,
             cost: CostModel::SERVER,
         }
+    }
+
+    /// Why this run cannot be simulated, if it cannot: a CPU count outside what the
+    /// workload and the engine can take, or a scale outside (0, 100].
+    pub fn validate(&self) -> Result<(), SimError> {
+        let cpus = self.machine().nr_cpus();
+        let min = self.workload.min_cpus();
+        if cpus < min {
+            return Err(SimError::Invalid(format!(
+                "{} needs at least {min} CPU{}, not {cpus}",
+                self.workload,
+                if min == 1 { "" } else { "s" }
+            )));
+        }
+        if cpus > MAX_CPUS {
+            return Err(SimError::Invalid(format!(
+                "{cpus} CPUs are too many to simulate: use at most {MAX_CPUS}"
+            )));
+        }
+        if !(self.scale > 0.0 && self.scale <= 100.0) {
+            return Err(SimError::Invalid(format!(
+                "scale {} is invalid: use a number in (0, 100]",
+                self.scale
+            )));
+        }
+        Ok(())
     }
 
     /// The machine this run simulates.
@@ -166,6 +192,7 @@ pub fn run(
     policy: Policy,
     progress: &mut dyn FnMut(f64),
 ) -> Result<RunResult, SimError> {
+    spec.validate()?;
     let machine = spec.machine();
     let cpus = machine.nr_cpus();
     let scale = spec.scale;

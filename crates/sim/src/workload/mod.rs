@@ -62,6 +62,15 @@ impl WorkloadKind {
         }
     }
 
+    /// The fewest CPUs the workload can run on: a stream needs a sender and a receiver
+    /// on different CPUs.
+    pub fn min_cpus(self) -> u32 {
+        match self {
+            WorkloadKind::Netperf | WorkloadKind::Unix => 2,
+            WorkloadKind::Kbuild | WorkloadKind::Pagealloc | WorkloadKind::Pageout => 1,
+        }
+    }
+
     /// What the score measures and whether higher is better.
     pub fn score_name(self) -> (&'static str, bool) {
         match self {
