@@ -106,6 +106,14 @@ pub fn run(args: &TraceArgs) -> Result<(), CliError> {
 }
 
 fn run_record(args: &RecordArgs) -> Result<(), CliError> {
+    if args.seconds.is_some_and(|s| !(s.is_finite() && s > 0.0)) {
+        return Err(CliError::usage("--seconds must be a positive number"));
+    }
+    if !(args.warmup.is_finite() && args.warmup >= 0.0) {
+        return Err(CliError::usage(
+            "--warmup must be a number of seconds, 0 or more",
+        ));
+    }
     let options = RecordOptions {
         seconds: args.seconds,
         warmup: args.warmup,

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use flate2::write::GzEncoder;
 use flate2::Compression;
+use rustix::process::{kill_process_group, Pid, Signal};
 
 use crate::machine::SYSCTL_FILES;
 use crate::parse::{CONTAINER_MAGIC, END_MARKER, EVENTS, SECTION_PREFIX};
@@ -223,10 +224,18 @@ fn interrupted() -> &'static AtomicBool {
     })
 }
 
-/// Kill the command's process group: TERM, then KILL after a grace period.
+/// Kill the command's process group: TERM, then KILL after a grace period to whatever of
+/// the group is left. A group that is already gone is not an error (the command may have
+/// exited the moment the time ran out).
 fn kill_group(child: &mut Child) {
-    let group = format!("-{}", child.id());
-    let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
+    // The child leads its own group (`process_group(0)` at spawn), so its pid names it.
+    let group = i32::try_from(child.id()).ok().and_then(Pid::from_raw);
+    let Some(group) = group else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return;
+    };
+    let _ = kill_process_group(group, Signal::TERM);
     let deadline = Instant::now() + Duration::from_secs(2);
     while Instant::now() < deadline {
         if let Ok(Some(_)) = child.try_wait() {
@@ -234,7 +243,8 @@ fn kill_group(child: &mut Child) {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+    // The leader may be gone while others of its group live on; `ESRCH` means none is left.
+    let _ = kill_process_group(group, Signal::KILL);
     let _ = child.wait();
 }
 

@@ -98,4 +98,37 @@ fn records_restores_tracefs_and_refuses_dropped_events() {
         before,
         "every setting restored after a refusal"
     );
+
+    // Stopped at the time limit: the whole process group goes, the shell's background
+    // child too, and the trace is kept.
+    let out = out_file("stopped.gz");
+    let marker = format!("sleep 299.{}", std::process::id() % 1000);
+    let options = RecordOptions {
+        seconds: Some(0.3),
+        warmup: 0.0,
+        out: out.clone(),
+        buffer_kb: 4096,
+        command: vec![
+            "sh".into(),
+            "-c".into(),
+            format!("{marker} & {marker}; true"),
+        ],
+    };
+    let summary = record::record(&options).expect("records");
+    assert!(summary.stopped);
+    std::fs::remove_file(&out).unwrap();
+    let left = std::process::Command::new("pgrep")
+        .args(["-f", &marker])
+        .output()
+        .expect("pgrep runs");
+    assert!(
+        left.stdout.is_empty(),
+        "processes of the group outlived the recording: {}",
+        String::from_utf8_lossy(&left.stdout)
+    );
+    assert_eq!(
+        tracefs_state(),
+        before,
+        "every setting restored after a stop"
+    );
 }
