@@ -79,6 +79,9 @@ pub fn run_all(
     threads: Option<usize>,
     quiet: bool,
 ) -> Result<Vec<RunResult>, CliError> {
+    if threads == Some(0) {
+        return Err(CliError::usage("--threads must be at least 1"));
+    }
     let threads = threads
         .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
         .unwrap_or(1)

@@ -105,3 +105,49 @@ fn node_gib_sizes_the_machine_and_bad_sizes_are_refused() {
             .stderr(contains("--node-gib"));
     }
 }
+
+#[test]
+fn sim_refuses_impossible_machines_and_thread_counts() {
+    let refuse = |args: &[&str], message: &str| {
+        Command::cargo_bin("mmkit")
+            .unwrap()
+            .arg("sim")
+            .args(args)
+            .assert()
+            .code(2)
+            .stderr(contains(message));
+    };
+    refuse(
+        &["--workload", "unix", "--cpus", "1"],
+        "unix needs at least 2 CPUs, not 1",
+    );
+    refuse(
+        &["--workload", "netperf", "--cpus", "1"],
+        "netperf needs at least 2 CPUs, not 1",
+    );
+    refuse(
+        &["--workload", "kbuild", "--cpus", "100000"],
+        "100000 CPUs are too many to simulate",
+    );
+    refuse(
+        &["--workload", "kbuild", "--cpus", "0"],
+        "kbuild needs at least 1 CPU, not 0",
+    );
+    refuse(
+        &[
+            "--workload",
+            "unix",
+            "--cpus",
+            "4",
+            "--scale",
+            "0.005",
+            "--threads",
+            "0",
+        ],
+        "--threads must be at least 1",
+    );
+    refuse(
+        &["--workload", "unix", "--scale", "0"],
+        "scale 0 is invalid",
+    );
+}
