@@ -110,6 +110,17 @@ fn a_block_of_another_pool_is_refused() {
 }
 
 #[test]
+#[should_panic(expected = "another")]
+fn a_bulk_free_with_a_block_of_another_pool_is_refused() {
+    let a = Mmkit::new(ARENA_BYTES, 1).unwrap();
+    let b = Mmkit::new(ARENA_BYTES, 1).unwrap();
+    let mut blocks = Vec::new();
+    assert_eq!(b.alloc_bulk(4, &mut blocks), 4);
+    blocks.push(a.alloc(Order::ZERO).unwrap());
+    b.free_bulk(&mut blocks);
+}
+
+#[test]
 fn every_available_name_builds_and_unknown_names_are_refused() {
     let params = BuildParams {
         arena_bytes: ARENA_BYTES,

@@ -442,13 +442,49 @@ impl PagePool {
     /// # Ok::<(), mmkit_runtime::PoolError>(())
     /// ```
     pub fn alloc_bulk_gfp(&self, gfp: Gfp, out: &mut [Option<Pfn>]) -> Result<usize, PoolError> {
+        self.alloc_bulk_as_task(|allocator, caller| {
+            allocator.alloc_pages_bulk_array(caller, gfp, None, out)
+        })
+    }
+
+    /// Append up to `nr_pages` order-0 pages to `list` under one pageset lock hold
+    /// (`alloc_pages_bulk_list`, with [`PagePool::alloc_bulk`]'s flags); returns how many
+    /// were appended, at least one when memory allows any. The list flavour costs less
+    /// per page than the array: nothing is scanned for empty slots and a pfn is 8 bytes
+    /// where a slot is 16. `list` grows before the pageset is locked, never under it.
+    /// Free the pages with [`PagePool::free_raw`] or [`PagePool::free_batch`].
+    ///
+    /// ```
+    /// # use mmkit_runtime::PagePool;
+    /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(1).build()?;
+    /// let mut pfns = Vec::new();
+    /// assert_eq!(pool.alloc_bulk_list(32, &mut pfns)?, 32);
+    /// assert_eq!(pfns.len(), 32);
+    /// // SAFETY: the pages were allocated raw above and are freed once, unreferenced.
+    /// unsafe { pool.free_batch(&pfns)? };
+    /// # Ok::<(), mmkit_runtime::PoolError>(())
+    /// ```
+    pub fn alloc_bulk_list(
+        &self,
+        nr_pages: usize,
+        list: &mut Vec<Pfn>,
+    ) -> Result<usize, PoolError> {
+        self.alloc_bulk_as_task(|allocator, caller| {
+            allocator.alloc_pages_bulk_list(caller, Gfp::USER | Gfp::MOVABLE, None, nr_pages, list)
+        })
+    }
+
+    /// One bulk allocation `bulk` from the CPU `caller()` picks, retried as
+    /// [`PagePool::retry_after_hotplug`] decides when the core refuses that CPU; kswapd is
+    /// kicked after it, as after any allocation.
+    #[inline(always)]
+    fn alloc_bulk_as_task(
+        &self,
+        mut bulk: impl FnMut(&PageAllocator, Caller) -> Result<usize, AllocError>,
+    ) -> Result<usize, PoolError> {
         let (mut caller, mut retries) = (self.caller(), 0);
         let filled = loop {
-            match self
-                .inner
-                .allocator
-                .alloc_pages_bulk_array(caller, gfp, None, out)
-            {
+            match bulk(&self.inner.allocator, caller) {
                 Err(AllocError::InvalidCpu(cpu))
                     if self.retry_after_hotplug(&mut caller, cpu, &mut retries) => {}
                 done => break done,

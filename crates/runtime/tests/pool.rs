@@ -510,3 +510,65 @@ fn raw_calls_from_an_offline_cpu_are_served_by_an_online_one() {
     assert_eq!((stats.pgalloc, stats.pgfree), (64, 64));
     pool.verify().expect("every page accounted for");
 }
+
+/// `alloc_bulk_list` appends, after what the list holds, the pages `alloc_bulk` puts in
+/// an empty array of the same length, in the same order, and leaves the same counters;
+/// `free_batch` takes them back.
+#[test]
+fn bulk_list_appends_what_the_bulk_array_fills() {
+    let pool = || {
+        PagePool::builder()
+            .memory_bytes(16 << 20)
+            .cpus(1)
+            .background(false)
+            .build()
+            .unwrap()
+    };
+    let (by_array, by_list) = (pool(), pool());
+    cpu::pin_thread(Some(0));
+    for n in [1, 7, 64, 300] {
+        let mut slots = vec![None; n];
+        assert_eq!(by_array.alloc_bulk(&mut slots).unwrap(), n);
+        let expected: Vec<Pfn> = slots.iter().flatten().copied().collect();
+        let mut list = vec![Pfn(u64::MAX)];
+        assert_eq!(by_list.alloc_bulk_list(n, &mut list).unwrap(), n);
+        assert_eq!(list[0], Pfn(u64::MAX), "what the list held stays");
+        assert_eq!(list[1..], expected[..], "{n} pages");
+        let (a, l) = (by_array.stats(), by_list.stats());
+        assert_eq!((a.pgalloc, a.pcp_refills), (l.pgalloc, l.pcp_refills));
+        // SAFETY: allocated raw above, freed once, never referenced.
+        unsafe {
+            by_array.free_batch(&expected).unwrap();
+            by_list.free_batch(&list[1..]).unwrap();
+        }
+    }
+    cpu::pin_thread(None);
+    by_array.verify().expect("every page accounted for");
+    by_list.verify().expect("every page accounted for");
+}
+
+/// A bulk list allocation from a thread whose CPU is offline is served by an online CPU,
+/// as every raw call is.
+#[test]
+fn bulk_list_from_an_offline_cpu_is_served_by_an_online_one() {
+    let pool = PagePool::builder()
+        .memory_bytes(16 << 20)
+        .cpus(2)
+        .background(false)
+        .build()
+        .unwrap();
+    let zone = pool.zone(0, ZoneType::Normal).unwrap();
+    assert!(pool.set_cpu_online(1, false));
+    cpu::pin_thread(Some(1));
+    let mut pfns = Vec::new();
+    assert_eq!(pool.alloc_bulk_list(16, &mut pfns).unwrap(), 16);
+    cpu::pin_thread(None);
+    assert_eq!(
+        zone.pageset(1).unwrap().count,
+        0,
+        "the offline CPU took no pages"
+    );
+    // SAFETY: allocated raw above, freed once, never referenced.
+    unsafe { pool.free_batch(&pfns) }.expect("allocated pages");
+    pool.verify().expect("every page accounted for");
+}

@@ -1,5 +1,5 @@
 //! mmkit's runtime page pool as a contestant, through its raw API ([`Mmkit`]: `alloc_raw`
-//! and `free_raw`, `alloc_bulk` and `free_batch`) and its owning handles
+//! and `free_raw`, `alloc_bulk_list` and `free_batch`) and its owning handles
 //! ([`MmkitHandle`]: `PageBlock`).
 //!
 //! The pool is built with the v6.7 policy, no background threads (no vmstat tick decays
@@ -63,6 +63,9 @@ pub struct Mmkit {
     gfp: Gfp,
     /// The arena's first byte: pfn `p` is at `base + p × 4096`.
     base: usize,
+    /// Bytes from `base` that the pool's zones span: every block the pool hands out lies
+    /// in `base .. base + span_bytes`, and no other pool's block does.
+    span_bytes: usize,
 }
 
 impl Mmkit {
@@ -70,10 +73,20 @@ impl Mmkit {
     pub fn new(arena_bytes: usize, cpus: u32) -> Result<Mmkit, PoolError> {
         let pool = bench_pool(arena_bytes, cpus)?;
         let base = pool.pfn_to_addr(Pfn(0))?;
+        let end_pfn = pool
+            .zones()
+            .map(|zone| zone.start_pfn().0 + zone.spanned())
+            .max()
+            .unwrap_or(0);
+        // The last spanned page is in the arena (`pfn_to_addr` checks).
+        if let Some(last) = end_pfn.checked_sub(1) {
+            pool.pfn_to_addr(Pfn(last))?;
+        }
         Ok(Mmkit {
             pool,
             gfp: Gfp::KERNEL | Gfp::MOVABLE,
             base,
+            span_bytes: end_pfn as usize * PAGE_SIZE,
         })
     }
 
@@ -82,61 +95,72 @@ impl Mmkit {
         &self.pool
     }
 
+    /// The handle of the block `pfn` of `order`, just allocated from this pool.
+    #[inline(always)]
     fn page(&self, pfn: Pfn, order: Order) -> MmkitPage<'_> {
         MmkitPage {
-            pfn,
-            order,
-            addr: self.base + pfn.0 as usize * PAGE_SIZE,
+            tagged: self.base + pfn.0 as usize * PAGE_SIZE + order.get() as usize,
             pool: PhantomData,
         }
     }
 
-    /// Panic unless `page` is a block of this pool (two pools never share an address).
-    fn check_owner(&self, page: &MmkitPage<'_>) -> Pfn {
-        assert_eq!(
-            page.addr,
-            self.base + page.pfn.0 as usize * PAGE_SIZE,
-            "a block of another pool"
-        );
-        page.pfn
+    /// The offset of `page`'s tagged address from the arena's base; panics unless the
+    /// block is this pool's (two pools never share an address: another pool's block
+    /// lies outside `base .. base + span_bytes`).
+    #[inline(always)]
+    fn owned_offset(&self, page: &MmkitPage<'_>) -> usize {
+        let offset = page.tagged.wrapping_sub(self.base);
+        assert!(offset < self.span_bytes, "a block of another pool");
+        offset
     }
 }
 
-/// A block from [`Mmkit`].
+/// A block from [`Mmkit`]: one word, the block's address with its order in the bits below
+/// the page size (a block is page-aligned and `MAX_ORDER` < 4096), as `PageBlock` keeps
+/// it. The pfn is derived from the pool's base when the block is freed, which also checks
+/// that the block is the pool's.
 ///
 /// # Invariants
 ///
-/// `addr .. addr + 4096 × 2^order` is the block `pfn` of `order` in the arena of the pool
-/// `'a` borrows: `alloc_raw` handed it out and only this value may touch or free it (it
-/// is made only by [`Mmkit`]'s `alloc` and `alloc_bulk`, and is not `Clone`).
+/// `tagged & !4095 .. + 4096 × 2^(tagged & 4095)` is a block of that order in the arena of
+/// the pool `'a` borrows: the pool handed it out and only this value may touch or free it
+/// (it is made only by [`Mmkit`]'s `alloc` and `alloc_bulk`, and is not `Clone`).
 pub struct MmkitPage<'a> {
-    pfn: Pfn,
-    order: Order,
-    addr: usize,
+    tagged: usize,
     pool: PhantomData<&'a Mmkit>,
+}
+
+/// The bits of [`MmkitPage::tagged`] below the page size: the order.
+const ORDER_BITS: usize = PAGE_SIZE - 1;
+
+impl MmkitPage<'_> {
+    fn order(&self) -> Order {
+        Order::new((self.tagged & ORDER_BITS) as u8).expect("the tag holds a valid order")
+    }
 }
 
 impl Block for MmkitPage<'_> {
     fn bytes(&self) -> &[u8] {
+        let (addr, len) = (self.addr(), block_bytes(self.order()));
         // SAFETY: by the invariant the range is an allocated block inside the live arena
         // (the borrow of the pool keeps the mapping alive) that only `self` accesses.
-        unsafe { std::slice::from_raw_parts(self.addr as *const u8, block_bytes(self.order)) }
+        unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
+        let (addr, len) = (self.addr(), block_bytes(self.order()));
         // SAFETY: as in `bytes`; `&mut self` makes this the only access.
-        unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, block_bytes(self.order)) }
+        unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) }
     }
 
     fn addr(&self) -> usize {
-        self.addr
+        self.tagged & !ORDER_BITS
     }
 }
 
 thread_local! {
-    /// The bulk API's array, reused between calls so no heap allocation is timed.
-    static SLOTS: RefCell<Vec<Option<Pfn>>> = const { RefCell::new(Vec::new()) };
-    /// `free_batch`'s argument, reused likewise.
+    /// The pfns of a bulk allocation or of a batched free, reused between calls so no
+    /// heap allocation is timed.
     static PFNS: RefCell<Vec<Pfn>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -151,43 +175,46 @@ impl Contestant for Mmkit {
 
     #[inline(always)]
     fn free<'a>(&'a self, page: MmkitPage<'a>) {
-        let pfn = self.check_owner(&page);
+        let offset = self.owned_offset(&page);
+        let pfn = Pfn((offset / PAGE_SIZE) as u64);
         // SAFETY: `page` owns the block (its invariant), it is this pool's (checked), and
         // it is consumed here, so nothing touches the memory afterwards.
-        if let Err(e) = unsafe { self.pool.free_raw(pfn, page.order) } {
+        if let Err(e) = unsafe { self.pool.free_raw(pfn, page.order()) } {
             panic!("mmkit refused to free a block it handed out: {e}");
         }
     }
 
-    /// `alloc_bulk` (`alloc_pages_bulk_array`), called again while it makes progress.
+    /// `alloc_bulk_list` (`alloc_pages_bulk_list`), called again while it makes progress.
+    /// Per page, after the pool's own work: one pfn read back from the list and one
+    /// word (`base + pfn × 4096`) appended to `out`, the handle the harness needs to
+    /// touch and free the page; the list is this thread's, reused, so nothing is
+    /// allocated on the heap.
     fn alloc_bulk<'a>(&'a self, n: usize, out: &mut Vec<MmkitPage<'a>>) -> usize {
-        SLOTS.with_borrow_mut(|slots| {
-            slots.clear();
-            slots.resize(n, None);
-            let mut filled = 0;
-            while filled < n {
-                match self.pool.alloc_bulk(slots) {
-                    Ok(now) if now > filled => filled = now,
+        PFNS.with_borrow_mut(|pfns| {
+            pfns.clear();
+            while pfns.len() < n {
+                match self.pool.alloc_bulk_list(n - pfns.len(), pfns) {
+                    Ok(added) if added > 0 => {}
                     _ => break,
                 }
             }
-            out.extend(
-                slots
-                    .iter()
-                    .flatten()
-                    .map(|&pfn| self.page(pfn, Order::ZERO)),
-            );
-            filled
+            out.extend(pfns.iter().map(|&pfn| self.page(pfn, Order::ZERO)));
+            pfns.len()
         })
     }
 
-    /// `free_batch` (`free_unref_page_list`), last block first as single frees go.
+    /// `free_batch` (`free_unref_page_list`), last block first as single frees go. Per
+    /// page: the check that the block is this pool's and of order 0 (its offset from the
+    /// base is inside the pool's span and page-aligned, so the order bits are 0), and its
+    /// pfn written to the list `free_batch` takes; the pool then checks every page again
+    /// as any caller's (double free, foreign pfn, wrong state).
     fn free_bulk<'a>(&'a self, blocks: &mut Vec<MmkitPage<'a>>) {
         PFNS.with_borrow_mut(|pfns| {
             pfns.clear();
             pfns.extend(blocks.drain(..).rev().map(|page| {
-                assert_eq!(page.order, Order::ZERO, "the batched free is order-0 only");
-                self.check_owner(&page)
+                let offset = self.owned_offset(&page);
+                assert!(offset % PAGE_SIZE == 0, "the batched free is order-0 only");
+                Pfn((offset / PAGE_SIZE) as u64)
             }));
             // SAFETY: every pfn came from this adapter's own bulk allocation and its page
             // was drained from `blocks` above, so nothing else owns or references it.
@@ -208,7 +235,7 @@ impl Contestant for Mmkit {
     fn describe(&self) -> String {
         describe_pool(
             &self.pool,
-            "PagePool::alloc_raw(GFP_KERNEL|__GFP_MOVABLE) + free_raw; bulk: alloc_bulk + free_batch",
+            "PagePool::alloc_raw(GFP_KERNEL|__GFP_MOVABLE) + free_raw; bulk: alloc_bulk_list + free_batch",
         )
     }
 }

@@ -9,7 +9,7 @@
 //! | name | what |
 //! |---|---|
 //! | `mmkit` | `PagePool::alloc_raw` + `free_raw` (v6.7 policy) |
-//! | `mmkit-bulk` | `PagePool::alloc_bulk` + `free_batch`, order 0 only |
+//! | `mmkit-bulk` | `PagePool::alloc_bulk_list` + `free_batch`, order 0 only |
 //! | `mmkit-handle` | `PagePool::alloc_gfp` → `PageBlock`, freed on drop |
 //! | `mmkit-cache` | `PoolCache` per thread (page_pool-style recycling over the bulk API, not the PCP path), order 0 only |
 //! | `buddy` | `buddy_system_allocator::LockedFrameAllocator` over an arena |

@@ -79,7 +79,8 @@ impl PageAllocator {
     }
 
     /// Append up to `nr_pages` order-0 pages to `list` (`alloc_pages_bulk_list`). Returns
-    /// the number added.
+    /// the number added. `list` grows first, so no heap allocation happens under the
+    /// pageset lock (Linux links the pages through `page->lru` and allocates nothing).
     pub fn alloc_pages_bulk_list(
         &self,
         caller: Caller,
@@ -88,6 +89,7 @@ impl PageAllocator {
         nr_pages: usize,
         list: &mut Vec<Pfn>,
     ) -> Result<usize, AllocError> {
+        list.reserve(nr_pages);
         let target = list.len() + nr_pages;
         self.alloc_pages_bulk(caller, gfp, node, Sink::List(list, target))
     }
