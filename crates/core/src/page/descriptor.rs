@@ -178,6 +178,13 @@ impl Page {
         self.flags.store(Self::with_state(0, state, order), Relaxed);
     }
 
+    /// Set state and order and clear the page flags and the memcg id, in one store: what
+    /// [`Page::clear_flags_and_memcg`] then [`Page::set_state_of_bare`] leave.
+    #[inline(always)]
+    pub fn set_state_clearing_flags(&self, state: PageState, order: Order) {
+        self.flags.store(Self::with_state(0, state, order), Relaxed);
+    }
+
     /// Clear the page flags and the memcg id together (`free_pages_prepare`), keeping
     /// state and order: one read-modify-write where `set_flags` and `set_memcg_id` take
     /// two.
@@ -463,6 +470,25 @@ mod tests {
         page.set_state_of_bare(PageState::Pcp, o3);
         assert_eq!(page.state_order(), (PageState::Pcp, o3));
         assert_eq!((page.flags(), page.memcg_id()), (PageFlags::empty(), 0));
+    }
+
+    #[test]
+    fn setting_state_clearing_flags_leaves_what_clearing_then_setting_leaves() {
+        let (one_store, two_steps) = (Page::new(PageState::Tail), Page::new(PageState::Tail));
+        for page in [&one_store, &two_steps] {
+            page.set_state(PageState::Freeing, Order::ZERO);
+            page.set_memcg_id(0xbeef);
+            page.set_flags(PageFlags::all());
+        }
+        one_store.set_state_clearing_flags(PageState::Pcp, Order::ZERO);
+        two_steps.clear_flags_and_memcg();
+        two_steps.set_state_of_bare(PageState::Pcp, Order::ZERO);
+        assert_eq!(one_store.flags.load(Relaxed), two_steps.flags.load(Relaxed));
+        assert_eq!(one_store.state_order(), (PageState::Pcp, Order::ZERO));
+        assert_eq!(
+            (one_store.flags(), one_store.memcg_id()),
+            (PageFlags::empty(), 0)
+        );
     }
 
     #[test]

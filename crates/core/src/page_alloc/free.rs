@@ -348,7 +348,7 @@ impl PageAllocator {
 
     /// Commit the pages at the front of `pfns` that go on `hold`'s pageset without a
     /// chance of a drain: in its zone (spanned by it, as in
-    /// [`PageAllocator::zone_page_near`]), in a pageblock the pagesets take, within its
+    /// [`PageAllocator::claim_batch`]), in a pageblock the pagesets take, within its
     /// room and its relock budget. Each only goes on its list; its `PGFREE` and policy
     /// state are owed, paid together by [`PageAllocator::pay_owed`]. Returns how many
     /// pages were committed.
@@ -387,8 +387,7 @@ impl PageAllocator {
             let Some(pindex) = refresh(&mut block, first) else {
                 break;
             };
-            free_pages_prepare(page);
-            pcp_mark_block(page, Order::ZERO, block.1);
+            pcp_prepare_and_mark_page(page, block.1);
             let mut run = HeadRun::new(first, page);
             done += 1;
             let mut stop = false;
@@ -405,8 +404,7 @@ impl PageAllocator {
                     // The next run's first page.
                     break;
                 }
-                free_pages_prepare(page);
-                pcp_mark_block(page, Order::ZERO, block.1);
+                pcp_prepare_and_mark_page(page, block.1);
                 run.push(pfn, page);
                 done += 1;
             }
@@ -438,34 +436,20 @@ impl PageAllocator {
         if !self.cpu_online(caller.cpu) {
             return Err((0, FreeError::InvalidCpu(caller.cpu)));
         }
-        // The zone of the page before, asked first; any zone will do for the first page.
-        let Some(mut near) = self.zones.first() else {
-            return Err((0, FreeError::OutsideZones { pfn: pfns[0] }));
-        };
-        for (index, &pfn) in pfns.iter().enumerate() {
-            let claimed = match self.zone_page_near(near, pfn) {
-                Some((zone, page)) => claim_in_zone::<C>(zone, page, pfn, Order::ZERO),
-                None => Err(FreeError::OutsideZones { pfn }),
-            };
-            match claimed {
-                Ok((zone, _)) => near = zone,
-                Err(err) => return Err(self.refuse_batch(&pfns[..index], err)),
-            }
+        // A page's zone is looked up, and the pages after it that the zone spans are
+        // claimed in one tight loop that asks only that zone; the first page outside it
+        // (zone spans are disjoint, `Topology` refuses overlaps) starts the next round.
+        let mut claimed = 0;
+        while let Some(&pfn) = pfns.get(claimed) {
+            let zone = self.find_zone(pfn).ok_or_else(|| {
+                self.refuse_batch(&pfns[..claimed], FreeError::OutsideZones { pfn })
+            })?;
+            let span = claim_in_span::<C>(zone, &pfns[claimed..])
+                .map_err(|(index, err)| self.refuse_batch(&pfns[..claimed + index], err))?;
+            assert!(span > 0, "{pfn:?} is in the zone find_zone gave");
+            claimed += span;
         }
         Ok(())
-    }
-
-    /// The zone of `pfn` and its descriptor, asking `near` (the zone of a page just
-    /// before it in a batch) first: zone spans are disjoint (`Topology` refuses
-    /// overlaps), so a zone that spans `pfn` is its zone, found in the one comparison
-    /// the descriptor lookup makes anyway.
-    #[inline(always)]
-    fn zone_page_near<'a>(&'a self, near: &'a Zone, pfn: Pfn) -> Option<(&'a Zone, &'a Page)> {
-        if let Some(page) = near.mem_map.get(pfn) {
-            return Some((near, page));
-        }
-        let zone = self.find_zone(pfn)?;
-        Some((zone, zone.mem_map.page(pfn)))
     }
 
     /// Refuse a batch whose page after `claimed` failed its claim with `err`: give the
@@ -560,6 +544,16 @@ fn pcp_mark_block(page: &Page, order: Order, mt: MigrateType) {
     page.set_cached_migratetype(mt as u8);
 }
 
+/// [`free_pages_prepare`] then [`pcp_mark_block`] of an order-0 page, with one store to
+/// its flags word where the two steps take a read-modify-write and a store: the flags
+/// and memcg id cleared, state and order set. The batched free's quiet run does both to
+/// every page.
+#[inline(always)]
+fn pcp_prepare_and_mark_page(page: &Page, mt: MigrateType) {
+    page.set_state_clearing_flags(PageState::Pcp, Order::ZERO);
+    page.set_cached_migratetype(mt as u8);
+}
+
 /// The checks of [`PageAllocator::claim_block`] once `pfn`'s zone and descriptor are
 /// found.
 #[inline(always)]
@@ -576,6 +570,21 @@ fn claim_in_zone<'a, C: Claim>(
         return Err(diagnose_bad_free(zone, pfn, order, state, found));
     }
     Ok((zone, page))
+}
+
+/// Claim, in `zone`, the order-0 pages at the front of `pfns` that `zone` spans; returns
+/// how many, or the first refusal with its index. The loop of
+/// [`PageAllocator::claim_batch`]: per page one bounds check, one load, one compare and
+/// one store.
+#[inline(always)]
+fn claim_in_span<C: Claim>(zone: &Zone, pfns: &[Pfn]) -> Result<usize, (usize, FreeError)> {
+    for (index, &pfn) in pfns.iter().enumerate() {
+        let Some(page) = zone.mem_map.get(pfn) else {
+            return Ok(index);
+        };
+        claim_in_zone::<C>(zone, page, pfn, Order::ZERO).map_err(|err| (index, err))?;
+    }
+    Ok(pfns.len())
 }
 
 /// `free_pages_prepare`: a free page carries no flags and no memcg.
