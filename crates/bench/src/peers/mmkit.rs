@@ -12,7 +12,7 @@
 use std::cell::RefCell;
 use std::marker::PhantomData;
 
-use mmkit_core::page::PAGE_SIZE;
+use mmkit_core::page::{PAGE_SHIFT, PAGE_SIZE};
 use mmkit_core::page_alloc::Gfp;
 use mmkit_core::{Order, Pfn};
 use mmkit_runtime::{cpu, PageBlock, PagePool, PoolError};
@@ -113,6 +113,20 @@ impl Mmkit {
         assert!(offset < self.span_bytes, "a block of another pool");
         offset
     }
+
+    /// The pfn of `page`, which must be an order-0 block of this pool: its offset from
+    /// the base rotated right by the page shift, so the order bits land on top, where
+    /// the one comparison with the span refuses a block of another order as it refuses
+    /// one of another pool.
+    #[inline(always)]
+    fn owned_order0_pfn(&self, page: &MmkitPage<'_>) -> Pfn {
+        let pfn = page.tagged.wrapping_sub(self.base).rotate_right(PAGE_SHIFT);
+        assert!(
+            pfn < self.span_bytes / PAGE_SIZE,
+            "a block of another pool, or not of order 0"
+        );
+        Pfn(pfn as u64)
+    }
 }
 
 /// A block from [`Mmkit`]: one word, the block's address with its order in the bits below
@@ -204,18 +218,19 @@ impl Contestant for Mmkit {
     }
 
     /// `free_batch` (`free_unref_page_list`), last block first as single frees go. Per
-    /// page: the check that the block is this pool's and of order 0 (its offset from the
-    /// base is inside the pool's span and page-aligned, so the order bits are 0), and its
-    /// pfn written to the list `free_batch` takes; the pool then checks every page again
-    /// as any caller's (double free, foreign pfn, wrong state).
+    /// page: the check that the block is this pool's and of order 0
+    /// (`Mmkit::owned_order0_pfn`), and its pfn written to the list `free_batch` takes;
+    /// the pool then checks every page again as any caller's (double free, foreign pfn,
+    /// wrong state).
     fn free_bulk<'a>(&'a self, blocks: &mut Vec<MmkitPage<'a>>) {
         PFNS.with_borrow_mut(|pfns| {
             pfns.clear();
-            pfns.extend(blocks.drain(..).rev().map(|page| {
-                let offset = self.owned_offset(&page);
-                assert!(offset % PAGE_SIZE == 0, "the batched free is order-0 only");
-                Pfn((offset / PAGE_SIZE) as u64)
-            }));
+            pfns.extend(
+                blocks
+                    .drain(..)
+                    .rev()
+                    .map(|page| self.owned_order0_pfn(&page)),
+            );
             // SAFETY: every pfn came from this adapter's own bulk allocation and its page
             // was drained from `blocks` above, so nothing else owns or references it.
             if let Err(e) = unsafe { self.pool.free_batch(pfns) } {
