@@ -376,12 +376,13 @@ impl PageAllocator {
             Some(block.2)
         };
         let pfns = &pfns[..limit.min(pfns.len())];
+        let mem_map = zone.mem_map.window();
         let mut done = 0;
         // One pass per run of pages bound for one list: linked to each other as they come
         // and put on the list when the list changes or the pages end, which leaves the
         // list as pushing each in turn does.
         while let Some(&first) = pfns.get(done) {
-            let Some(page) = zone.mem_map.get(first) else {
+            let Some(page) = mem_map.get(first) else {
                 break;
             };
             let Some(pindex) = refresh(&mut block, first) else {
@@ -392,7 +393,7 @@ impl PageAllocator {
             done += 1;
             let mut stop = false;
             for &pfn in &pfns[done..] {
-                let Some(page) = zone.mem_map.get(pfn) else {
+                let Some(page) = mem_map.get(pfn) else {
                     stop = true;
                     break;
                 };
@@ -578,8 +579,9 @@ fn claim_in_zone<'a, C: Claim>(
 /// one store.
 #[inline(always)]
 fn claim_in_span<C: Claim>(zone: &Zone, pfns: &[Pfn]) -> Result<usize, (usize, FreeError)> {
+    let mem_map = zone.mem_map.window();
     for (index, &pfn) in pfns.iter().enumerate() {
-        let Some(page) = zone.mem_map.get(pfn) else {
+        let Some(page) = mem_map.get(pfn) else {
             return Ok(index);
         };
         claim_in_zone::<C>(zone, page, pfn, Order::ZERO).map_err(|err| (index, err))?;

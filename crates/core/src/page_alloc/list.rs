@@ -152,10 +152,11 @@ impl PfnList {
         mut each: impl FnMut(Pfn, &'m Page),
     ) -> u64 {
         let n = n.min(self.len);
+        let pages = mem_map.window();
         let mut next = self.head;
         for _ in 0..n {
             let pfn = Pfn(next as u64);
-            let page = mem_map.page(pfn);
+            let page = pages.page(pfn);
             next = page.next();
             page.set_next(NO_PFN);
             page.set_prev(NO_PFN);

@@ -74,10 +74,20 @@ impl MemMap {
     /// The descriptor of `pfn`, if the zone spans it.
     #[inline]
     pub fn get(&self, pfn: Pfn) -> Option<&Page> {
-        // One unsigned comparison: a pfn below `start_pfn` wraps to an offset far beyond
-        // any slice, so `get` refuses it as it refuses one past the end.
-        let offset = usize::try_from(pfn.0.wrapping_sub(self.start_pfn)).ok()?;
-        self.pages.get(offset)
+        self.window().get(pfn)
+    }
+
+    /// The descriptors and the first pfn as a value for a loop over many pages to keep in
+    /// registers: read through `&MemMap`, they are loaded again after every store to a
+    /// descriptor (an atomic, which the compiler cannot prove does not alias them). The
+    /// bulk allocation's and the batched free's page loops use it (callgrind, session 8:
+    /// bulk alloc 40.2 → 38.5, bulk free 65.7 → 64.7 instructions per page).
+    #[inline(always)]
+    pub(crate) fn window(&self) -> MemMapWindow<'_> {
+        MemMapWindow {
+            start_pfn: self.start_pfn,
+            pages: &self.pages,
+        }
     }
 
     /// The descriptor of `pfn`. Panics when the zone does not span it: callers reach here
@@ -110,6 +120,31 @@ impl MemMap {
     /// Retag the pageblock holding `pfn` (`set_pageblock_migratetype`); zone lock held.
     pub(crate) fn set_pageblock_migratetype(&self, pfn: Pfn, mt: MigrateType) {
         self.pageblocks[self.pageblock_index(pfn)].store(mt as u8, Relaxed);
+    }
+}
+
+/// A copy of a [`MemMap`]'s first pfn and descriptor slice ([`MemMap::window`]).
+#[derive(Clone, Copy)]
+pub(crate) struct MemMapWindow<'m> {
+    start_pfn: u64,
+    pages: &'m [Page],
+}
+
+impl<'m> MemMapWindow<'m> {
+    /// The descriptor of `pfn`, if the zone spans it ([`MemMap::get`]).
+    #[inline(always)]
+    pub(crate) fn get(self, pfn: Pfn) -> Option<&'m Page> {
+        // One unsigned comparison: a pfn below `start_pfn` wraps to an offset far beyond
+        // any slice, so `get` refuses it as it refuses one past the end.
+        let offset = usize::try_from(pfn.0.wrapping_sub(self.start_pfn)).ok()?;
+        self.pages.get(offset)
+    }
+
+    /// The descriptor of `pfn`; panics when the zone does not span it ([`MemMap::page`]).
+    #[inline(always)]
+    pub(crate) fn page(self, pfn: Pfn) -> &'m Page {
+        self.get(pfn)
+            .unwrap_or_else(|| panic!("{pfn:?} is outside the zone"))
     }
 }
 
