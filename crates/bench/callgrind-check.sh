@@ -3,9 +3,10 @@
 # instructions executed inside each of alloc_phase, free_phase, bulk_alloc_phase,
 # bulk_free_phase, cache_alloc_phase and cache_free_phase of
 # crates/bench/examples/callgrind_fastpath.rs (a fixed workload: rounds of 32 order-0
-# alloc_raw then 32 free_raw, then rounds of one alloc_bulk(32) and one free_batch, then
-# rounds of 32 allocations from a PoolCache freed back into it, on a one-CPU v6.7 pool,
-# after a warm-up) and compares them per page with crates/bench/callgrind-baseline.json.
+# alloc_raw then 32 free_raw, then rounds of one alloc_bulk_list(32) and one free_batch,
+# then rounds of 32 allocations from a PoolCache freed back into it, on a one-CPU v6.7
+# pool, after a warm-up) and compares them per page with
+# crates/bench/callgrind-baseline.json.
 #
 #   crates/bench/callgrind-check.sh            check; exit 1 if any phase got more than
 #                                              tolerance_percent more expensive
@@ -73,7 +74,7 @@ workload=$(cat "$tmp/alloc.stdout")
 if $update; then
     cat >"$baseline" <<JSON
 {
-  "workload": "crates/bench/examples/callgrind_fastpath.rs: 64 MiB pool, 1 CPU, v6.7, no background threads; 64 warm-up rounds; then rounds of 32 order-0 alloc_raw and 32 free_raw (last first); then rounds of alloc_bulk(32) and free_batch; then rounds of 32 PoolCache allocations freed back into it (last first)",
+  "workload": "crates/bench/examples/callgrind_fastpath.rs: 64 MiB pool, 1 CPU, v6.7, no background threads; 64 warm-up rounds; then rounds of 32 order-0 alloc_raw and 32 free_raw (last first); then rounds of alloc_bulk_list(32) and free_batch; then rounds of 32 PoolCache allocations freed back into it (last first)",
   "counted": "instructions executed inside each *_phase function (callgrind --toggle-collect), divided by the pages",
   "last_run": "$workload",
   "toolchain": "$(rustc --version), $(valgrind --version)",

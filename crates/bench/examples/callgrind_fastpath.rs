@@ -8,7 +8,7 @@
 //! pinned to CPU 0; a warm-up of [`WARM_UP_ROUNDS`] rounds (outside the four functions,
 //! so not counted); then `PAIRS / BATCH` rounds of "allocate [`BATCH`] order-0 pages with
 //! `alloc_raw`, free them last-first with `free_raw`"; then as many rounds of "one
-//! `alloc_bulk` of [`BATCH`] pages, one `free_batch` of them"; then as many rounds of
+//! `alloc_bulk_list` of [`BATCH`] pages, one `free_batch` of them"; then as many rounds of
 //! "[`BATCH`] allocations from a `PoolCache` (the `mmkit-cache` contestant, page_pool-style
 //! recycling), freed last-first into it". A batch of 32 stays on the pageset (and in the
 //! cache's 128-page array), so after the warm-up every request is a pageset hit (a cache
