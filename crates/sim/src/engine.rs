@@ -418,7 +418,9 @@ impl Sim {
         self.touch_in(cpu, slot, pfn, order, lines);
     }
 
-    /// [`Self::touch`] of a block in zone `slot`, found already.
+    /// [`Self::touch`] of a block in zone `slot`, found already. Inlined: it follows
+    /// nearly every allocation.
+    #[inline]
     fn touch_in(&mut self, cpu: u32, slot: usize, pfn: Pfn, order: Order, lines: u32) {
         let offset = pfn.0 - self.zones[slot].1;
         let ns = self
@@ -436,21 +438,26 @@ impl Sim {
     /// loads: a load that misses would hold up the loop until its line arrived (the
     /// crate's `prefetch` module).
     pub fn prefetch(&self, pfns: &[Pfn]) {
-        let zones = self.allocator.zones();
         for &pfn in pfns {
-            let Some(slot) = self
+            if let Some(slot) = self
                 .zones
                 .iter()
                 .position(|&(_, start, end)| (start..end).contains(&pfn.0))
-            else {
-                continue;
-            };
-            let (zone, start, _) = self.zones[slot];
-            if let Some(page) = zones[zone].mem_map().get(pfn) {
-                prefetch(page);
+            {
+                self.prefetch_in(slot, pfn);
             }
-            self.cache.prefetch(slot, pfn.0 - start);
         }
+    }
+
+    /// [`Self::prefetch`] of one block whose zone is (probably) `slot`: a pfn outside the
+    /// zone is skipped (both reads are checked), so a wrong guess costs only the hint.
+    #[inline]
+    fn prefetch_in(&self, slot: usize, pfn: Pfn) {
+        let (zone, start, _) = self.zones[slot];
+        if let Some(page) = self.allocator.zones()[zone].mem_map().get(pfn) {
+            prefetch(page);
+        }
+        self.cache.prefetch(slot, pfn.0.wrapping_sub(start));
     }
 
     fn acquire(&mut self, slot: usize, cpu: u32, hold_ns: u64, blocks: u64) {
@@ -585,11 +592,13 @@ impl Sim {
                 order: order.get(),
             });
         };
+        let slot = self.zone_slot(pfn);
         // The block this CPU's next allocation of the kind takes: its descriptor is cold
         // (the pop just stored to it, and that store's miss would hold up the next locked
-        // instruction) and its stamp too; both are needed an allocation later.
+        // instruction) and its stamp too; both are needed an allocation later. It is on
+        // the pageset list the block came from, so in the block's zone.
         if let Some(next) = next {
-            self.prefetch(&[next]);
+            self.prefetch_in(slot, next);
         }
         self.stats.alloc_calls += 1;
         self.stats.pages_allocated += order.pages();
@@ -597,27 +606,45 @@ impl Sim {
         if pcp_order {
             self.work(cpu, self.cost.alloc_hit_ns);
         }
-        for slot in 0..self.zones.len() {
-            let events = self.zone(slot).events();
-            let zone_blocks = events.alloc_zone_locked_events.load(Relaxed);
-            let refills = events.pcp_refills.load(Relaxed);
-            let seen = &self.alloc_seen[slot];
-            if zone_blocks != seen.zone_blocks {
-                let after = read_alloc_counters(self.zone(slot));
-                let before = std::mem::replace(&mut self.alloc_seen[slot], after);
-                self.charge_zone_blocks(slot, cpu, order, &before, &after);
-            } else if refills != seen.refills {
-                // A refill that found nothing: no block moved, nothing to charge (as when
-                // the counters were read around each call), but the next delta starts here.
-                self.alloc_seen[slot] = read_alloc_counters(self.zone(slot));
-            }
+        // Most allocations are PCP hits that move no zone counter: find the first zone
+        // whose counters moved, if any, in one pass over the zones and their snapshots.
+        let zones = self.allocator.zones();
+        let moved = self
+            .zones
+            .iter()
+            .zip(&self.alloc_seen)
+            .position(|(&(i, _, _), seen)| {
+                let events = zones[i].events();
+                events.alloc_zone_locked_events.load(Relaxed) != seen.zone_blocks
+                    || events.pcp_refills.load(Relaxed) != seen.refills
+            });
+        if let Some(first) = moved {
+            self.charge_zone_counters(first, cpu, order);
         }
-        let slot = self.zone_slot(pfn);
         if pcp_order {
             let held = &mut self.pcp_blocks[slot][cpu as usize];
             *held = held.saturating_sub(1);
         }
         Ok((pfn, slot))
+    }
+
+    /// Charge what an allocation of `order` did to the zones from slot `first` on (the
+    /// zones before it moved no counter), and take their new counters as the next
+    /// allocation's starting point.
+    #[inline(never)]
+    fn charge_zone_counters(&mut self, first: usize, cpu: u32, order: Order) {
+        for slot in first..self.zones.len() {
+            let after = read_alloc_counters(self.zone(slot));
+            let seen = self.alloc_seen[slot];
+            if after.zone_blocks != seen.zone_blocks {
+                self.alloc_seen[slot] = after;
+                self.charge_zone_blocks(slot, cpu, order, &seen, &after);
+            } else if after.refills != seen.refills {
+                // A refill that found nothing: no block moved, nothing to charge (as when
+                // the counters were read around each call), but the next delta starts here.
+                self.alloc_seen[slot] = after;
+            }
+        }
     }
 
     /// Charge the blocks an allocation of `order` took from zone `slot`: a refill's, in one
