@@ -75,11 +75,15 @@ impl Rng {
 
     /// Geometric on `1..` with mean `mean` (≥ 1).
     pub fn geometric(&mut self, mean: f64) -> u64 {
-        if mean <= 1.0 {
-            return 1;
+        self.sample_geometric(&Geometric::new(mean))
+    }
+
+    /// A draw of `dist`: [`Self::geometric`] without recomputing its constant logarithm.
+    pub fn sample_geometric(&mut self, dist: &Geometric) -> u64 {
+        match dist.ln_q {
+            Some(ln_q) => 1 + ((1.0 - self.unit()).ln() / ln_q).floor() as u64,
+            None => 1,
         }
-        let p = 1.0 / mean;
-        1 + ((1.0 - self.unit()).ln() / (1.0 - p).ln()).floor() as u64
     }
 
     /// A permutation of `0..n` (Fisher–Yates).
@@ -90,6 +94,23 @@ impl Rng {
             items.swap(i, j);
         }
         items
+    }
+}
+
+/// A geometric distribution on `1..` ([`Rng::geometric`]) whose `ln(1 − p)` is computed
+/// once: a workload that draws from the same one many times saves a `log` per draw, and
+/// the draws are the same values.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Geometric {
+    /// `ln(1 − 1/mean)`, or `None` when the mean is at most 1 (every draw is 1).
+    ln_q: Option<f64>,
+}
+
+impl Geometric {
+    /// The distribution with mean `mean`.
+    pub fn new(mean: f64) -> Geometric {
+        let ln_q = (mean > 1.0).then(|| (1.0 - 1.0 / mean).ln());
+        Geometric { ln_q }
     }
 }
 

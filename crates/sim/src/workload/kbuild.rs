@@ -15,7 +15,7 @@ use mmkit_core::{Order, Pfn};
 use serde::Serialize;
 
 use crate::engine::{Sim, SimError, Step, Workload};
-use crate::rng::Rng;
+use crate::rng::{Geometric, Rng};
 
 /// kbuild's parameters. Defaults are the seed's scale; sources in `workloads.md` §2.1.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -109,6 +109,8 @@ struct Slot {
 /// The kbuild workload.
 pub struct Kbuild {
     params: KbuildParams,
+    /// Faults per burst: `params.burst_mean`'s distribution, drawn once per burst.
+    burst: Geometric,
     slots: Vec<Slot>,
     cpus_per_socket: u32,
     held: u64,
@@ -138,6 +140,7 @@ impl Kbuild {
             .collect();
         Kbuild {
             jobs_total: params.jobs_per_cpu as u64 * cpus as u64,
+            burst: Geometric::new(params.burst_mean),
             params,
             slots,
             cpus_per_socket,
@@ -292,7 +295,7 @@ impl Kbuild {
                 slot.phase = Phase::Exit;
                 return Ok(());
             }
-            let burst = slot.rng.geometric(p.burst_mean).min(slot.to_fault);
+            let burst = slot.rng.sample_geometric(&self.burst).min(slot.to_fault);
             let compute_ns = slot.rng.exp(burst as f64 / p.faults_per_s * 1e9) as u64;
             slot.burst_left = burst;
             sim.work(cpu, compute_ns);
