@@ -41,7 +41,8 @@ const CACHE_CLASSES: [CacheClass; 4] = [
 /// A page's last touch, in 16 bytes so that four stamps share a cache line and none
 /// straddles two: the socket's counter, and the CPU's counter (low 48 bits) with the CPU
 /// (high 16 bits). A CPU touches far fewer than 2^48 lines in a run (a 224-CPU kbuild
-/// touches ≈ 1.5 · 10^9 lines in all); [`Stamp::new`] asserts it.
+/// touches ≈ 1.5 · 10^9 lines in all); [`check_lines_fit`] asserts it before a counter
+/// grows, and [`CacheModel::new`] that every CPU number fits.
 #[derive(Clone, Copy, Debug)]
 #[repr(C, align(16))]
 struct Stamp {
@@ -56,12 +57,8 @@ const NEVER: u32 = 0xffff;
 const _: () = assert!(core::mem::size_of::<Stamp>() == 16);
 
 impl Stamp {
-    fn new(cpu: u32, cpu_lines: u64, socket_lines: u64) -> Stamp {
-        check_stamp_fits(cpu, cpu_lines);
-        Stamp::packed(cpu, cpu_lines, socket_lines)
-    }
-
-    /// A stamp whose fields [`check_stamp_fits`] checked already.
+    /// A stamp of `cpu` (a CPU of the model, so below [`NEVER`]) and a CPU line counter
+    /// that [`check_lines_fit`] checked.
     fn packed(cpu: u32, cpu_lines: u64, socket_lines: u64) -> Stamp {
         debug_assert!(cpu < NEVER && cpu_lines <= CPU_LINES_MASK);
         Stamp {
@@ -79,10 +76,9 @@ impl Stamp {
     }
 }
 
-/// Panics unless `cpu` and a CPU line counter up to `cpu_lines` fit a [`Stamp`]. The
-/// counters only grow, so checking the largest value a call will stamp covers the call.
-fn check_stamp_fits(cpu: u32, cpu_lines: u64) {
-    assert!(cpu < NEVER, "CPU {cpu} does not fit a stamp");
+/// Panics unless a CPU line counter up to `cpu_lines` fits a [`Stamp`]. The counters
+/// only grow, so checking the largest value a call will stamp covers the call.
+fn check_lines_fit(cpu_lines: u64) {
     assert!(
         cpu_lines <= CPU_LINES_MASK,
         "CPU line counter overflows a stamp"
@@ -193,6 +189,12 @@ impl CacheModel {
         llc_bytes: u64,
         cost: &CostModel,
     ) -> CacheModel {
+        // Every CPU number fits a stamp: the hot paths check only the line counters.
+        assert!(
+            cpu_socket.len() <= NEVER as usize,
+            "{} CPUs do not fit a stamp",
+            cpu_socket.len()
+        );
         let sockets = cpu_socket.iter().max().map_or(1, |s| *s as usize + 1);
         CacheModel {
             cpu_touched: vec![0; cpu_socket.len()],
@@ -259,7 +261,7 @@ impl CacheModel {
         let lines64 = lines as u64;
         let cpu_lines = self.cpu_touched[cpu as usize];
         let socket_lines = self.socket_touched[socket as usize];
-        check_stamp_fits(cpu, cpu_lines + lines64);
+        check_lines_fit(cpu_lines + lines64);
         let stamp = &mut self.stamps[zone][offset];
         let class = self
             .geometry
@@ -287,7 +289,7 @@ impl CacheModel {
         let lines64 = lines as u64;
         let mut cpu_lines = self.cpu_touched[cpu as usize];
         let mut socket_lines = self.socket_touched[socket as usize];
-        check_stamp_fits(cpu, cpu_lines + pages * lines64);
+        check_lines_fit(cpu_lines + pages * lines64);
         let CacheModel {
             geometry, stamps, ..
         } = self;
@@ -316,7 +318,8 @@ impl CacheModel {
         let end = (first + pages) as usize;
         self.cover(zone, end);
         let socket = self.geometry.cpu_socket[cpu as usize] as usize;
-        let stamp = Stamp::new(
+        // The CPU's counter was checked by the touch that raised it.
+        let stamp = Stamp::packed(
             cpu,
             self.cpu_touched[cpu as usize],
             self.socket_touched[socket],
