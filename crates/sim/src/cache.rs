@@ -387,6 +387,42 @@ mod tests {
         assert_eq!(blocks.socket_touched, pages.socket_touched);
     }
 
+    /// Random touches and frees of random blocks by random CPUs: touching blocks whole
+    /// charges what touching their pages one by one charges, and leaves the same stamps.
+    #[test]
+    fn block_touches_equal_page_touches_for_any_history() {
+        let cost = CostModel::SERVER;
+        let mut rng = crate::rng::Rng::new(3, 0);
+        for _ in 0..50 {
+            let (mut blocks, mut pages) = (model(), model());
+            for _ in 0..200 {
+                let cpu = rng.below(3) as u32;
+                let n = 1 << rng.below(4);
+                let first = rng.below(64 / n) * n;
+                if rng.chance(0.3) {
+                    blocks.stamp(cpu, 0, first, n);
+                    pages.stamp(cpu, 0, first, n);
+                    continue;
+                }
+                let lines = [1, 7, 10, 40, 64][rng.below(5) as usize];
+                let ns_block = blocks.touch(cpu, 0, first, n, lines, &cost);
+                let ns_pages: u64 = (first..first + n)
+                    .map(|offset| pages.touch(cpu, 0, offset, 1, lines, &cost))
+                    .sum();
+                assert_eq!(ns_block, ns_pages);
+                assert_eq!(blocks.counts, pages.counts);
+            }
+            assert_eq!(blocks.cpu_touched, pages.cpu_touched);
+            let same = |a: &Stamp, b: &Stamp| {
+                a.socket_lines == b.socket_lines && a.cpu_lines_cpu == b.cpu_lines_cpu
+            };
+            assert!(blocks.stamps[0]
+                .iter()
+                .zip(&pages.stamps[0])
+                .all(|(a, b)| same(a, b)));
+        }
+    }
+
     #[test]
     fn reuse_distance_decides_the_class() {
         let cost = CostModel::SERVER;
