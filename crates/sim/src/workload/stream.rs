@@ -13,6 +13,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
+use mmkit_core::page::NR_PAGE_ORDERS;
 use mmkit_core::page_alloc::Gfp;
 use mmkit_core::{Order, Pfn};
 use serde::Serialize;
@@ -135,6 +136,12 @@ pub struct Stream {
     end_ns: u64,
     /// `params.epoch_ms` in ns, converted once: every step reads it.
     epoch_ns: u64,
+    /// Lines written (and read) per page of a block, by order: [`lines_per_page`] of
+    /// `params.block_payload_bytes`, computed once instead of per block.
+    lines: [u32; NR_PAGE_ORDERS],
+    /// Per entry of `params.message_blocks`: the sum of its weights, which [`pick`] scales
+    /// its draw by.
+    block_weights: Vec<f64>,
 }
 
 impl Stream {
@@ -168,6 +175,15 @@ impl Stream {
         Stream {
             end_ns: (params.duration_ms * 1e6) as u64,
             epoch_ns: (params.epoch_ms * 1e6) as u64,
+            lines: core::array::from_fn(|order| {
+                let order = Order::new(order as u8).expect("order up to MAX_ORDER");
+                lines_per_page(params.block_payload_bytes, order)
+            }),
+            block_weights: params
+                .message_blocks
+                .iter()
+                .map(|choices| choices.iter().map(|c| c.1).sum())
+                .collect(),
             params,
             pairs,
             pair_of,
@@ -224,7 +240,7 @@ impl Stream {
             sim.work(cpu, p.send_work_ns);
             if let Some(order) = p.chunk_order {
                 let order = Order::new(order).expect("chunk order");
-                let lines = lines_per_page(p.block_payload_bytes, order);
+                let lines = self.lines[order.get() as usize];
                 let pfn = sim.alloc_touch(cpu, p.gfp, order, lines)?;
                 self.held += order.pages();
                 let (lo, hi) = p.chunk_rtt_us;
@@ -235,8 +251,9 @@ impl Stream {
         }
         let which = pair.building.len();
         let choices = &p.message_blocks[which];
-        let order = Order::new(pick(&mut pair.rng, choices)).expect("block order");
-        let lines = lines_per_page(p.block_payload_bytes, order);
+        let weights = self.block_weights[which];
+        let order = Order::new(pick(&mut pair.rng, choices, weights)).expect("block order");
+        let lines = self.lines[order.get() as usize];
         let pfn = sim.alloc_touch(cpu, p.gfp, order, lines)?;
         self.held += order.pages();
         let pair = &mut self.pairs[index];
@@ -280,12 +297,7 @@ impl Stream {
                 }
                 sim.work(cpu, p.recv_work_ns);
                 for &(pfn, order) in &blocks {
-                    sim.touch(
-                        cpu,
-                        pfn,
-                        order,
-                        lines_per_page(p.block_payload_bytes, order),
-                    );
+                    sim.touch(cpu, pfn, order, self.lines[order.get() as usize]);
                 }
                 let pair = &mut self.pairs[index];
                 let consumed = std::mem::replace(&mut pair.consuming, blocks);
@@ -313,8 +325,8 @@ fn lines_per_page(bytes: Option<u64>, order: Order) -> u32 {
     lines.clamp(1, 64) as u32
 }
 
-fn pick(rng: &mut Rng, choices: &[(u8, f64)]) -> u8 {
-    let total: f64 = choices.iter().map(|c| c.1).sum();
+/// An order of `choices` drawn by weight; `total` is the sum of the weights.
+fn pick(rng: &mut Rng, choices: &[(u8, f64)], total: f64) -> u8 {
     let mut x = rng.unit() * total;
     for &(order, weight) in choices {
         if x < weight {
