@@ -50,11 +50,15 @@ fn records_restores_tracefs_and_refuses_dropped_events() {
     }
     let before = tracefs_state();
     let out = out_file("small.gz");
+    // The whole machine's page events are recorded (only our own pid is filtered out),
+    // and the other test binaries run beside this one: a ring of 64 MiB per CPU, the
+    // recorder's default, so their events do not overflow it (4 MiB did, twice, while
+    // two test suites ran at once).
     let options = RecordOptions {
         seconds: Some(5.0),
         warmup: 0.0,
         out: out.clone(),
-        buffer_kb: 4096,
+        buffer_kb: 65536,
         command: vec![
             "sh".into(),
             "-c".into(),
@@ -107,7 +111,7 @@ fn records_restores_tracefs_and_refuses_dropped_events() {
         seconds: Some(0.3),
         warmup: 0.0,
         out: out.clone(),
-        buffer_kb: 4096,
+        buffer_kb: 65536,
         command: vec![
             "sh".into(),
             "-c".into(),
