@@ -20,6 +20,56 @@ pub const fn block_bytes(order: Order) -> usize {
     PAGE_SIZE << order.get()
 }
 
+/// A block as one word: its address, which is 4 KiB-aligned, with its order in the bits
+/// below 4 KiB (`MAX_ORDER` < 4096). Every peer's block, the floors' and `mmkit`'s are
+/// one of these plus a zero-sized borrow, so the harness stores and moves the same 8
+/// bytes per block for each of them (until session 8 the handles were 16 to 24 bytes,
+/// and not the same size for all); what an adapter needs besides the address (a pfn, a
+/// frame number) it derives from the address and its arena's base, as a user holding
+/// only the pointer would. Only mmkit's other entries keep larger handles, which can
+/// only slow them: `mmkit-handle` is the runtime's own `PageBlock` (16 bytes, it holds
+/// the pool), `mmkit-cache` records the cache a page came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaggedBlock(usize);
+
+impl TaggedBlock {
+    /// The bits below the page size, which hold the order.
+    const ORDER_BITS: usize = PAGE_SIZE - 1;
+
+    /// The block of `order` at `addr`, which must be 4 KiB-aligned.
+    #[inline(always)]
+    pub fn new(addr: usize, order: Order) -> TaggedBlock {
+        debug_assert_eq!(addr & Self::ORDER_BITS, 0, "{addr:#x} is not page-aligned");
+        TaggedBlock(addr | order.get() as usize)
+    }
+
+    /// The address of the block's first byte.
+    #[inline(always)]
+    pub fn addr(self) -> usize {
+        self.0 & !Self::ORDER_BITS
+    }
+
+    /// The block's order.
+    #[inline(always)]
+    pub fn order(self) -> Order {
+        Order::new((self.0 & Self::ORDER_BITS) as u8).expect("the tag holds a valid order")
+    }
+
+    /// The block's size in bytes.
+    #[inline(always)]
+    pub fn size(self) -> usize {
+        block_bytes(self.order())
+    }
+
+    /// The word itself: address | order. An order-0 block's offset from a base, rotated
+    /// right by the page shift, is its page number, with any order bits on top where a
+    /// range check refuses them together with a foreign address (`mmkit`'s bulk free).
+    #[inline(always)]
+    pub fn word(self) -> usize {
+        self.0
+    }
+}
+
 /// The bytes of one block: 4 KiB × 2^order, aligned to 4 KiB, owned by the value.
 pub trait Block: Send {
     /// The block's memory.

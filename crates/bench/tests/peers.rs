@@ -1,7 +1,7 @@
 //! Every contestant hands out 4 KiB-aligned blocks of the size asked for, takes them back,
 //! and passes its own audit.
 
-use mmkit_bench::contestant::{block_bytes, Block, Contestant, Touch};
+use mmkit_bench::contestant::{block_bytes, Block, Contestant, TaggedBlock, Touch};
 use mmkit_bench::pagealloc::CellSpec;
 use mmkit_bench::peers::buddy::Buddy;
 use mmkit_bench::peers::global_alloc::GlobalAllocPeer;
@@ -118,6 +118,40 @@ fn a_bulk_free_with_a_block_of_another_pool_is_refused() {
     assert_eq!(b.alloc_bulk(4, &mut blocks), 4);
     blocks.push(a.alloc(Order::ZERO).unwrap());
     b.free_bulk(&mut blocks);
+}
+
+#[test]
+#[should_panic(expected = "another frame allocator")]
+fn a_block_of_another_buddy_is_refused() {
+    let (a, b) = (
+        Buddy::new(ARENA_BYTES).unwrap(),
+        Buddy::new(ARENA_BYTES).unwrap(),
+    );
+    let block = a.alloc(Order::ZERO).unwrap();
+    b.free(block);
+}
+
+#[test]
+#[should_panic(expected = "another talc")]
+fn a_block_of_another_talc_is_refused() {
+    let (a, b) = (
+        Talc::new(ARENA_BYTES).unwrap(),
+        Talc::new(ARENA_BYTES).unwrap(),
+    );
+    let block = a.alloc(Order::new(3).unwrap()).unwrap();
+    b.free(block);
+}
+
+#[test]
+fn a_tagged_block_keeps_address_and_order_in_one_word() {
+    for order in [0u8, 1, 9, 10] {
+        let order = Order::new(order).unwrap();
+        let block = TaggedBlock::new(0x7f12_3456_7000, order);
+        assert_eq!((block.addr(), block.order()), (0x7f12_3456_7000, order));
+        assert_eq!(block.size(), block_bytes(order));
+        assert_eq!(block.word(), 0x7f12_3456_7000 | order.get() as usize);
+    }
+    assert_eq!(std::mem::size_of::<TaggedBlock>(), 8);
 }
 
 #[test]

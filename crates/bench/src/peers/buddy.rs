@@ -11,7 +11,7 @@ use mmkit_core::page::PAGE_SIZE;
 use mmkit_core::Order;
 use mmkit_runtime::arena::Arena;
 
-use crate::contestant::{block_bytes, Block, Contestant};
+use crate::contestant::{Block, Contestant, TaggedBlock};
 
 /// The frame allocator over its own arena.
 pub struct Buddy {
@@ -33,13 +33,11 @@ impl Buddy {
 ///
 /// # Invariants
 ///
-/// `frame .. frame + 2^order` are frames the allocator that `'a` borrows handed out, and
-/// `addr` is the arena address of `frame`; only this value touches or frees them (made
-/// only by [`Buddy`]'s `alloc`, not `Clone`).
+/// `block` is 2^order frames the allocator that `'a` borrows handed out, in its arena;
+/// only this value touches or frees them (made only by [`Buddy`]'s `alloc`, not `Clone`).
+/// The frame number is derived from the address and the arena's base when it is freed.
 pub struct BuddyBlock<'a> {
-    frame: usize,
-    addr: usize,
-    order: Order,
+    block: TaggedBlock,
     buddy: PhantomData<&'a Buddy>,
 }
 
@@ -47,16 +45,16 @@ impl Block for BuddyBlock<'_> {
     fn bytes(&self) -> &[u8] {
         // SAFETY: by the invariant the frames are allocated to `self` alone and lie in
         // the arena, which the borrow of its owner keeps mapped.
-        unsafe { std::slice::from_raw_parts(self.addr as *const u8, block_bytes(self.order)) }
+        unsafe { std::slice::from_raw_parts(self.block.addr() as *const u8, self.block.size()) }
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `bytes`; `&mut self` makes this the only access.
-        unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, block_bytes(self.order)) }
+        unsafe { std::slice::from_raw_parts_mut(self.block.addr() as *mut u8, self.block.size()) }
     }
 
     fn addr(&self) -> usize {
-        self.addr
+        self.block.addr()
     }
 }
 
@@ -67,23 +65,21 @@ impl Contestant for Buddy {
     fn alloc(&self, order: Order) -> Option<BuddyBlock<'_>> {
         let frame = self.frames.lock().alloc(1 << order.get())?;
         Some(BuddyBlock {
-            frame,
-            addr: self.arena.base() as usize + frame * PAGE_SIZE,
-            order,
+            block: TaggedBlock::new(self.arena.base() as usize + frame * PAGE_SIZE, order),
             buddy: PhantomData,
         })
     }
 
     #[inline(always)]
     fn free<'a>(&'a self, block: BuddyBlock<'a>) {
-        assert_eq!(
-            block.addr,
-            self.arena.base() as usize + block.frame * PAGE_SIZE,
+        let offset = block.block.addr().wrapping_sub(self.arena.base() as usize);
+        assert!(
+            offset < self.arena.len(),
             "a block of another frame allocator"
         );
         self.frames
             .lock()
-            .dealloc(block.frame, 1 << block.order.get());
+            .dealloc(offset / PAGE_SIZE, 1 << block.block.order().get());
     }
 
     fn describe(&self) -> String {

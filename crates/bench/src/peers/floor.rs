@@ -23,11 +23,11 @@
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
 
-use mmkit_core::page::PAGE_SIZE;
+use mmkit_core::page::{PAGE_SHIFT, PAGE_SIZE};
 use mmkit_core::Order;
 use mmkit_runtime::arena::Arena;
 
-use crate::contestant::{block_bytes, Block, Contestant};
+use crate::contestant::{block_bytes, Block, Contestant, TaggedBlock};
 use crate::pagealloc::{self, CellSample, CellSpec};
 use crate::runner::Runner;
 use crate::threads::{ThreadsConfig, ThreadsOutcome};
@@ -140,12 +140,12 @@ impl Sampling<'_> {
 ///
 /// # Invariants
 ///
-/// `addr .. addr + 4096` is page `pfn` of the arena of the floor that `'a` borrows,
-/// popped from its stack and owned by this value alone (made only by `Sampling`'s
-/// `alloc`, not `Clone`).
+/// `block` is an order-0 page of the arena of the floor that `'a` borrows, popped from
+/// its stack and owned by this value alone (made only by `Sampling`'s `alloc`, not
+/// `Clone`). Its page number is derived from the address and the arena's base when it is
+/// pushed back.
 pub struct FloorPage<'a> {
-    pfn: u32,
-    addr: usize,
+    block: TaggedBlock,
     floor: PhantomData<&'a Floor>,
 }
 
@@ -153,16 +153,20 @@ impl Block for FloorPage<'_> {
     fn bytes(&self) -> &[u8] {
         // SAFETY: by the invariant the range is a page of the live arena (kept mapped by
         // the borrow of its floor) that only `self` accesses.
-        unsafe { std::slice::from_raw_parts(self.addr as *const u8, block_bytes(Order::ZERO)) }
+        unsafe {
+            std::slice::from_raw_parts(self.block.addr() as *const u8, block_bytes(Order::ZERO))
+        }
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `bytes`; `&mut self` makes this the only access.
-        unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, block_bytes(Order::ZERO)) }
+        unsafe {
+            std::slice::from_raw_parts_mut(self.block.addr() as *mut u8, block_bytes(Order::ZERO))
+        }
     }
 
     fn addr(&self) -> usize {
-        self.addr
+        self.block.addr()
     }
 }
 
@@ -183,24 +187,27 @@ impl Contestant for Sampling<'_> {
             }
         }?;
         Some(FloorPage {
-            pfn,
-            addr: self.base + pfn as usize * PAGE_SIZE,
+            block: TaggedBlock::new(self.base + pfn as usize * PAGE_SIZE, Order::ZERO),
             floor: PhantomData,
         })
     }
 
     #[inline(always)]
     fn free<'a>(&'a self, page: FloorPage<'a>) {
-        assert_eq!(
-            page.addr,
-            self.base + page.pfn as usize * PAGE_SIZE,
-            "a page of another floor"
-        );
+        // The page number, with any order bits on top, where the one range check refuses
+        // them together with another floor's page (as `mmkit`'s bulk free does).
+        let pfn = page
+            .block
+            .word()
+            .wrapping_sub(self.base)
+            .rotate_right(PAGE_SHIFT);
+        assert!(pfn < self.floor.stack.len(), "a page of another floor");
+        let pfn = pfn as u32;
         match self.floor.kind {
-            FloorKind::Lifo => self.push(page.pfn),
+            FloorKind::Lifo => self.push(pfn),
             FloorKind::Spinlock => {
                 let _locked = self.floor.lock.lock();
-                self.push(page.pfn);
+                self.push(pfn);
             }
         }
     }

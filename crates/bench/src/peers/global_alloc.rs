@@ -14,7 +14,7 @@ use std::ptr::NonNull;
 use mmkit_core::page::PAGE_SIZE;
 use mmkit_core::Order;
 
-use crate::contestant::{block_bytes, Block, Contestant};
+use crate::contestant::{block_bytes, Block, Contestant, TaggedBlock};
 
 /// A `GlobalAlloc` whose values all allocate from one process-wide heap, so a block from
 /// one value may be freed through another.
@@ -61,27 +61,26 @@ impl<A: ProcessHeap> GlobalAllocPeer<A> {
 ///
 /// # Invariants
 ///
-/// `ptr` is a live allocation of `layout(order)` from heap `A`, owned by this value
+/// `block` is a live allocation of `layout(order)` from heap `A`, owned by this value
 /// alone (made only by the peer's `alloc`, not `Clone`).
 pub struct HeapBlock<'a, A> {
-    ptr: usize,
-    order: Order,
+    block: TaggedBlock,
     heap: PhantomData<&'a A>,
 }
 
 impl<A: Sync> Block for HeapBlock<'_, A> {
     fn bytes(&self) -> &[u8] {
         // SAFETY: by the invariant the range is a live allocation only `self` accesses.
-        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, block_bytes(self.order)) }
+        unsafe { std::slice::from_raw_parts(self.block.addr() as *const u8, self.block.size()) }
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `bytes`; `&mut self` makes this the only access.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut u8, block_bytes(self.order)) }
+        unsafe { std::slice::from_raw_parts_mut(self.block.addr() as *mut u8, self.block.size()) }
     }
 
     fn addr(&self) -> usize {
-        self.ptr
+        self.block.addr()
     }
 }
 
@@ -96,8 +95,7 @@ impl<A: ProcessHeap> Contestant for GlobalAllocPeer<A> {
         // SAFETY: the layout's size is at least 4096, never zero.
         let ptr = unsafe { self.heap.alloc(Self::layout(order)) };
         NonNull::new(ptr).map(|ptr| HeapBlock {
-            ptr: ptr.as_ptr() as usize,
-            order,
+            block: TaggedBlock::new(ptr.as_ptr() as usize, order),
             heap: PhantomData,
         })
     }
@@ -108,8 +106,10 @@ impl<A: ProcessHeap> Contestant for GlobalAllocPeer<A> {
         // invariant), which every value of `A` accepts (`ProcessHeap`); `block` is
         // consumed, so nothing uses the memory afterwards.
         unsafe {
-            self.heap
-                .dealloc(block.ptr as *mut u8, Self::layout(block.order))
+            self.heap.dealloc(
+                block.block.addr() as *mut u8,
+                Self::layout(block.block.order()),
+            )
         }
     }
 

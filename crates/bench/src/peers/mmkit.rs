@@ -17,7 +17,7 @@ use mmkit_core::page_alloc::Gfp;
 use mmkit_core::{Order, Pfn};
 use mmkit_runtime::{cpu, PageBlock, PagePool, PoolError};
 
-use crate::contestant::{block_bytes, Block, Contestant};
+use crate::contestant::{Block, Contestant, TaggedBlock};
 
 /// Build a pool of `arena_bytes` with `cpus` pagesets, for benchmarks.
 pub(crate) fn bench_pool(arena_bytes: usize, cpus: u32) -> Result<PagePool, PoolError> {
@@ -99,7 +99,7 @@ impl Mmkit {
     #[inline(always)]
     fn page(&self, pfn: Pfn, order: Order) -> MmkitPage<'_> {
         MmkitPage {
-            tagged: self.base + pfn.0 as usize * PAGE_SIZE + order.get() as usize,
+            block: TaggedBlock::new(self.base + pfn.0 as usize * PAGE_SIZE, order),
             pool: PhantomData,
         }
     }
@@ -109,7 +109,7 @@ impl Mmkit {
     /// lies outside `base .. base + span_bytes`).
     #[inline(always)]
     fn owned_offset(&self, page: &MmkitPage<'_>) -> usize {
-        let offset = page.tagged.wrapping_sub(self.base);
+        let offset = page.block.addr().wrapping_sub(self.base);
         assert!(offset < self.span_bytes, "a block of another pool");
         offset
     }
@@ -120,7 +120,11 @@ impl Mmkit {
     /// one of another pool.
     #[inline(always)]
     fn owned_order0_pfn(&self, page: &MmkitPage<'_>) -> Pfn {
-        let pfn = page.tagged.wrapping_sub(self.base).rotate_right(PAGE_SHIFT);
+        let pfn = page
+            .block
+            .word()
+            .wrapping_sub(self.base)
+            .rotate_right(PAGE_SHIFT);
         assert!(
             pfn < self.span_bytes / PAGE_SIZE,
             "a block of another pool, or not of order 0"
@@ -129,46 +133,34 @@ impl Mmkit {
     }
 }
 
-/// A block from [`Mmkit`]: one word, the block's address with its order in the bits below
-/// the page size (a block is page-aligned and `MAX_ORDER` < 4096), as `PageBlock` keeps
-/// it. The pfn is derived from the pool's base when the block is freed, which also checks
-/// that the block is the pool's.
+/// A block from [`Mmkit`]: a [`TaggedBlock`], as every contestant's. The pfn is derived
+/// from the pool's base when the block is freed, which also checks that the block is the
+/// pool's.
 ///
 /// # Invariants
 ///
-/// `tagged & !4095 .. + 4096 × 2^(tagged & 4095)` is a block of that order in the arena of
-/// the pool `'a` borrows: the pool handed it out and only this value may touch or free it
-/// (it is made only by [`Mmkit`]'s `alloc` and `alloc_bulk`, and is not `Clone`).
+/// `block` is a block of its order in the arena of the pool `'a` borrows: the pool handed
+/// it out and only this value may touch or free it (it is made only by [`Mmkit`]'s
+/// `alloc` and `alloc_bulk`, and is not `Clone`).
 pub struct MmkitPage<'a> {
-    tagged: usize,
+    block: TaggedBlock,
     pool: PhantomData<&'a Mmkit>,
-}
-
-/// The bits of [`MmkitPage::tagged`] below the page size: the order.
-const ORDER_BITS: usize = PAGE_SIZE - 1;
-
-impl MmkitPage<'_> {
-    fn order(&self) -> Order {
-        Order::new((self.tagged & ORDER_BITS) as u8).expect("the tag holds a valid order")
-    }
 }
 
 impl Block for MmkitPage<'_> {
     fn bytes(&self) -> &[u8] {
-        let (addr, len) = (self.addr(), block_bytes(self.order()));
         // SAFETY: by the invariant the range is an allocated block inside the live arena
         // (the borrow of the pool keeps the mapping alive) that only `self` accesses.
-        unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
+        unsafe { std::slice::from_raw_parts(self.block.addr() as *const u8, self.block.size()) }
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
-        let (addr, len) = (self.addr(), block_bytes(self.order()));
         // SAFETY: as in `bytes`; `&mut self` makes this the only access.
-        unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) }
+        unsafe { std::slice::from_raw_parts_mut(self.block.addr() as *mut u8, self.block.size()) }
     }
 
     fn addr(&self) -> usize {
-        self.tagged & !ORDER_BITS
+        self.block.addr()
     }
 }
 
@@ -193,7 +185,7 @@ impl Contestant for Mmkit {
         let pfn = Pfn((offset / PAGE_SIZE) as u64);
         // SAFETY: `page` owns the block (its invariant), it is this pool's (checked), and
         // it is consumed here, so nothing touches the memory afterwards.
-        if let Err(e) = unsafe { self.pool.free_raw(pfn, page.order()) } {
+        if let Err(e) = unsafe { self.pool.free_raw(pfn, page.block.order()) } {
             panic!("mmkit refused to free a block it handed out: {e}");
         }
     }

@@ -17,7 +17,7 @@ use mmkit_runtime::arena::Arena;
 use talc::source::Manual;
 use talc::TalcLock;
 
-use crate::contestant::{block_bytes, Block, Contestant};
+use crate::contestant::{block_bytes, Block, Contestant, TaggedBlock};
 
 /// Talc over its own arena.
 pub struct Talc {
@@ -48,12 +48,11 @@ impl Talc {
 ///
 /// # Invariants
 ///
-/// `ptr` is a live allocation of `Talc::layout(order)` from the talc that `'a` borrows,
+/// `block` is a live allocation of `Talc::layout(order)` from the talc that `'a` borrows,
 /// inside its arena, owned by this value alone (made only by [`Talc`]'s `alloc`, not
 /// `Clone`).
 pub struct TalcBlock<'a> {
-    ptr: usize,
-    order: Order,
+    block: TaggedBlock,
     talc: PhantomData<&'a Talc>,
 }
 
@@ -61,16 +60,16 @@ impl Block for TalcBlock<'_> {
     fn bytes(&self) -> &[u8] {
         // SAFETY: by the invariant the range is a live allocation in the arena (kept
         // mapped by the borrow of its owner) that only `self` accesses.
-        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, block_bytes(self.order)) }
+        unsafe { std::slice::from_raw_parts(self.block.addr() as *const u8, self.block.size()) }
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `bytes`; `&mut self` makes this the only access.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut u8, block_bytes(self.order)) }
+        unsafe { std::slice::from_raw_parts_mut(self.block.addr() as *mut u8, self.block.size()) }
     }
 
     fn addr(&self) -> usize {
-        self.ptr
+        self.block.addr()
     }
 }
 
@@ -82,8 +81,7 @@ impl Contestant for Talc {
         // SAFETY: the layout's size is at least 4096, never zero.
         let ptr = unsafe { self.talc.alloc(Talc::layout(order)) };
         NonNull::new(ptr).map(|ptr| TalcBlock {
-            ptr: ptr.as_ptr() as usize,
-            order,
+            block: TaggedBlock::new(ptr.as_ptr() as usize, order),
             talc: PhantomData,
         })
     }
@@ -91,15 +89,17 @@ impl Contestant for Talc {
     #[inline(always)]
     fn free<'a>(&'a self, block: TalcBlock<'a>) {
         assert!(
-            self.arena.offset_of(block.ptr).is_some(),
+            self.arena.offset_of(block.block.addr()).is_some(),
             "a block of another talc"
         );
         // SAFETY: the block is a live allocation of this talc (checked: it is inside our
         // arena, and only our talc allocates there) with this layout, owned by `block`,
         // which is consumed here.
         unsafe {
-            self.talc
-                .dealloc(block.ptr as *mut u8, Talc::layout(block.order))
+            self.talc.dealloc(
+                block.block.addr() as *mut u8,
+                Talc::layout(block.block.order()),
+            )
         }
     }
 
