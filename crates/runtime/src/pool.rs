@@ -494,8 +494,9 @@ impl PagePool {
         Ok(filled)
     }
 
-    /// Up to `n` order-0 pages as handles, from one bulk allocation (see
-    /// [`PagePool::alloc_bulk`]). Fewer (at least one) when memory is short.
+    /// Up to `n` order-0 pages as handles, from one bulk allocation (the list flavour,
+    /// [`PagePool::alloc_bulk_list`]: no slots to clear and scan). Fewer (at least one)
+    /// when memory is short.
     ///
     /// ```
     /// # use mmkit_runtime::PagePool;
@@ -507,16 +508,15 @@ impl PagePool {
     /// # Ok::<(), mmkit_runtime::PoolError>(())
     /// ```
     pub fn alloc_bulk_blocks(&self, n: usize) -> Result<Vec<PageBlock<'_>>, PoolError> {
-        let mut slots = vec![None; n];
-        let filled = self.alloc_bulk(&mut slots)?;
+        let mut pfns = Vec::with_capacity(n);
+        let filled = self.alloc_bulk_list(n, &mut pfns)?;
         if filled == 0 && n > 0 {
             return Err(PoolError::Alloc(
                 mmkit_core::page_alloc::AllocError::OutOfMemory { order: Order::ZERO },
             ));
         }
-        Ok(slots
+        Ok(pfns
             .into_iter()
-            .flatten()
             .map(|pfn| PageBlock::new(self, pfn, Order::ZERO))
             .collect())
     }
