@@ -369,6 +369,22 @@ mod tests {
         CacheModel::new(vec![0, 0, 1], 1, 2 * 4096, 4 * 4096, &cost)
     }
 
+    /// Touch `n` pages from `first` of zone 0 by `cpu`, `lines` lines each: as one block in
+    /// `blocks`, page after page in `pages`; both must charge the same and count the same.
+    fn touch_whole_and_by_page(
+        blocks: &mut CacheModel,
+        pages: &mut CacheModel,
+        (cpu, first, n, lines): (u32, u64, u64, u32),
+        cost: &CostModel,
+    ) {
+        let ns_block = blocks.touch(cpu, 0, first, n, lines, cost);
+        let ns_pages: u64 = (first..first + n)
+            .map(|offset| pages.touch(cpu, 0, offset, 1, lines, cost))
+            .sum();
+        assert_eq!(ns_block, ns_pages);
+        assert_eq!(blocks.counts, pages.counts);
+    }
+
     /// The block path and the one-page path must agree: a block is charged as its pages
     /// touched one after another.
     #[test]
@@ -376,12 +392,7 @@ mod tests {
         let cost = CostModel::SERVER;
         let (mut blocks, mut pages) = (model(), model());
         for (cpu, first, n, lines) in [(0, 0, 4, 64), (1, 2, 4, 10), (2, 1, 8, 40), (0, 0, 8, 7)] {
-            let ns_block = blocks.touch(cpu, 0, first, n, lines, &cost);
-            let ns_pages: u64 = (first..first + n)
-                .map(|offset| pages.touch(cpu, 0, offset, 1, lines, &cost))
-                .sum();
-            assert_eq!(ns_block, ns_pages);
-            assert_eq!(blocks.counts, pages.counts);
+            touch_whole_and_by_page(&mut blocks, &mut pages, (cpu, first, n, lines), &cost);
         }
         assert_eq!(blocks.cpu_touched, pages.cpu_touched);
         assert_eq!(blocks.socket_touched, pages.socket_touched);
@@ -405,12 +416,7 @@ mod tests {
                     continue;
                 }
                 let lines = [1, 7, 10, 40, 64][rng.below(5) as usize];
-                let ns_block = blocks.touch(cpu, 0, first, n, lines, &cost);
-                let ns_pages: u64 = (first..first + n)
-                    .map(|offset| pages.touch(cpu, 0, offset, 1, lines, &cost))
-                    .sum();
-                assert_eq!(ns_block, ns_pages);
-                assert_eq!(blocks.counts, pages.counts);
+                touch_whole_and_by_page(&mut blocks, &mut pages, (cpu, first, n, lines), &cost);
             }
             assert_eq!(blocks.cpu_touched, pages.cpu_touched);
             let same = |a: &Stamp, b: &Stamp| {
