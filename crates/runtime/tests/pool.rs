@@ -12,6 +12,17 @@ use mmkit_core::views::zoneinfo;
 use mmkit_core::{Order, Pfn, Settings};
 use mmkit_runtime::{cpu, FaultConfig, PageBlock, PagePool, PoolError, Reclaim, ReclaimContext};
 
+/// A 16 MiB pool on `cpus` CPUs without background threads, so that nothing but the test
+/// moves pages.
+fn quiet_pool(cpus: u32) -> PagePool {
+    PagePool::builder()
+        .memory_bytes(16 << 20)
+        .cpus(cpus)
+        .background(false)
+        .build()
+        .unwrap()
+}
+
 fn order(n: u8) -> Order {
     Order::new(n).unwrap()
 }
@@ -53,12 +64,7 @@ fn handles_are_two_words_and_report_their_block_at_every_order() {
         std::mem::size_of::<Option<PageBlock<'_>>>(),
         2 * std::mem::size_of::<usize>()
     );
-    let pool = PagePool::builder()
-        .memory_bytes(16 << 20)
-        .cpus(1)
-        .background(false)
-        .build()
-        .unwrap();
+    let pool = quiet_pool(1);
     for o in 0..=mmkit_core::MAX_ORDER {
         let block = pool.alloc(order(o)).unwrap();
         assert_eq!(block.order(), order(o));
@@ -145,12 +151,7 @@ fn threads_allocate_and_free_each_others_blocks_without_damage() {
 
 #[test]
 fn bad_raw_frees_are_refused_and_change_nothing() {
-    let pool = PagePool::builder()
-        .memory_bytes(16 << 20)
-        .cpus(1)
-        .background(false)
-        .build()
-        .unwrap();
+    let pool = quiet_pool(1);
     let pfn = pool.alloc_raw(Gfp::KERNEL, order(2)).unwrap();
     let addr = pool.pfn_to_addr(pfn).unwrap();
     let before = (pool.stats(), pool.buddyinfo());
@@ -196,12 +197,7 @@ fn bad_raw_frees_are_refused_and_change_nothing() {
 /// `racing_double_free_lets_exactly_one_caller_win` in crates/core/tests/bad_free.rs.)
 #[test]
 fn a_double_free_from_another_cpu_is_refused() {
-    let pool = PagePool::builder()
-        .memory_bytes(16 << 20)
-        .cpus(2)
-        .background(false)
-        .build()
-        .unwrap();
+    let pool = quiet_pool(2);
     for _ in 0..300 {
         let pfn = pool.alloc_raw(Gfp::KERNEL, order(0)).unwrap();
         let wins = AtomicU64::new(0);
@@ -414,12 +410,7 @@ fn fault_injection_fails_the_chosen_fraction() {
 
 #[test]
 fn views_print_linux_formats() {
-    let pool = PagePool::builder()
-        .memory_bytes(16 << 20)
-        .cpus(2)
-        .background(false)
-        .build()
-        .unwrap();
+    let pool = quiet_pool(2);
     let _block = pool.alloc(order(0)).unwrap();
     let zones = zoneinfo::parse(&pool.zoneinfo()).unwrap();
     let normal = zones.iter().find(|z| z.zone == ZoneType::Normal).unwrap();
@@ -454,12 +445,7 @@ fn impossible_pools_are_refused() {
 /// as before the fix), and every page must be accounted for afterwards.
 #[test]
 fn calls_survive_their_cpu_going_offline_under_them() {
-    let pool = PagePool::builder()
-        .memory_bytes(16 << 20)
-        .cpus(2)
-        .background(false)
-        .build()
-        .unwrap();
+    let pool = quiet_pool(2);
     common::toggle_cpu1_while(&pool, || {
         for i in 0..4_000u64 {
             let mut block = pool
@@ -480,12 +466,7 @@ fn calls_survive_their_cpu_going_offline_under_them() {
 /// picks, so the offline CPU's pageset stays empty and the counters see one call each.
 #[test]
 fn raw_calls_from_an_offline_cpu_are_served_by_an_online_one() {
-    let pool = PagePool::builder()
-        .memory_bytes(16 << 20)
-        .cpus(2)
-        .background(false)
-        .build()
-        .unwrap();
+    let pool = quiet_pool(2);
     let zone = pool.zone(0, ZoneType::Normal).unwrap();
     assert!(pool.set_cpu_online(1, false));
     cpu::pin_thread(Some(1));
@@ -516,15 +497,7 @@ fn raw_calls_from_an_offline_cpu_are_served_by_an_online_one() {
 /// `free_batch` takes them back.
 #[test]
 fn bulk_list_appends_what_the_bulk_array_fills() {
-    let pool = || {
-        PagePool::builder()
-            .memory_bytes(16 << 20)
-            .cpus(1)
-            .background(false)
-            .build()
-            .unwrap()
-    };
-    let (by_array, by_list) = (pool(), pool());
+    let (by_array, by_list) = (quiet_pool(1), quiet_pool(1));
     cpu::pin_thread(Some(0));
     for n in [1, 7, 64, 300] {
         let mut slots = vec![None; n];
@@ -551,12 +524,7 @@ fn bulk_list_appends_what_the_bulk_array_fills() {
 /// as every raw call is.
 #[test]
 fn bulk_list_from_an_offline_cpu_is_served_by_an_online_one() {
-    let pool = PagePool::builder()
-        .memory_bytes(16 << 20)
-        .cpus(2)
-        .background(false)
-        .build()
-        .unwrap();
+    let pool = quiet_pool(2);
     let zone = pool.zone(0, ZoneType::Normal).unwrap();
     assert!(pool.set_cpu_online(1, false));
     cpu::pin_thread(Some(1));
