@@ -2,7 +2,7 @@
 //!
 //! Two benchmarks, both behind `mmkit bench`:
 //!
-//! - [`pagealloc`]: seed 001's page-allocator micro-benchmark. One thread allocates N
+//! - [`pagealloc`]: Gorman 2017's page-allocator micro-benchmark. One thread allocates N
 //!   blocks of one order, then frees them, N = 1, 2, 4, …; per-page cost of each phase.
 //! - [`threads`]: order-0 pages on T threads for a fixed time, freed locally or by another
 //!   thread (lmbench AF_UNIX's shape); throughput and latency percentiles.
@@ -68,7 +68,7 @@ pub struct Progress<'a> {
     pub label: &'a str,
 }
 
-/// A product target (product.md) and what this run measured for it.
+/// A target (see `docs/reference/targets.md`) and what this run measured for it.
 #[derive(Clone, Debug, Serialize)]
 pub struct TargetCheck {
     /// The target, in words.

@@ -1,4 +1,4 @@
-//! Seed 001's page-allocator micro-benchmark (mmtests `pagealloc`): one thread allocates
+//! Gorman 2017's page-allocator micro-benchmark (mmtests `pagealloc`): one thread allocates
 //! N blocks of one order, then frees them; N = 1, 2, 4, … ; per-page cost of the
 //! allocations, of the frees, and of both.
 //!
@@ -453,7 +453,8 @@ fn summarize(
     results
 }
 
-/// The product targets (product.md) that this benchmark can check.
+/// The absolute targets this benchmark checks: the earlier form of the targets, which
+/// `docs/reference/targets.md` now states relative to floors measured in the same run.
 fn check_targets(results: &[CellResult], runners: &[Box<dyn Runner>]) -> Vec<TargetCheck> {
     let high_max = runners
         .iter()

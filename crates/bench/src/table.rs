@@ -54,7 +54,7 @@ fn ratio(value: Option<f64>) -> String {
 }
 
 fn targets(out: &mut String, checks: &[TargetCheck]) {
-    out.push_str("\ntargets (product.md):\n");
+    out.push_str("\ntargets (the earlier absolute ones; docs/reference/targets.md states the current, relative ones):\n");
     for check in checks {
         let mark = match check.met {
             Some(true) => "MET   ",

@@ -10,7 +10,7 @@
 //! The counter ticks at a constant rate (`constant_tsc`, `nonstop_tsc` on any x86 of the
 //! last 15 years) unrelated to the core's current clock, so cycles here are *TSC cycles*;
 //! [`TscClock::calibrate`] measures their rate against the monotonic clock to convert
-//! them to nanoseconds. Linux's `time_bench` (the seed's page_bench) reports the same unit.
+//! them to nanoseconds. Linux's `time_bench` (Jesper Dangaard Brouer's page_bench in Gorman 2017) reports the same unit.
 
 use std::time::{Duration, Instant};
 

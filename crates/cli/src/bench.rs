@@ -1,4 +1,4 @@
-//! `mmkit bench`: the page-allocator micro-benchmark of seed 001 (`pagealloc`) and the
+//! `mmkit bench`: the page-allocator micro-benchmark of Gorman 2017 (`pagealloc`) and the
 //! multi-thread patterns (`threads`), mmkit against peer allocators in one run. The
 //! measuring is `mmkit-bench`'s; this module parses flags, shows progress and prints.
 
@@ -26,7 +26,7 @@ pub struct BenchArgs {
 
 #[derive(Subcommand, Debug)]
 enum BenchCommand {
-    /// Seed 001's micro-benchmark: one thread allocates N blocks, then frees them, for
+    /// Gorman 2017's micro-benchmark: one thread allocates N blocks, then frees them, for
     /// N = 1, 2, 4, … MAX_N; per-page alloc, free and total cost of every allocator.
     Pagealloc(PageallocArgs),
     /// T threads allocating and freeing order-0 pages for a while: pages per second,

@@ -36,21 +36,21 @@ enum Command {
     /// Run a script of per-CPU page allocator operations and print, after each step, the
     /// pageset it affected and the events it caused (`mmkit pcp-script FILE|-`).
     PcpScript(pcp_script::PcpScriptArgs),
-    /// Benchmarks against peer allocators in one run: seed 001's page-allocator
+    /// Benchmarks against peer allocators in one run: Gorman 2017's page-allocator
     /// micro-benchmark (`pagealloc`) and multi-thread patterns (`threads`).
     Bench(bench::BenchArgs),
     /// Long randomized runs of the runtime on real threads, with canaries in every block
     /// and a full page accounting at the end.
     Stress(stress::StressArgs),
     /// Simulate one workload on many virtual CPUs under a list of policies and print the
-    /// seed-style table of lock contention, free_high, alloc_zone, cache misses and PCP
+    /// published study's table (Huang 2023) of lock contention, free_high, alloc_zone, cache misses and PCP
     /// memory (or JSON), with optional SVG plots.
     Sim(sim_cmd::SimArgs),
-    /// The main job: reproduce seed 000's three PCP tables (kbuild, netperf, lmbench) in
+    /// The main job: reproduce Huang 2023's three PCP tables (kbuild, netperf, lmbench) in
     /// the simulator, print them beside the published numbers, and write plots.
     Demo(demo::DemoArgs),
-    /// Reclaim experiments: seed 002's MADV_PAGEOUT loop (per-page against batched rmap
-    /// removal), seed 003's LRU sizing under many cgroups, and the congestion bits.
+    /// Reclaim experiments: Yin 2023's MADV_PAGEOUT loop (per-page against batched rmap
+    /// removal), Wang 2019's LRU sizing under many cgroups, and the congestion bits.
     Reclaim(reclaim_cmd::ReclaimArgs),
     /// Linux's percpu allocator on real memory: `mmkit percpu test` runs the partial
     /// chunk depopulation thread's percpu_test.sh (memory cgroups created and deleted).

@@ -1,5 +1,5 @@
 //! `mmkit percpu test`: the percpu_test.sh of the partial-depopulation thread (Roman
-//! Gushchin's cover letter, `workloads.md` §2.5), on the runtime's percpu pool.
+//! Gushchin's cover letter, `docs/reference/workloads.md` §2.5), on the runtime's percpu pool.
 //!
 //! Each memory cgroup `mkdir` makes the percpu allocations Linux v5.14 makes for it (the
 //! list below, or `--objects FILE`); `outer` groups each get `inner` children, the
@@ -30,7 +30,7 @@ pub struct PercpuArgs {
 
 #[derive(Subcommand, Debug)]
 enum PercpuCommand {
-    /// The seed's percpu_test.sh: create OUTER memory cgroups with INNER children each,
+    /// Gushchin/Zhou 2021's percpu_test.sh: create OUTER memory cgroups with INNER children each,
     /// delete the children, and print /proc/meminfo's `Percpu:` before, after creation and
     /// after deletion, with the resident memory the OS reports for the percpu chunks.
     Test(TestArgs),

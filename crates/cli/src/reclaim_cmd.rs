@@ -1,8 +1,9 @@
-//! `mmkit reclaim`: the reclaim experiments of seeds 002, 003 and 000's vmscan fix.
+//! `mmkit reclaim`: the reclaim experiments of Yin 2023 and Wang 2019, and Yosry Ahmed's
+//! congestion-bit fix (threads: `docs/reference/sources.md`).
 //!
-//! - `pageout`: seed 002's MADV_PAGEOUT loop on real memory and real files, per-page
+//! - `pageout`: Yin 2023's MADV_PAGEOUT loop on real memory and real files, per-page
 //!   against batched rmap removal.
-//! - `lru-size`: seed 003's many-cgroups direct-reclaim case, `lruvec_lru_size` from zone
+//! - `lru-size`: Wang 2019's many-cgroups direct-reclaim case, `lruvec_lru_size` from zone
 //!   sizes against per-CPU counter sums, for several CPU counts.
 //! - `congestion`: kswapd marks a node congested, then root `memory.reclaim` runs; with one
 //!   shared bit the node is unthrottled before it is balanced.
@@ -36,11 +37,11 @@ pub struct ReclaimArgs {
 
 #[derive(Subcommand, Debug)]
 enum ReclaimCommand {
-    /// Seed 002: W workers each map a file with large page-cache folios, read every page,
+    /// Yin 2023: W workers each map a file with large page-cache folios, read every page,
     /// then MADV_PAGEOUT the mapping, in a loop; loops per second for per-page against
     /// batched rmap removal. Real memory, real files.
     Pageout(PageoutArgs),
-    /// Seed 003: many cgroups under direct reclaim; the cost of sizing LRU lists from zone
+    /// Wang 2019: many cgroups under direct reclaim; the cost of sizing LRU lists from zone
     /// sizes against summing per-CPU counters, for several CPU counts.
     LruSize(LruSizeArgs),
     /// Spec §5.4: kswapd marks a node congested, root memory.reclaim runs; one shared bit
@@ -51,7 +52,7 @@ enum ReclaimCommand {
 /// Arguments of `mmkit reclaim pageout`.
 #[derive(Args, Debug)]
 struct PageoutArgs {
-    /// Worker threads, each with its own file and mapping (the seed: 96 processes).
+    /// Worker threads, each with its own file and mapping (Yin 2023: 96 processes).
     #[arg(long, default_value_t = 2)]
     workers: u32,
     /// Seconds each policy runs per repetition.
@@ -60,14 +61,14 @@ struct PageoutArgs {
     /// Repetitions, alternating the policies; the table shows medians.
     #[arg(long, default_value_t = 3)]
     repeat: usize,
-    /// File size per worker in KiB (the seed: 2048).
+    /// File size per worker in KiB (Yin 2023: 2048).
     #[arg(long, default_value_t = 2048)]
     file_kib: u64,
     /// Order of the page-cache folios (4 = 64 KiB).
     #[arg(long, default_value_t = 4)]
     folio_order: u8,
     /// Split large folios as Linux 6.7's MADV_PAGEOUT does; by default they are kept
-    /// whole, as in the seed's patched kernel (and Linux ≥ 6.10 for covered folios).
+    /// whole, as in Yin 2023's patched kernel (and Linux ≥ 6.10 for covered folios).
     #[arg(long)]
     split: bool,
     /// Where the files and the swap file go (default: a folder in the temp dir).
@@ -229,11 +230,11 @@ fn pageout(args: &PageoutArgs) -> Result<(), CliError> {
         return print_json(&rows);
     }
     println!(
-        "MADV_PAGEOUT loop (seed 002): {} workers, {} KiB file each, page-cache folios of {} KiB, large folios {}, data {}; median of {} × {} s",
+        "MADV_PAGEOUT loop (Yin 2023): {} workers, {} KiB file each, page-cache folios of {} KiB, large folios {}, data {}; median of {} × {} s",
         args.workers,
         args.file_kib,
         4u64 << folio_order.get(),
-        if args.split { "split (6.7)" } else { "kept whole (seed's patched kernel)" },
+        if args.split { "split (6.7)" } else { "kept whole (Yin 2023's patched kernel)" },
         match args.io {
             IoMode::File => "read from the real file",
             IoMode::None => "not moved",
@@ -258,7 +259,9 @@ fn pageout(args: &PageoutArgs) -> Result<(), CliError> {
                 .collect::<Vec<_>>()
         );
     }
-    println!("seed 002 (96 processes, IceLake 48C/96T, xfs): 58,865 → 63,247 loops (+7.4 %)");
+    println!(
+        "published, Yin 2023 (96 processes, IceLake 48C/96T, xfs): 58,865 → 63,247 loops (+7.4 %)"
+    );
     Ok(())
 }
 
@@ -487,7 +490,7 @@ fn lru_size(args: &LruSizeArgs) -> Result<(), CliError> {
         return print_json(&rows);
     }
     println!(
-        "lruvec_lru_size under direct reclaim (seed 003): {} cgroups, {} pages each cycling over a memory half their total",
+        "lruvec_lru_size under direct reclaim (Wang 2019): {} cgroups, {} pages each cycling over a memory half their total",
         args.memcgs, args.pages
     );
     println!("CPUs  policy            touches/s   LRU-size reads/touch   ns/call   LRU-size s / wall s   pages reclaimed");

@@ -1,5 +1,5 @@
 //! `mmkit sim`: one workload on many virtual CPUs under a list of policies, through
-//! mmkit-sim; prints the seed-style table (or JSON) and writes SVG plots.
+//! mmkit-sim; prints a table in the form of Huang 2023's (or JSON) and writes SVG plots.
 //!
 //! Runs are independent simulations, so they run on parallel threads; each is
 //! deterministic, and results are printed in the order the policies were given.
@@ -23,7 +23,7 @@ pub struct SimArgs {
     /// Workload: kbuild, netperf, unix, pagealloc or pageout.
     #[arg(long)]
     pub workload: String,
-    /// Virtual CPUs; default: the seed machine's (kbuild 224, netperf/unix 128,
+    /// Virtual CPUs; default: the published run's machine (kbuild 224, netperf/unix 128,
     /// pageout 96, pagealloc 1).
     #[arg(long)]
     pub cpus: Option<u32>,
@@ -51,11 +51,11 @@ pub struct SimArgs {
     #[arg(long)]
     pub threads: Option<usize>,
     /// Cost-model sensitivity: h_merge, the zone-lock hold per buddy merge level in ns
-    /// (workloads.md §3.1 gives 20–80); default: the model's 50.
+    /// (docs/reference/workloads.md §3.1 gives 20–80); default: the model's 50.
     #[arg(long, value_name = "NS")]
     pub merge_ns: Option<u64>,
-    /// Machine sensitivity: memory per node in GiB (default: the seed machines' 128). The
-    /// low watermark per node, hence `high`, stays the seed machine's; `high_max`
+    /// Machine sensitivity: memory per node in GiB (default: the published machines' 128).
+    /// The low watermark per node, hence `high`, stays the published machine's; `high_max`
     /// (managed / 8 / CPUs of the node) follows the memory.
     #[arg(long, value_name = "GIB")]
     pub node_gib: Option<u64>,
@@ -134,7 +134,7 @@ pub fn run_all(
         .collect()
 }
 
-/// The seed-style table, aligned, with the absolute values below it.
+/// The table in the form of Huang 2023's, aligned, with the absolute values below it.
 pub fn render_table(results: &[RunResult]) -> String {
     use std::fmt::Write;
     let mut out = String::new();

@@ -1,5 +1,5 @@
 //! `mmkit pcp-script` end to end: the worked examples of docs/PCP-SCRIPT.md run and show
-//! the numbers of pcp-patch-deltas.md §4 (O1, O2, O3, O7); parse errors exit 2 before
+//! the numbers of docs/reference/pcp-series.md §4 (O1, O2, O3, O7); parse errors exit 2 before
 //! anything runs; runtime failures are events and the script goes on; --json parses.
 
 use assert_cmd::Command;

@@ -1,4 +1,4 @@
-//! `mmkit percpu test` at a tenth of the seed's scale (100 outer cgroups): without partial
+//! `mmkit percpu test` at a tenth of the published scale (100 outer cgroups): without partial
 //! depopulation (v5.13) deleting the children gives nothing back; with v5.14 the `Percpu:`
 //! figure and the resident memory the OS reports fall together, and keeping 1 group in
 //! 11 (× 10 children) pins more of the memory than keeping 1 in 51 (× 50), as Dennis Zhou

@@ -1,14 +1,15 @@
-//! Named, switchable policies: every behaviour a seed adds is a switch here, and presets
-//! name the combinations the seed tables compare.
+//! Named, switchable policies: every behaviour a patch thread adds is a switch here, and
+//! presets name the combinations the published tables compare. The threads, and the short
+//! names used below ("Huang 2023", "Gorman 2017", …), are in `docs/reference/sources.md`.
 //!
 //! The PCP presets follow "mm: PCP high auto-tuning" (Huang Ying, v6.7): `base` is v6.6,
 //! `patch1` … `patch9` apply the series cumulatively, `v6.7` equals `patch9`. The rules
-//! of each step are in `pcp-patch-deltas.md`; the code that reads these switches is in
-//! [`crate::page_alloc::pcp`]. Seed 001 (Mel Gorman, 2017) adds two more switches: whether
+//! of each step are in `docs/reference/pcp-series.md`; the code that reads these switches is in
+//! [`crate::page_alloc::pcp`]. Gorman 2017 (Mel Gorman's 4.11 series) adds two more switches: whether
 //! interrupt-context requests bypass the PCP, and how remote drains are done.
 //!
 //! One preset lies past the series: `linux-6.18` ([`Policy::LINUX_6_18`], listed in
-//! [`LATER_PRESETS`]) is `v6.7` plus the later changes of `linux-mm-spec.md` §3.3 that
+//! [`LATER_PRESETS`]) is `v6.7` plus the later changes of `docs/reference/linux-mm.md` §3.3 that
 //! alter PCP refill and drain counts. Modelled: the raised `free_high` threshold
 //! (`free_count ≥ batch + high_min/2`, [`PcpPolicy::free_high_needs_high_min`]) and
 //! `drain_pages_zone` draining in chunks of `batch << S`
@@ -65,7 +66,7 @@ pub enum DrainMode {
     #[default]
     Direct,
     /// Queue a work item on each CPU with pages and wait until each CPU has drained
-    /// itself (Linux 4.11 – 5.19, seed 001).
+    /// itself (Linux 4.11 – 5.19, Gorman 2017).
     Workqueue,
 }
 
@@ -77,15 +78,15 @@ pub struct Policy {
     pub name: &'static str,
     /// The PCP series switches.
     pub pcp: PcpPolicy,
-    /// Seed 001 (4.11-rc1 … rc6, reverted): requests from interrupt context never use the
+    /// Gorman 2017 (4.11-rc1 … rc6, reverted): requests from interrupt context never use the
     /// PCP; they go to the zone under its lock.
     pub irq_bypass: bool,
     /// Remote drain mechanism.
     pub drain: DrainMode,
 }
 
-/// How `try_to_unmap` takes a large folio's pages out of the reverse map (seed 002, Yin
-/// Fengwei 2023, "batched remove rmap in try_to_unmap_one()").
+/// How `try_to_unmap` takes a large folio's pages out of the reverse map (Yin 2023:
+/// Yin Fengwei, "batched remove rmap in try_to_unmap_one()").
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum RmapRemoval {
@@ -93,13 +94,13 @@ pub enum RmapRemoval {
     /// folio's mapped-page count, the `NR_*_MAPPED` statistic) and drop its reference.
     #[default]
     PerPage,
-    /// Seed 002: clear the PTEs of a run of consecutive pages of one folio, then remove
+    /// Yin 2023: clear the PTEs of a run of consecutive pages of one folio, then remove
     /// the run's rmap once (`folio_remove_rmap_range`): one statistic update and one
     /// reference drop per run.
     Batched,
 }
 
-/// What `MADV_PAGEOUT` does with a PTE-mapped large folio (spec §6).
+/// What `MADV_PAGEOUT` does with a PTE-mapped large folio (`docs/reference/linux-mm.md` §6).
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum PageoutSplit {
@@ -111,7 +112,7 @@ pub enum PageoutSplit {
     KeepCovered,
 }
 
-/// How reclaim sizes an LRU list (`lruvec_lru_size`, spec §5.2, seed 003).
+/// How reclaim sizes an LRU list (`lruvec_lru_size`, `docs/reference/linux-mm.md` §5.2, Wang 2019).
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum LruSizePolicy {
@@ -124,7 +125,7 @@ pub enum LruSizePolicy {
     PercpuCounters,
 }
 
-/// Which congestion bits reclaim sets and clears (spec §5.4, seed 000's vmscan fix).
+/// Which congestion bits reclaim sets and clears (`docs/reference/linux-mm.md` §5.4, Yosry Ahmed's congestion-bit fix).
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum CongestionBits {

@@ -1,4 +1,4 @@
-//! The buddy allocator's Linux behaviour, one deterministic scenario per rule of spec §1:
+//! The buddy allocator's Linux behaviour, one deterministic scenario per rule of `docs/reference/linux-mm.md` §1:
 //! merging on free (§1.3), splitting on allocation (§1.4), list head or tail
 //! (`buddy_merge_likely`), migratetype fallback and stealing with the watermark boost
 //! (§1.4, §1.5), the high-atomic reserve (§1.4), and the watermark checks (§1.6, §1.7).

@@ -12,7 +12,7 @@
 //! - Σ `NR_FREE_PAGES` + Σ pages on pagesets + the model's pages = Σ managed;
 //! - a refused free returns exactly the error the model predicts and changes nothing;
 //! - a failed allocation was legitimate: every zone it could use was at or below its
-//!   watermark for the caller (spec §1.6, with the caller's reserve rights) or had no block
+//!   watermark for the caller (`docs/reference/linux-mm.md` §1.6, with the caller's reserve rights) or had no block
 //!   of the order on a list the caller may take from; and the free lists did not change
 //!   (except by what the slow path may do for a caller that can block: give back the
 //!   high-atomic reserve, drain the pagesets).
@@ -454,7 +454,7 @@ impl Harness {
 
     /// A failure is legitimate when no zone the request may use could have served it with
     /// the slow path's rights (the most the allocator grants a caller without
-    /// `__GFP_MEMALLOC`): spec §1.6 on the state after the call.
+    /// `__GFP_MEMALLOC`): `docs/reference/linux-mm.md` §1.6 on the state after the call.
     fn check_failure_legitimate(&self, gfp: Gfp, o: Order) {
         let highest = gfp.zone().unwrap();
         for zone in self.allocator.zones() {
@@ -672,7 +672,7 @@ impl Harness {
 }
 
 /// Whether `zone` passes the slow path's watermark check for (`gfp`, `o`) and has a block
-/// the request may take (spec §1.6; `gfp_to_alloc_flags` for the rights).
+/// the request may take (`docs/reference/linux-mm.md` §1.6; `gfp_to_alloc_flags` for the rights).
 fn could_serve(zone: &Zone, gfp: Gfp, o: Order, highest: ZoneType) -> bool {
     let min_reserve = gfp.contains(Gfp::HIGH);
     let non_block = !gfp.allows_blocking();

@@ -1,4 +1,4 @@
-//! The `linux-6.18` preset: v6.7 plus the later changes of `linux-mm-spec.md` §3.3 that
+//! The `linux-6.18` preset: v6.7 plus the later changes of `docs/reference/linux-mm.md` §3.3 that
 //! alter PCP counts. Oracles from §8 ("Newest-kernel threshold") on the §3.1 machine:
 //! DMA 3840, DMA32 772915, Normal 196608 pages, `min_free_kbytes` 67584, 2 CPUs; Normal
 //! batch 63, high_min 2132, LLC 266240 KiB shared by 2 (FREE_HIGH_BATCH set).

@@ -1,5 +1,5 @@
 //! The mapping layer's rules, one scenario each: large folios on faults, the rmap counts,
-//! seed 002's batched removal, `MADV_PAGEOUT` under 6.7 and 6.10 rules, and bad input
+//! Yin 2023's batched removal, `MADV_PAGEOUT` under 6.7 and 6.10 rules, and bad input
 //! refused without change.
 
 use std::sync::Arc;
@@ -72,7 +72,7 @@ fn anonymous_fault_falls_back_to_a_page_where_a_folio_does_not_fit() {
     m.verify().unwrap();
 }
 
-/// Seed 002: unmapping a fully mapped 16-page folio. Per page: map count, the folio's
+/// Yin 2023: unmapping a fully mapped 16-page folio. Per page: map count, the folio's
 /// mapped-page count, the statistic and the reference for each of 16 pages = 64 updates;
 /// batched: 16 map counts + 3 once = 19.
 #[test]
@@ -312,7 +312,7 @@ fn exceeding_memory_max_with_nothing_reclaimable_is_out_of_memory() {
     m.verify().unwrap();
 }
 
-/// Seed 003: both ways of sizing an LRU list give the same pages; the per-CPU one reads
+/// Wang 2019: both ways of sizing an LRU list give the same pages; the per-CPU one reads
 /// a counter per CPU, the zone one a counter per zone, whatever the CPU count.
 #[test]
 fn lru_size_policies_agree_and_differ_in_cost() {
@@ -445,7 +445,7 @@ fn root_memory_reclaim_unthrottles_the_node_only_with_a_shared_bit() {
     }
 }
 
-/// Issue 9 with seed 004: cgroups take their per-CPU statistics from the percpu
+/// Issue 9 with Gushchin/Zhou 2021: cgroups take their per-CPU statistics from the percpu
 /// allocator, and removing them gives chunk pages back (v5.14 partial depopulation).
 #[test]
 fn cgroup_statistics_come_from_the_percpu_allocator() {

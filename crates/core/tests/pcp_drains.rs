@@ -1,15 +1,15 @@
 //! Drains and everything around them, through the public API: local and remote drains,
 //! `drain_all_pages` with its mutex rules in the direct and the workqueue mode,
 //! `zone_pcp_disable`/`zone_pcp_enable`, CPU hotplug, setting changes, the bulk allocator,
-//! the batched free, and seed 001's interrupt bypass.
+//! the batched free, and Gorman 2017's interrupt bypass.
 //!
 //! Linux counterpart (v6.7 `mm/page_alloc.c`): `drain_pages_zone`, `drain_local_pages`,
 //! `__drain_all_pages`, `zone_pcp_disable`, `page_alloc_cpu_online`/`_dead`,
 //! `percpu_pagelist_high_fraction_sysctl_handler`, `min_free_kbytes_sysctl_handler`,
 //! `__alloc_pages_bulk`, `free_unref_page_list`; the workqueue drain and the interrupt
-//! bypass are the 4.11-era designs of `pcp-patch-deltas.md` §5.1.
+//! bypass are the 4.11-era designs of `docs/reference/pcp-series.md` §5.1.
 //!
-//! Most tests use the 2-CPU machine of `linux-mm-spec.md` §3.1 (DMA 3840, DMA32 772915,
+//! Most tests use the 2-CPU machine of `docs/reference/linux-mm.md` §3.1 (DMA 3840, DMA32 772915,
 //! Normal 196608 pages, `min_free_kbytes` 67584): Normal batch 63, high_min 4265 / 2 =
 //! 2132, high_max 196608 / 8 / 2 = 12288.
 
@@ -325,7 +325,7 @@ fn drain_all_pages_zone_request_waits_for_the_running_drain() {
 }
 
 // ---------------------------------------------------------------------------------------
-// drain_all_pages, workqueue mode (seed 001)
+// drain_all_pages, workqueue mode (Gorman 2017)
 // ---------------------------------------------------------------------------------------
 
 fn workqueue() -> Policy {
@@ -555,7 +555,7 @@ fn cpu_offline_drains_the_cpu_and_splits_limits_over_fewer_cpus() {
 
 /// `page_alloc_cpu_online` recomputes before the CPU joins its node's mask, with
 /// `cpu_online` 1: on a 3-CPU node with CPU 2 coming back, the divisor is 2 + 1 = 3
-/// (spec §8): Normal high_min 4265 / 3 = 1421, high_max 24576 / 3 = 8192.
+/// (`docs/reference/linux-mm.md` §8): Normal high_min 4265 / 3 = 1421, high_max 24576 / 3 = 8192.
 #[test]
 fn cpu_online_event_splits_limits_over_node_cpus_plus_one() {
     let allocator = machine(Policy::V6_7, 3);
@@ -889,7 +889,7 @@ fn free_pages_batch_with_a_bad_pfn_frees_nothing() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Seed 001: interrupt-context requests bypass the PCP
+// Gorman 2017: interrupt-context requests bypass the PCP
 // ---------------------------------------------------------------------------------------
 
 fn irq_bypass() -> Policy {

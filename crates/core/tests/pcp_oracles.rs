@@ -1,4 +1,4 @@
-//! The PCP oracles of `linux-mm-spec.md` §8 and `pcp-patch-deltas.md` §4 (O1–O12), run
+//! The PCP oracles of `docs/reference/linux-mm.md` §8 and `docs/reference/pcp-series.md` §4 (O1–O12), run
 //! through the public allocator API for every preset each oracle names.
 //!
 //! Nothing here calls a sizing rule directly: pages are allocated and freed with
@@ -363,7 +363,7 @@ fn fixed_high(policy: &Policy) -> u64 {
     }
 }
 
-/// pcp-patch-deltas §2.6: from patch 6 `pageset_update` writes high_min/high_max and
+/// docs/reference/pcp-series.md §2.6: from patch 6 `pageset_update` writes high_min/high_max and
 /// "pcp.high is no longer written by anything. It stays 0" (behaviour ≡ patch 5, since
 /// every rule reads high_min). Only `pageset().high` and zoneinfo show it (the doc marks
 /// that display [unverified]; it follows from `pageset_update` no longer writing `high`).
@@ -412,7 +412,7 @@ fn spec_machine_pagesets_match_the_live_vm() {
 }
 
 // ---------------------------------------------------------------------------------------
-// linux-mm-spec.md §8
+// docs/reference/linux-mm.md §8
 // ---------------------------------------------------------------------------------------
 
 /// §8 refill sequence: (pages pulled, pcp.high after, alloc_factor) for a fresh pageset
@@ -620,7 +620,7 @@ fn spec_free_high_lowers_high_by_2016_down_to_high_min() {
 }
 
 // ---------------------------------------------------------------------------------------
-// pcp-patch-deltas.md §4, batch 63, high_min 367, high_max 2000
+// docs/reference/pcp-series.md §4, batch 63, high_min 367, high_max 2000
 // ---------------------------------------------------------------------------------------
 
 /// O1: 400 order-0 frees, then one order-1 free (FHB set).

@@ -1,4 +1,4 @@
-//! The percpu oracles of `linux-mm-spec.md` §8 and the behaviours of §4, through the
+//! The percpu oracles of `docs/reference/linux-mm.md` §8 and the behaviours of §4, through the
 //! public API: slot numbers, `should_reclaim`, the thresholds of each policy, isolation
 //! and partial depopulation on a free, the allocation priority (active slots, then
 //! sidelined, then a new chunk), atomic requests, and refused requests and frees that

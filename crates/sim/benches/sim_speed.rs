@@ -1,5 +1,5 @@
-//! Simulator speed: page events per second per core, and the wall time of the seed-scale
-//! 224-CPU kbuild run. Targets (product.md): ≥ 20 M page events/s/core, kbuild < 30 s.
+//! Simulator speed: page events per second per core, and the wall time of the published-scale
+//! 224-CPU kbuild run. Targets (docs/reference/targets.md): ≥ 20 M page events/s/core, kbuild < 30 s.
 //!
 //! Run: `cargo bench -p mmkit-sim --bench sim_speed` (release profile; single thread).
 //! Set `MMKIT_BENCH_POLICIES=base,patch7` to choose the policies (default: base).

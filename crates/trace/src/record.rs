@@ -1,7 +1,7 @@
 //! The recorder: trace the five kmem events while a command runs, and write one gzip file
 //! with the trace text and the zoneinfo/vmstat snapshots taken before and after.
 //!
-//! Linux counterpart: the tracefs recipe of `workloads.md` §4.2, as a program. Events go
+//! Linux counterpart: the tracefs recipe of `docs/reference/workloads.md` §4.2, as a program. Events go
 //! into the in-RAM ring buffers only; tracing stops before the buffers are read and the
 //! file is written, and our own pid is filtered out, so the recorder never traces its own
 //! writing (the feedback pitfall). A run whose per-CPU `stats` show dropped or overwritten

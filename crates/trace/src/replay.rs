@@ -158,7 +158,7 @@ impl Counts {
     }
 }
 
-/// The seed's metrics (cover letter of "mm: PCP high auto-tuning").
+/// The metrics of Huang 2023's tables (the cover letter of "mm: PCP high auto-tuning").
 #[derive(Clone, Copy, Default, Debug, Serialize, PartialEq)]
 pub struct SeedMetrics {
     /// Pages taken under the zone lock (refills + direct buddy allocations).
@@ -182,7 +182,7 @@ pub struct Observed {
     pub per_cpu: Vec<Counts>,
     /// All CPUs.
     pub total: Counts,
-    /// Seed metrics (free_high inferred: a drain right after two consecutive frees of
+    /// Huang 2023's metrics (free_high inferred: a drain right after two consecutive frees of
     /// orders 1–3 with no allocation between on that CPU).
     pub seed: SeedMetrics,
     /// Pages allocated (`mm_page_alloc`, Σ 2^order).
@@ -253,7 +253,7 @@ pub struct Predicted {
     pub per_cpu: Vec<Counts>,
     /// All CPUs.
     pub total: Counts,
-    /// Seed metrics.
+    /// Huang 2023's metrics.
     pub seed: SeedMetrics,
     /// Drains by reason (events, pages), all CPUs.
     pub drains_by_reason: BTreeMap<String, (u64, u64)>,

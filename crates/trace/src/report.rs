@@ -136,7 +136,7 @@ pub fn table(replay: &Replay) -> String {
     }
     let _ = writeln!(
         out,
-        "\nseed metrics          alloc_zone  share    free_high (pages)        PCP pages peak / mean"
+        "\nHuang 2023 metrics    alloc_zone  share    free_high (pages)        PCP pages peak / mean"
     );
     let _ = writeln!(
         out,

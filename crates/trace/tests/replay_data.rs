@@ -55,7 +55,7 @@ fn committed_traces_parse_without_problems() {
 fn afunix_trace_shows_cross_cpu_refills_and_drains() {
     let (trace, result) = replay_file("afunix.mmkit.gz");
     let observed = &result.observed;
-    // Writer on CPU 0 refills, reader on CPU 1 drains (workloads.md §4.3).
+    // Writer on CPU 0 refills, reader on CPU 1 drains (docs/reference/workloads.md §4.3).
     assert!(observed.per_cpu[0].refill_pages > observed.per_cpu[1].refill_pages);
     assert!(observed.per_cpu[1].drain_pages > observed.per_cpu[0].drain_pages);
     assert!(trace
@@ -92,7 +92,7 @@ fn compile_trace_replays_and_reports() {
         "linux-6.18",
         "CPU 1",
         "set-up:",
-        "seed metrics",
+        "Huang 2023 metrics",
     ] {
         assert!(table.contains(needle), "{needle} in\n{table}");
     }
@@ -295,7 +295,7 @@ fn empties_seeds_a_refilled_list_with_what_was_taken_before_the_refill() {
     assert_eq!(refills(SeedRule::Movable0), 0);
 }
 
-/// The fidelity target of `product.md` on the committed traces, as a regression guard:
+/// The fidelity target of `docs/reference/targets.md` on the committed traces, as a regression guard:
 /// under `linux-6.18` with the default seeding rule, total refill pages and drain pages
 /// within 10 % of the kernel's own counts (equal when the kernel's is 0). Figures and
 /// causes of the remaining differences: docs/FIDELITY.md.

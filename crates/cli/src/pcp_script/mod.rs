@@ -33,7 +33,7 @@ use parse::{Line, Op, Script, Setting, Target};
 use report::{Outcome, Shown, Snapshot, StepReport, Summary};
 
 /// The machine used when no `--zone` is given: batch 63, high_min 367, high_max 2000, the
-/// pageset of `pcp-patch-deltas.md`'s examples. `zone_batchsize`: 192000 >> 10 = 187,
+/// pageset of `docs/reference/pcp-series.md`'s examples. `zone_batchsize`: 192000 >> 10 = 187,
 /// / 4 = 46, rounddown_pow_of_two(46 + 23) − 1 = 63. min_free_kbytes 14096 makes the min
 /// watermark 14096 / 4 = 3524 pages and the low one 3524 + 3524 / 4 = 4405;
 /// high_min = 4405 / 12 CPUs = 367; high_max = 192000 / 8 / 12 = 2000.
@@ -57,7 +57,7 @@ pub enum DrainArg {
 #[command(after_help = "\
 Without --zone the machine is one Normal zone of 192000 pages on 12 CPUs with \
 min_free_kbytes 14096: batch 63, high_min 367, high_max 2000 (the pageset of \
-pcp-patch-deltas.md's examples). With --zone, --cpus defaults to 1 and min_free_kbytes to \
+docs/reference/pcp-series.md's examples). With --zone, --cpus defaults to 1 and min_free_kbytes to \
 Linux's boot formula, as in `mmkit zoneinfo`.
 
 Table columns: af = alloc_factor, ff = free_factor (before patch 9), fc = free_count \
@@ -81,7 +81,7 @@ pub struct PcpScriptArgs {
     pub drain: DrainArg,
 
     /// Requests from interrupt context (softirq:, hardirq: lines) bypass the PCP
-    /// (seed 001, Linux 4.11-rc1 … rc6).
+    /// (Gorman 2017, Linux 4.11-rc1 … rc6).
     #[arg(long)]
     pub irq_bypass: bool,
 

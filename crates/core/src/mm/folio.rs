@@ -139,7 +139,7 @@ impl Folio {
 
     /// Take one PTE map off each of `nr` pages from `pfn` and return how many became
     /// unmapped, updating `_nr_pages_mapped` once (the core of both `page_remove_rmap` and
-    /// seed 002's `folio_remove_rmap_range`; the two differ in how often their callers
+    /// Yin 2023's `folio_remove_rmap_range`; the two differ in how often their callers
     /// update statistics and references).
     pub fn remove_rmap_ptes(&self, mem_map: &MemMap, pfn: Pfn, nr: u64) -> u64 {
         debug_assert!(self.contains(pfn) && self.contains(pfn.add(nr - 1)));

@@ -2,7 +2,7 @@
 //!
 //! Linux counterpart (v6.7): `enum lru_list`, `struct lruvec`, `lruvec_add_folio`,
 //! `lruvec_del_folio`, `update_lru_size` with `mem_cgroup_per_node.lru_zone_size`
-//! (`include/linux/mm_inline.h`, `include/linux/memcontrol.h`), spec §5.1.
+//! (`include/linux/mm_inline.h`, `include/linux/memcontrol.h`), `docs/reference/linux-mm.md` §5.1.
 //!
 //! A folio on an LRU list has `PG_lru`; its head's `next`/`prev` are the list links (pfns,
 //! like the free lists), so the lists cost no memory beyond the descriptors. The links can
@@ -101,7 +101,7 @@ impl Default for LruListHead {
 }
 
 bitflags::bitflags! {
-    /// `lruvec.flags` (spec §5.4).
+    /// `lruvec.flags` (`docs/reference/linux-mm.md` §5.4).
     #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
     pub struct LruvecFlags: u8 {
         /// Before Linux 6.5: one bit set by both kswapd and cgroup reclaim (`LRUVEC_CONGESTED`).

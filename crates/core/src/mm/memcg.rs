@@ -5,7 +5,7 @@
 //! with `memory` page counter (`max`, `high`), `try_charge_memcg` with the per-CPU
 //! `memcg_stock` (`MEMCG_CHARGE_BATCH` = 64), `uncharge`, `mem_cgroup_per_node` (the
 //! lruvec and `lru_zone_size`), the per-CPU `lruvec_stats_percpu` whose sum over CPUs was
-//! seed 003's regression, and `memory.stat`.
+//! Wang 2019's regression, and `memory.stat`.
 
 use alloc::format;
 use alloc::string::String;
@@ -75,7 +75,7 @@ pub struct MemCgroup {
     /// Per node: the LRU lists of the pages charged here.
     pub lruvecs: Vec<Lruvec>,
     /// Per node, per CPU: the LRU page deltas this CPU made (`lruvec_stats_percpu`),
-    /// which seed 003's regression summed over every CPU to size a list.
+    /// which Wang 2019's regression summed over every CPU to size a list.
     pub lru_percpu: Vec<Vec<[i64; NR_LRU_LISTS]>>,
     /// Per node, per CPU: mapped anonymous and file page deltas this CPU made
     /// (`memcg_vmstats_percpu` / `lruvec_stats_percpu`).

@@ -204,11 +204,11 @@ pub struct MmStats {
     pub reclaimed: u64,
     /// Large folios split (`thp_split_page` and mTHP splits).
     pub folio_splits: u64,
-    /// Updates of a statistic or a reference count made by rmap removal: what seed 002's
+    /// Updates of a statistic or a reference count made by rmap removal: what Yin 2023's
     /// batching saves (per page: map count, statistic, reference; batched: map counts,
     /// then one statistic and one reference update per run).
     pub rmap_counter_updates: u64,
-    /// Counters read by `lruvec_lru_size`: what seed 003's fix saves (zone sizes: one per
+    /// Counters read by `lruvec_lru_size`: what Wang 2019's fix saves (zone sizes: one per
     /// zone; per-CPU counters: one per CPU).
     pub lru_size_reads: u64,
     /// Calls of `lruvec_lru_size`.
@@ -461,7 +461,7 @@ impl Memory {
 
     /// `rmdir` of a cgroup with no children, no address spaces and nothing charged: it
     /// goes offline and its per-CPU statistics go back to the percpu allocator, whose
-    /// balance work may then depopulate chunk pages (seed 004).
+    /// balance work may then depopulate chunk pages (Gushchin/Zhou 2021).
     pub fn remove_memcg(&mut self, memcg: MemcgId) -> Result<(), MmError> {
         let group = self.memcgs.get(memcg).ok_or(MmError::NoSuchMemcg(memcg))?;
         let in_use = memcg == MemcgId::ROOT
@@ -1017,7 +1017,7 @@ impl Memory {
 
     /// `__lruvec_stat_mod_folio(folio, NR_ANON_MAPPED or NR_FILE_MAPPED, delta)`: the
     /// folio's cgroup's per-CPU counter and the node's per-CPU counter for this CPU, and
-    /// the machine-wide total. This is the per-page cost seed 002's batching removes
+    /// the machine-wide total. This is the per-page cost Yin 2023's batching removes
     /// (`__mod_lruvec_page_state` was 9.8 % of cycles in its profile).
     pub(super) fn mod_mapped_state(
         &mut self,

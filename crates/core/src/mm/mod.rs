@@ -4,7 +4,7 @@
 //! - [`folio`]: a block used as one unit, with its counts in the page descriptors.
 //! - [`pte`]: page-table entries and swap entries.
 //! - [`memory`]: [`Memory`], address spaces, files, faults and `munmap`.
-//! - [`rmap`]: the reverse map, `folio_referenced`, `try_to_unmap` (per-page or seed 002's
+//! - [`rmap`]: the reverse map, `folio_referenced`, `try_to_unmap` (per-page or Yin 2023's
 //!   batched rmap removal).
 //! - [`pageout`]: reclaiming a folio, `split_folio`, `MADV_PAGEOUT`.
 //! - [`swap`]: swap slots.

@@ -16,7 +16,7 @@ use crate::page_alloc::Caller;
 use crate::policy::RmapRemoval;
 
 /// A run of consecutive pages of one folio whose PTEs were cleared and whose rmap is still
-/// to be removed (seed 002 defers it to the end of the run).
+/// to be removed (Yin 2023 defers it to the end of the run).
 struct PendingRun {
     first: Pfn,
     nr: u64,
@@ -161,7 +161,7 @@ impl Memory {
         cleared
     }
 
-    /// Seed 002's `folio_remove_rmap_range` for a run, then one reference drop for it.
+    /// Yin 2023's `folio_remove_rmap_range` for a run, then one reference drop for it.
     fn flush_run(&mut self, caller: Caller, folio: Folio, run: PendingRun, anon: bool) {
         self.remove_rmap(caller, folio, run.first, run.nr, anon);
         folio.ref_sub(self.mem_map(folio.pfn), run.nr as u16);

@@ -5,7 +5,7 @@
 //! `get_scan_count` (each evictable list scanned `size >> priority`, anonymous lists only
 //! while swap has room), `shrink_active_list` (deactivate), `shrink_inactive_list` with
 //! `folio_check_references`, `try_to_free_mem_cgroup_pages`, `try_to_free_pages`,
-//! `balance_pgdat`; and `lruvec_lru_size` as two policies (spec §5.2, seed 003):
+//! `balance_pgdat`; and `lruvec_lru_size` as two policies (`docs/reference/linux-mm.md` §5.2, Wang 2019):
 //! [`crate::policy::LruSizePolicy`].
 
 use alloc::vec::Vec;

@@ -135,7 +135,7 @@ pub struct PageAllocator {
 impl PageAllocator {
     /// Build the zones of `topology`, free their managed memory into the buddy lists, and
     /// compute watermarks, reserves and PCP limits as boot does.
-    /// `policy` selects the behaviour of each seed (see [`crate::policy`]).
+    /// `policy` selects the behaviour of each patch thread (see [`crate::policy`]).
     pub fn new(
         topology: Topology,
         settings: Settings,

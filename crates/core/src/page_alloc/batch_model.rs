@@ -17,7 +17,7 @@
 //! places (a batch relocks every 32 pages) but nothing else can tell: no trylock fails.
 //! A batch with one bad pfn must return the error a single free of that pfn returns (or
 //! `Duplicate`) with its index, and change nothing. Every preset of the series runs, with
-//! `linux-6.18` and seed 001's interrupt bypass (softirq batches go to the zone).
+//! `linux-6.18` and Gorman 2017's interrupt bypass (softirq batches go to the zone).
 
 use alloc::format;
 use alloc::string::String;

@@ -6,7 +6,7 @@
 //! `zone_pcp_disable`/`zone_pcp_enable`, `page_alloc_cpu_online`/`page_alloc_cpu_dead`.
 //!
 //! `drain_all_pages` has the two mechanisms of the policy: direct (Linux ≥ 6.0: the caller
-//! locks each remote pageset and drains it) and workqueue (4.11 – 5.19, seed 001: work is
+//! locks each remote pageset and drains it) and workqueue (4.11 – 5.19, Gorman 2017: work is
 //! queued on each CPU with pages, each CPU drains itself when it runs the work, and the
 //! caller waits). The core has no threads, so the workqueue wait is split into
 //! [`DrainAll::Queued`] and [`PageAllocator::drain_work_finished`]; each target CPU runs

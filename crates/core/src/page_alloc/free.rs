@@ -286,7 +286,7 @@ impl PageAllocator {
             for &pfn in pfns {
                 let zone = zone_of(pfn);
                 free_pages_prepare(zone.mem_map.page(pfn));
-                // Seed 001: each page of an interrupt-context batch goes to
+                // Gorman 2017: each page of an interrupt-context batch goes to
                 // `__free_pages_ok`, as a single free from that context does.
                 zone.events.pcp_irq_bypass.fetch_add(1, Relaxed);
                 free_pages_ok(zone, pfn, Order::ZERO);

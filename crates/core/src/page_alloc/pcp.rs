@@ -4,7 +4,7 @@
 //! Linux counterpart: `struct per_cpu_pages` (`include/linux/mmzone.h`) and, in
 //! `mm/page_alloc.c` (v6.6 → v6.7), `nr_pcp_alloc`, `nr_pcp_high`, `nr_pcp_free`, the
 //! `free_high` decision of `free_unref_page_commit`, and `decay_pcp_high`. The rules here
-//! are pure arithmetic on one pageset, switched by [`PcpPolicy`]; `pcp-patch-deltas.md` §2
+//! are pure arithmetic on one pageset, switched by [`PcpPolicy`]; `docs/reference/pcp-series.md` §2
 //! gives each step. The paths that move pages (refill, drain) are in `rmqueue.rs` and
 //! `free.rs`; they call these rules and nothing else decides sizes.
 

@@ -4,7 +4,7 @@
 //! `setup_per_zone_lowmem_reserve`, `boost_watermark`, `__zone_watermark_ok` and
 //! `zone_watermark_fast` in `mm/page_alloc.c`; `set_recommended_min_free_kbytes` in
 //! `mm/khugepaged.c`. The formulas are pure functions here so tests can check them against
-//! spec §8 without building a zone; [`super::Zone`] stores their results.
+//! `docs/reference/linux-mm.md` §8 without building a zone; [`super::Zone`] stores their results.
 
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 

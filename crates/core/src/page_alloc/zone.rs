@@ -44,7 +44,7 @@ pub struct ZoneEvents {
     /// [`Zone::pgfree`].
     pub(crate) pgfree: AtomicU64,
     /// Pages taken off the buddy lists (Σ 2^order over `mm_page_alloc_zone_locked`): the
-    /// seed's `alloc_zone`.
+    /// `alloc_zone` of Huang 2023's tables.
     pub alloc_zone_locked: AtomicU64,
     /// Blocks taken off the buddy lists (`mm_page_alloc_zone_locked` events).
     pub alloc_zone_locked_events: AtomicU64,
@@ -66,7 +66,7 @@ pub struct ZoneEvents {
     /// buddy's page descriptor under the zone lock, the cost Aaron Lu (2018) found to
     /// dominate zone-lock hold times. Written only under the zone lock.
     pub buddy_merges: AtomicU64,
-    /// Requests that bypassed the PCP because they came from interrupt context (seed 001
+    /// Requests that bypassed the PCP because they came from interrupt context (Gorman 2017
     /// `irq_bypass` policy).
     pub pcp_irq_bypass: AtomicU64,
 }

@@ -5,8 +5,9 @@
 //! The allocation map counts 4-byte bits (`PCPU_MIN_ALLOC_SIZE`) with one block of hints
 //! per page; chunks sit on *slots* by the largest free run they hold; pages are
 //! *populated* (backed in every unit) on demand and, since v5.14, depopulated again when a
-//! chunk holds enough empty ones. `linux-mm-spec.md` §4 is the behaviour; the seed thread
-//! is "percpu: partial chunk depopulation" (Roman Gushchin, Dennis Zhou, April 2021).
+//! chunk holds enough empty ones. `docs/reference/linux-mm.md` §4 is the behaviour; the thread
+//! is "percpu: partial chunk depopulation" (Roman Gushchin, Dennis Zhou, April 2021;
+//! "Gushchin/Zhou 2021" in `docs/reference/sources.md`).
 //!
 //! | module | holds | Linux |
 //! |---|---|---|

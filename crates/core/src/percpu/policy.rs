@@ -1,7 +1,7 @@
 //! The percpu policies: mainline v5.13 and v5.14, and the two variants of the 2021 thread
 //! that were not merged.
 //!
-//! Sources: `linux-mm-spec.md` §4.5–§4.7 and the seed thread ("percpu: partial chunk
+//! Sources: `docs/reference/linux-mm.md` §4.5–§4.7 and the thread (Gushchin/Zhou 2021: "percpu: partial chunk
 //! depopulation", Roman Gushchin / Dennis Zhou, v4 of April 2021, with Dennis Zhou's
 //! "percpu: convert free page float to bytes" reply to Pratik Sampat's POWER9 test).
 //! One implementation reads these switches ([`super::PercpuAllocator`]); there is no
