@@ -5,6 +5,7 @@
 
 mod bench;
 mod demo;
+mod limits;
 mod live;
 mod machine;
 mod pcp_script;
