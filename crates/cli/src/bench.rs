@@ -15,7 +15,7 @@ use mmkit_bench::threads::{Pattern, ThreadsConfig};
 use mmkit_bench::tsc::TscClock;
 use mmkit_bench::{plot, table, Progress};
 
-use crate::{limits, CliError};
+use crate::{limits, output, CliError};
 
 /// Arguments of `mmkit bench`.
 #[derive(Args, Debug)]
@@ -165,6 +165,8 @@ fn progress_bar(total: u64) -> ProgressBar {
 }
 
 fn pagealloc(args: &PageallocArgs) -> Result<(), CliError> {
+    output::check_optional_dir("--plot", args.plot.as_deref())?;
+    output::check_optional_file("--save-json", args.save_json.as_deref())?;
     if args.max_n == 0 || args.repeat == 0 || args.sample_pages == 0 || args.orders.is_empty() {
         return Err(CliError::usage(
             "--max-n, --repeat, --sample-pages and --orders must be positive",
@@ -216,6 +218,7 @@ fn pagealloc(args: &PageallocArgs) -> Result<(), CliError> {
 }
 
 fn threads(args: &ThreadsArgs) -> Result<(), CliError> {
+    output::check_optional_file("--save-json", args.save_json.as_deref())?;
     let threads = match args.threads {
         Some(t) => t,
         None => std::thread::available_parallelism()

@@ -8,6 +8,7 @@ mod demo;
 mod limits;
 mod live;
 mod machine;
+mod output;
 mod pcp_script;
 mod percpu_cmd;
 mod reclaim_cmd;
