@@ -114,7 +114,7 @@ pub fn run(args: &PcpScriptArgs) -> Result<(), CliError> {
     let allocator = build(&machine, policy)?;
     if !allocator.zones().iter().any(|zone| zone.is_managed()) {
         return Err(CliError::usage(
-            "the machine has no memory: give a zone with managed pages",
+            "--zone: the machine has no memory: give a zone with managed pages",
         ));
     }
     check_machine(&script, &allocator).map_err(|errors| script_errors(&source, &errors))?;
