@@ -15,7 +15,7 @@ use mmkit_bench::threads::{Pattern, ThreadsConfig};
 use mmkit_bench::tsc::TscClock;
 use mmkit_bench::{plot, table, Progress};
 
-use crate::CliError;
+use crate::{limits, output, CliError};
 
 /// Arguments of `mmkit bench`.
 #[derive(Args, Debug)]
@@ -165,6 +165,8 @@ fn progress_bar(total: u64) -> ProgressBar {
 }
 
 fn pagealloc(args: &PageallocArgs) -> Result<(), CliError> {
+    output::check_optional_dir("--plot", args.plot.as_deref())?;
+    output::check_optional_file("--save-json", args.save_json.as_deref())?;
     if args.max_n == 0 || args.repeat == 0 || args.sample_pages == 0 || args.orders.is_empty() {
         return Err(CliError::usage(
             "--max-n, --repeat, --sample-pages and --orders must be positive",
@@ -177,7 +179,15 @@ fn pagealloc(args: &PageallocArgs) -> Result<(), CliError> {
         touch: args.touch.into(),
         sample_pages: args.sample_pages,
     };
-    config.cells().map_err(|e| CliError::usage(e.to_string()))?;
+    let cells = config
+        .cells()
+        .map_err(|e| CliError::usage(format!("--orders: {e}")))?;
+    // Every cell keeps each of its samples: an alloc and a free cost of 8 bytes each, for
+    // every allocator (at most 16 peers and floors).
+    limits::check_memory(
+        &format!("--repeat {} samples of {} cells", args.repeat, cells.len()),
+        limits::product(&[args.repeat as u128, cells.len() as u128, 16, 16]),
+    )?;
     let names = peers::select_pagealloc(&args.only).map_err(|e| CliError::usage(e.to_string()))?;
     let params = BuildParams {
         arena_bytes: config.arena_bytes(),
@@ -208,6 +218,7 @@ fn pagealloc(args: &PageallocArgs) -> Result<(), CliError> {
 }
 
 fn threads(args: &ThreadsArgs) -> Result<(), CliError> {
+    output::check_optional_file("--save-json", args.save_json.as_deref())?;
     let threads = match args.threads {
         Some(t) => t,
         None => std::thread::available_parallelism()
@@ -229,6 +240,9 @@ fn threads(args: &ThreadsArgs) -> Result<(), CliError> {
             "--threads, --batch, --seconds and --sample-every must be positive",
         ));
     }
+    limits::check_threads("--threads", u64::from(threads))?;
+    limits::check_seconds("--seconds", args.seconds)?;
+    check_batch_fits(threads, args.batch, ARENA_BYTES)?;
     if pattern != Pattern::Local && threads < 2 {
         return Err(CliError::usage(
             "the remote patterns need --threads 2 or more",
@@ -236,7 +250,7 @@ fn threads(args: &ThreadsArgs) -> Result<(), CliError> {
     }
     let names = peers::select(&args.only).map_err(|e| CliError::usage(e.to_string()))?;
     let params = BuildParams {
-        arena_bytes: 256 << 20,
+        arena_bytes: ARENA_BYTES,
         cpus: threads,
     };
     let runners = build(&names, &params)?;
@@ -264,6 +278,26 @@ fn threads(args: &ThreadsArgs) -> Result<(), CliError> {
     }
     save_json(args.save_json.as_deref(), &report)?;
     Ok(())
+}
+
+/// The memory each allocator of `mmkit bench threads` gets: 256 MiB, 65536 pages.
+const ARENA_BYTES: usize = 256 << 20;
+
+/// Refuse batches the arena cannot hold: every thread holds a batch of 4 KiB pages at
+/// once, so `threads × batch × 4 KiB` above the arena makes mmkit fail where the peers,
+/// which take memory from the OS, go on (`--batch 100000000` had them map 400 GB).
+fn check_batch_fits(threads: u32, batch: usize, arena_bytes: usize) -> Result<(), CliError> {
+    let bytes = limits::product(&[u128::from(threads), batch as u128, 4096]);
+    if bytes <= arena_bytes as u128 {
+        return Ok(());
+    }
+    Err(CliError::usage(format!(
+        "--batch {batch} on {threads} threads holds {} at once; the arena each allocator \
+         gets is {}: at most {} pages per thread",
+        limits::human_bytes(bytes),
+        limits::human_bytes(arena_bytes as u128),
+        arena_bytes / 4096 / threads as usize
+    )))
 }
 
 fn save_json(

@@ -131,6 +131,7 @@ pub fn render_beside_seed(results: &[RunResult]) -> String {
 
 /// `mmkit demo`.
 pub fn run_demo(args: &DemoArgs) -> Result<(), CliError> {
+    crate::output::check_dir("--out", &args.out)?;
     if !(args.scale > 0.0 && args.scale <= 100.0) {
         return Err(CliError::usage(format!(
             "scale {} is invalid: use a number in (0, 100]",

@@ -11,8 +11,9 @@ use clap::Args;
 use mmkit_core::policy::{LATER_PRESETS, PRESETS};
 use mmkit_core::settings::MinFreeKbytes;
 use mmkit_core::topology::{CacheInfo, ZoneSize};
-use mmkit_core::{Policy, Settings, Topology};
+use mmkit_core::{PageAllocator, Policy, Settings, SettingsError, Topology, TopologyError};
 
+use crate::limits;
 use crate::size::{parse_bytes, parse_zone};
 use crate::CliError;
 
@@ -98,10 +99,10 @@ impl MachineArgs {
 
     /// The sysctls, validated as the sysctl handlers would.
     pub fn settings(&self) -> Result<Settings, CliError> {
-        let non_negative = |name: &str, value: i64| {
+        let non_negative = |flag: &str, value: i64| {
             u32::try_from(value).map_err(|_| {
                 CliError::usage(format!(
-                    "{name} {value} is invalid: must be between 0 and {}",
+                    "{flag} {value} is invalid: must be between 0 and {}",
                     u32::MAX
                 ))
             })
@@ -110,29 +111,27 @@ impl MachineArgs {
             match self.min_free_kbytes {
                 None => MinFreeKbytes::Default,
                 Some(kbytes) => MinFreeKbytes::Explicit(u64::try_from(kbytes).map_err(|_| {
-                    CliError::usage(format!("min_free_kbytes {kbytes} is negative"))
+                    CliError::usage(format!("--min-free-kbytes {kbytes} is negative"))
                 })?),
             };
         let settings = Settings {
             min_free_kbytes,
             watermark_scale_factor: non_negative(
-                "watermark_scale_factor",
+                "--watermark-scale-factor",
                 self.watermark_scale_factor,
             )?,
             watermark_boost_factor: non_negative(
-                "watermark_boost_factor",
+                "--watermark-boost-factor",
                 self.watermark_boost_factor,
             )?,
             percpu_pagelist_high_fraction: non_negative(
-                "percpu_pagelist_high_fraction",
+                "--percpu-pagelist-high-fraction",
                 self.percpu_pagelist_high_fraction,
             )?,
             transparent_hugepage: !self.no_thp,
             ..Settings::default()
         };
-        settings
-            .validate()
-            .map_err(|e| CliError::usage(e.to_string()))?;
+        settings.validate().map_err(settings_error)?;
         Ok(settings)
     }
 
@@ -143,7 +142,7 @@ impl MachineArgs {
             .iter()
             .map(|z| parse_zone(z))
             .collect::<Result<_, _>>()
-            .map_err(CliError::usage)?;
+            .map_err(|e| CliError::usage(format!("--zone: {e}")))?;
         let nr_nodes = sizes.iter().map(|s| s.node as usize + 1).max().unwrap_or(1);
         let node_cpus = match self.cpus[..] {
             [] => vec![1; nr_nodes],
@@ -156,14 +155,56 @@ impl MachineArgs {
                 )))
             }
         };
-        let nr_cpus: u32 = node_cpus.iter().sum();
+        let nr_cpus = node_cpus
+            .iter()
+            .try_fold(0u32, |sum, &cpus| sum.checked_add(cpus))
+            .unwrap_or(u32::MAX);
         let llc = CacheInfo {
-            llc_bytes: parse_bytes(&self.llc_size).map_err(CliError::usage)?,
+            llc_bytes: parse_bytes(&self.llc_size)
+                .map_err(|e| CliError::usage(format!("--llc-size: {e}")))?,
             llc_shared_cpus: self.llc_shared_cpus.unwrap_or(nr_cpus.max(1)),
         };
-        Topology::x86_64(&sizes, node_cpus, llc, self.zone_device)
-            .map_err(|e| CliError::usage(e.to_string()))
+        let topology =
+            Topology::x86_64(&sizes, node_cpus, llc, self.zone_device).map_err(topology_error)?;
+        limits::check_memory(
+            "--zone and --cpus: the machine's mem_map and pagesets",
+            u128::from(PageAllocator::boot_bytes(&topology)),
+        )?;
+        Ok(topology)
     }
+
+    /// The allocator of this machine under `policy`.
+    pub fn allocator(&self, policy: Policy) -> Result<PageAllocator, CliError> {
+        let settings = self.settings()?;
+        let topology = self.topology()?;
+        PageAllocator::new(topology, settings, policy).map_err(settings_error)
+    }
+}
+
+/// A refused setting, naming the flag that set it.
+fn settings_error(error: SettingsError) -> CliError {
+    let flag = match error {
+        SettingsError::WatermarkScaleFactor(_) => "--watermark-scale-factor",
+        SettingsError::PercpuPagelistHighFraction(_) => "--percpu-pagelist-high-fraction",
+        SettingsError::MinFreeKbytesAboveMemory { .. } => "--min-free-kbytes",
+        // Not flags: the defaults are valid.
+        _ => "settings",
+    };
+    CliError::usage(format!("{flag}: {error}"))
+}
+
+/// A machine that cannot be built, naming the flag that described it.
+fn topology_error(error: TopologyError) -> CliError {
+    let flag = match error {
+        TopologyError::NoZones => return CliError::usage("no zones: give at least one --zone"),
+        TopologyError::NoCpus | TopologyError::TooManyCpus | TopologyError::UnknownNode(_) => {
+            "--cpus"
+        }
+        TopologyError::LlcSharedCpus => "--llc-shared-cpus",
+        TopologyError::DeviceZone => "--zone (ZONE_DEVICE)",
+        _ => "--zone",
+    };
+    CliError::usage(format!("{flag}: {error}"))
 }
 
 /// The policy preset called `name` (see [`PRESETS`] and [`LATER_PRESETS`]).

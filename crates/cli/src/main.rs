@@ -5,8 +5,10 @@
 
 mod bench;
 mod demo;
+mod limits;
 mod live;
 mod machine;
+mod output;
 mod pcp_script;
 mod percpu_cmd;
 mod reclaim_cmd;
@@ -18,7 +20,7 @@ mod zoneinfo;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// Linux-grade memory management: embed it, run it, measure it.
 #[derive(Parser, Debug)]
@@ -86,8 +88,51 @@ impl CliError {
     }
 }
 
+/// The command line as clap sees it, with every option that takes a value willing to take
+/// one that looks like a negative number: `--outer -1` is then refused as a bad value of
+/// `--outer` (naming the flag), not as an unknown argument `-1`.
+fn command() -> clap::Command {
+    fn negative_numbers_are_values(command: clap::Command) -> clap::Command {
+        command
+            .mut_args(|arg| {
+                let takes_values = arg.get_action().takes_values();
+                arg.allow_negative_numbers(takes_values)
+            })
+            .mut_subcommands(negative_numbers_are_values)
+    }
+    negative_numbers_are_values(Cli::command())
+}
+
+/// Exit on a command line clap refused: help and version as clap prints them, a usage
+/// error as one line naming the argument (clap's message without the usage block), with
+/// exit status 2 like every other usage error.
+fn refuse_command_line(error: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    if !error.use_stderr() || error.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        error.exit();
+    }
+    eprintln!("mmkit: error: {}", one_line(&error.to_string()));
+    std::process::exit(2);
+}
+
+/// clap's message on one line: its paragraphs but the usage and the pointer to `--help`,
+/// each with its lines joined.
+fn one_line(message: &str) -> String {
+    let message = message.trim().strip_prefix("error: ").unwrap_or(message);
+    let paragraphs: Vec<String> = message
+        .split("\n\n")
+        .filter(|p| !p.starts_with("Usage:") && !p.starts_with("For more information"))
+        .map(|p| p.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|p| !p.is_empty())
+        .collect();
+    paragraphs.join("; ")
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = command()
+        .try_get_matches()
+        .unwrap_or_else(|e| refuse_command_line(e));
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| refuse_command_line(e));
     let result = match cli.command {
         Command::Zoneinfo(args) => zoneinfo::run(&args),
         Command::Stress(args) => stress::run(&args),

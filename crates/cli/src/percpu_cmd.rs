@@ -10,16 +10,19 @@
 //! (`/proc/self/statm`). The arena is real memory:
 //! 1000 × 50 at the default 4 CPUs peaks around 0.7 GB.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::{Args, Subcommand};
-use mmkit_core::percpu::{AllocKind, PercpuConfig, PercpuPolicy, PercpuPtr, PERCPU_PRESETS};
+use mmkit_core::percpu::{
+    AllocKind, ConfigError, PercpuConfig, PercpuPolicy, PercpuPtr, PCPU_MIN_ALLOC_SIZE,
+    PCPU_MIN_UNIT_SIZE, PERCPU_PRESETS,
+};
 use mmkit_runtime::PercpuPool;
 use serde::Serialize;
 
 use crate::size::parse_bytes;
-use crate::CliError;
+use crate::{limits, CliError};
 
 /// Arguments of `mmkit percpu`.
 #[derive(Args, Debug)]
@@ -82,6 +85,9 @@ struct ObjectSpec {
     size: usize,
     align: usize,
     per_node: bool,
+    /// The line of the list that gave it, from 1.
+    #[serde(skip)]
+    line: usize,
 }
 
 /// What Linux v5.14 allocates from the percpu allocator when a cgroup with the memory
@@ -100,32 +106,44 @@ memory_css_refcnt           8    8       # kernel/cgroup/cgroup.c css_create: pe
 objcg_refcnt                8    8       # mm/memcontrol.c memcg_online_kmem: obj_cgroup_alloc -> percpu_ref_init
 ";
 
+/// The object list: every line checked as the allocator would check the request, so a
+/// list that parses allocates. Errors are `LINE: message`.
 fn parse_objects(text: &str) -> Result<Vec<ObjectSpec>, String> {
     let mut objects = Vec::new();
-    for (number, line) in text.lines().enumerate() {
+    for (index, line) in text.lines().enumerate() {
+        let number = index + 1;
         let line = line.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
             continue;
         }
         let fields: Vec<&str> = line.split_whitespace().collect();
-        let bad = || {
-            format!(
-                "objects line {}: expected NAME SIZE [ALIGN] [per-node]",
-                number + 1
-            )
-        };
+        let bad = |what: String| format!("{number}: {what}");
         let (name, size) = match fields[..] {
             [name, size, ..] => (name, size),
-            _ => return Err(bad()),
+            _ => return Err(bad("expected NAME SIZE [ALIGN] [per-node]".into())),
         };
-        let size = parse_bytes(size).map_err(|e| format!("objects line {}: {e}", number + 1))?;
+        let size = parse_bytes(size).map_err(bad)?;
+        if size == 0 || size > PCPU_MIN_UNIT_SIZE as u64 {
+            return Err(bad(format!(
+                "size {size} is 0 or over {PCPU_MIN_UNIT_SIZE} bytes, the largest percpu \
+                 allocation (PCPU_MIN_UNIT_SIZE)"
+            )));
+        }
         let mut align = 8;
         let mut per_node = false;
         for field in &fields[2..] {
             if *field == "per-node" {
                 per_node = true;
             } else {
-                align = field.parse().map_err(|_| bad())?;
+                align = field
+                    .parse()
+                    .ok()
+                    .filter(|a: &usize| a.is_power_of_two())
+                    .ok_or_else(|| {
+                        bad(format!(
+                            "{field:?} is neither an alignment (a power of two) nor per-node"
+                        ))
+                    })?;
             }
         }
         objects.push(ObjectSpec {
@@ -133,12 +151,57 @@ fn parse_objects(text: &str) -> Result<Vec<ObjectSpec>, String> {
             size: size as usize,
             align,
             per_node,
+            line: number,
         });
     }
     if objects.is_empty() {
         return Err("the object list is empty".to_string());
     }
     Ok(objects)
+}
+
+/// The objects of `--objects FILE` (errors as `FILE:LINE: message`), or the built-in list.
+fn objects(path: Option<&Path>) -> Result<Vec<ObjectSpec>, CliError> {
+    let Some(path) = path else {
+        return Ok(parse_objects(DEFAULT_OBJECTS).expect("the built-in list parses"));
+    };
+    let refuse = |what: String| CliError::usage(format!("--objects {}:{what}", path.display()));
+    let bytes = std::fs::read(path).map_err(|e| refuse(format!(" {e}")))?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+        let line = valid.iter().filter(|&&b| b == b'\n').count() + 1;
+        refuse(format!("{line}: not UTF-8 text"))
+    })?;
+    parse_objects(&text).map_err(|e| match e.split_once(": ") {
+        Some((line, _)) if line.parse::<usize>().is_ok() => refuse(e),
+        _ => refuse(format!(" {e}")),
+    })
+}
+
+/// Refuse a run whose cgroups this machine cannot hold. Each cgroup keeps its objects on
+/// every CPU (sizes rounded up to `PCPU_MIN_ALLOC_SIZE`, per-node ones once per node)
+/// and the test keeps a `PercpuPtr` for each; there are `outer × (inner + 1)` cgroups:
+/// 1000 × 51 × (≈3.1 KB × 4 CPUs + 10 × 24 bytes) ≈ 0.65 GB for the default run.
+fn check_cgroups_fit(
+    args: &TestArgs,
+    objects: &[ObjectSpec],
+    config: &PercpuConfig,
+) -> Result<(), CliError> {
+    let copies = |o: &ObjectSpec| if o.per_node { args.nodes as u128 } else { 1 };
+    let per_cpu: u128 = objects
+        .iter()
+        .map(|o| o.size.next_multiple_of(PCPU_MIN_ALLOC_SIZE) as u128 * copies(o))
+        .sum();
+    let pointers: u128 = objects.iter().map(copies).sum::<u128>() * size_of::<PercpuPtr>() as u128;
+    let cgroups = limits::product(&[args.outer as u128, args.inner as u128 + 1]);
+    let per_cgroup = per_cpu * config.nr_units as u128 + pointers;
+    limits::check_memory(
+        &format!(
+            "--outer {} × (--inner {} + 1) = {cgroups} cgroups of {per_cgroup} bytes",
+            args.outer, args.inner
+        ),
+        limits::product(&[cgroups, per_cgroup]),
+    )
 }
 
 /// One reading of the meters.
@@ -188,29 +251,44 @@ pub fn run(args: &PercpuArgs) -> Result<(), CliError> {
 fn config(args: &TestArgs) -> Result<PercpuConfig, CliError> {
     let policy = PercpuPolicy::preset(&args.policy).ok_or_else(|| {
         CliError::usage(format!(
-            "unknown percpu policy {:?} (one of {})",
+            "--policy: unknown percpu policy {:?} (one of {})",
             args.policy,
             PERCPU_PRESETS.join(", ")
         ))
     })?;
-    let page_size = parse_bytes(&args.page_size).map_err(CliError::usage)? as usize;
+    let bytes = |flag: &str, text: &str| {
+        parse_bytes(text)
+            .ok()
+            .and_then(|bytes| usize::try_from(bytes).ok())
+            .ok_or_else(|| CliError::usage(format!("{flag} {text:?} is not a size")))
+    };
+    let page_size = bytes("--page-size", &args.page_size)?;
     if page_size != 4 << 10 && page_size != 64 << 10 {
         return Err(CliError::usage("--page-size must be 4k or 64k"));
     }
     let unit_size = match &args.unit_size {
-        Some(text) => parse_bytes(text).map_err(CliError::usage)? as usize,
+        Some(text) => bytes("--unit-size", text)?,
         None if page_size == 4 << 10 => 256 << 10,
         None => 10 * page_size,
     };
     if args.nodes == 0 || args.nodes > 64 {
         return Err(CliError::usage("--nodes must be 1 to 64"));
     }
-    Ok(PercpuConfig {
+    let config = PercpuConfig {
         page_size,
         unit_size,
         nr_units: args.cpus,
         policy,
-    })
+    };
+    config.validate().map_err(|e| {
+        let flag = match e {
+            ConfigError::PageSize => "--page-size",
+            ConfigError::UnitSize => "--unit-size",
+            ConfigError::Units => "--cpus",
+        };
+        CliError::usage(format!("{flag}: {e}"))
+    })?;
+    Ok(config)
 }
 
 fn read(pool: &PercpuPool, start: Instant) -> Reading {
@@ -272,18 +350,25 @@ fn run_test(args: &TestArgs) -> Result<(), CliError> {
         print!("{DEFAULT_OBJECTS}");
         return Ok(());
     }
-    let objects = match &args.objects {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?;
-            parse_objects(&text).map_err(CliError::usage)?
-        }
-        None => parse_objects(DEFAULT_OBJECTS).expect("the built-in list parses"),
-    };
+    let objects = objects(args.objects.as_deref())?;
     if args.outer == 0 {
         return Err(CliError::usage("--outer must be at least 1"));
     }
     let config = config(args)?;
+    if let Some(object) = objects.iter().find(|o| o.align > config.page_size) {
+        let source = args
+            .objects
+            .as_deref()
+            .unwrap_or(Path::new("<built-in list>"));
+        return Err(CliError::usage(format!(
+            "--objects {}:{}: alignment {} is larger than a page ({} bytes)",
+            source.display(),
+            object.line,
+            object.align,
+            config.page_size
+        )));
+    }
+    check_cgroups_fit(args, &objects, &config)?;
     let pool = PercpuPool::with_config(config).map_err(|e| CliError::usage(e.to_string()))?;
     let start = Instant::now();
 
@@ -400,6 +485,20 @@ mod tests {
         assert_eq!((objects[2].size, objects[2].align), (2048, 64));
         assert!(parse_objects("a").is_err());
         assert!(parse_objects("# nothing").is_err());
+        assert_eq!(
+            parse_objects("a 8\nb 0")
+                .unwrap_err()
+                .split_once(':')
+                .unwrap()
+                .0,
+            "2"
+        );
+        assert!(parse_objects("a 40k")
+            .unwrap_err()
+            .starts_with("1: size 40960"));
+        assert!(parse_objects("a 8 3")
+            .unwrap_err()
+            .contains("\"3\" is neither"));
         assert_eq!(parse_objects(DEFAULT_OBJECTS).unwrap().len(), 9);
     }
 }

@@ -8,7 +8,7 @@
 //! - `congestion`: kswapd marks a node congested, then root `memory.reclaim` runs; with one
 //!   shared bit the node is unthrottled before it is balanced.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,7 +26,7 @@ use mmkit_core::{
 use mmkit_runtime::{MappedMemory, PagePool};
 use serde::Serialize;
 
-use crate::CliError;
+use crate::{limits, output, CliError};
 
 /// Arguments of `mmkit reclaim`.
 #[derive(Args, Debug)]
@@ -154,6 +154,7 @@ fn median(values: &[f64]) -> f64 {
 }
 
 fn pageout(args: &PageoutArgs) -> Result<(), CliError> {
+    output::check_optional_dir("--dir", args.dir.as_deref())?;
     if args.workers == 0 || args.workers > 1024 {
         return Err(CliError::usage("--workers must be 1..=1024"));
     }
@@ -171,9 +172,22 @@ fn pageout(args: &PageoutArgs) -> Result<(), CliError> {
             "--file-kib must be a positive multiple of the folio size, at most 4 GiB",
         ));
     }
+    check_pageout_fits(args, file_pages)?;
     let base_dir = args.dir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("mmkit-reclaim-{}", std::process::id()))
     });
+    // What the run creates (the folder, or its first ancestor that does not exist) goes
+    // when it ends, however it ends; a folder that was there stays.
+    let created = base_dir
+        .ancestors()
+        .filter(|a| !a.as_os_str().is_empty() && !a.exists())
+        .last()
+        .map(Path::to_path_buf);
+    let remove_created = || {
+        if let Some(created) = &created {
+            let _ = std::fs::remove_dir_all(created);
+        }
+    };
     let policies = [
         ("per-page", RmapRemoval::PerPage),
         ("batched", RmapRemoval::Batched),
@@ -197,16 +211,16 @@ fn pageout(args: &PageoutArgs) -> Result<(), CliError> {
                 pageout,
                 ..MmPolicy::V6_7
             };
-            runs[i].push(pageout_run(
-                args,
-                file_pages,
-                folio_order,
-                policy,
-                &base_dir,
-            )?);
+            match pageout_run(args, file_pages, folio_order, policy, &base_dir) {
+                Ok(run) => runs[i].push(run),
+                Err(e) => {
+                    remove_created();
+                    return Err(e);
+                }
+            }
         }
     }
-    let _ = std::fs::remove_dir(&base_dir);
+    remove_created();
     let first = median(&runs[0].iter().map(|r| r.0).collect::<Vec<_>>());
     let rows: Vec<PageoutRow> = policies
         .iter()
@@ -262,6 +276,29 @@ fn pageout(args: &PageoutArgs) -> Result<(), CliError> {
     println!(
         "published, Yin 2023 (96 processes, IceLake 48C/96T, xfs): 58,865 → 63,247 loops (+7.4 %)"
     );
+    Ok(())
+}
+
+/// Refuse a pageout run this machine cannot hold or that would run for more than a day.
+/// Each worker's file is mapped from a pool of twice its pages (the page cache and the
+/// pages being written back) and filled from one buffer of the file's size:
+/// `workers × file × 2 + file` bytes, 8 MiB + 2 MiB for the default 2 × 2 MiB.
+fn check_pageout_fits(args: &PageoutArgs, file_pages: u64) -> Result<(), CliError> {
+    let file_bytes = u128::from(file_pages) * 4096;
+    limits::check_memory(
+        &format!("--workers {} × --file-kib {}", args.workers, args.file_kib),
+        limits::product(&[u128::from(args.workers), file_bytes, 2]) + file_bytes,
+    )?;
+    let seconds = args.repeat as f64 * 2.0 * args.seconds;
+    if seconds > limits::MAX_RUN_SECONDS {
+        return Err(CliError::usage(format!(
+            "--repeat {} × 2 policies × --seconds {} is {seconds:.0} s of running: at most \
+             {} (a day)",
+            args.repeat,
+            args.seconds,
+            limits::MAX_RUN_SECONDS
+        )));
+    }
     Ok(())
 }
 
@@ -477,6 +514,7 @@ fn lru_size(args: &LruSizeArgs) -> Result<(), CliError> {
     if args.cpus.iter().any(|&c| c == 0 || c > 1024) {
         return Err(CliError::usage("every --cpus value must be 1..=1024"));
     }
+    check_lru_size_fits(args)?;
     let mut rows = Vec::new();
     for &cpus in &args.cpus {
         for (name, lru_size) in [
@@ -506,6 +544,44 @@ fn lru_size(args: &LruSizeArgs) -> Result<(), CliError> {
             row.seconds,
             row.reclaimed
         );
+    }
+    Ok(())
+}
+
+/// The most page touches one `lru-size` invocation may make: 2^32, about seven hours at
+/// the 180,000 touches a second (each reclaiming) of a release build.
+const MAX_LRU_SIZE_TOUCHES: u128 = 1 << 32;
+
+/// Refuse an `lru-size` run whose machine cannot be built or held, or that makes more than
+/// [`MAX_LRU_SIZE_TOUCHES`] touches.
+///
+/// The machine manages half of `memcgs × pages` (at least 1024 pages) from pfn 2^20, so it
+/// must end below pfn 2^32 − 1, the mem_map's limit. Per page a process touches, the run
+/// keeps about 80 bytes: its pte (8), two swap slots (a byte and a free-list entry each,
+/// 18), half a mem_map descriptor (8) and half a resident folio's record (about 46).
+fn check_lru_size_fits(args: &LruSizeArgs) -> Result<(), CliError> {
+    let culprit = format!("--memcgs {} × --pages {}", args.memcgs, args.pages);
+    let pages = u128::from(args.memcgs) * u128::from(args.pages);
+    if pages / 2 >= u128::from(u32::MAX) - 0x10_0000 {
+        return Err(CliError::usage(format!(
+            "{culprit} = {pages} pages: the machine of half of them would end beyond pfn \
+             2^32 - 1, the mem_map's limit"
+        )));
+    }
+    limits::check_memory(&culprit, pages * 80)?;
+    let touches = limits::product(&[
+        u128::from(args.memcgs),
+        u128::from(args.touches),
+        args.cpus.len() as u128 * 2,
+    ]);
+    if touches > MAX_LRU_SIZE_TOUCHES {
+        return Err(CliError::usage(format!(
+            "--memcgs {} × --touches {} × {} CPU counts × 2 policies = {touches} page \
+             touches: at most {MAX_LRU_SIZE_TOUCHES} (hours of running)",
+            args.memcgs,
+            args.touches,
+            args.cpus.len()
+        )));
     }
     Ok(())
 }

@@ -219,6 +219,7 @@ pub fn render_json(results: &[RunResult]) -> Result<String, CliError> {
 
 /// `mmkit sim`.
 pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
+    crate::output::check_optional_dir("--plot", args.plot.as_deref())?;
     let workload = workload(&args.workload)?;
     let policies: Vec<Policy> = args
         .policies

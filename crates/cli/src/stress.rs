@@ -8,12 +8,13 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use mmkit_core::{Order, Policy};
+use mmkit_core::topology::CacheInfo;
+use mmkit_core::{Order, PageAllocator, Pfn, Policy, Topology, ZoneSpec, ZoneType};
 use mmkit_runtime::{FaultConfig, PageBlock, PagePool, PoolError};
 use serde::Serialize;
 
 use crate::size::parse_bytes;
-use crate::CliError;
+use crate::{limits, CliError};
 
 /// What the threads do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
@@ -92,23 +93,32 @@ struct Report {
 
 /// Run `mmkit stress`.
 pub fn run(args: &StressArgs) -> Result<(), CliError> {
-    if args.threads == 0 || !args.seconds.is_finite() || args.seconds <= 0.0 {
-        return Err(CliError::usage(
-            "need at least one thread and a positive duration",
-        ));
+    if args.threads == 0 {
+        return Err(CliError::usage("--threads: need at least one thread"));
     }
+    limits::check_threads("--threads", u64::from(args.threads))?;
+    let duration = limits::check_seconds("--seconds", args.seconds)?;
     let policy = crate::machine::policy_preset(&args.policy)?;
     let cpus = args.cpus.unwrap_or(args.threads);
+    let memory_bytes = parse_bytes(&args.memory)
+        .ok()
+        .and_then(|bytes| usize::try_from(bytes).ok())
+        .ok_or_else(|| CliError::usage(format!("--memory {:?} is not a size", args.memory)))?;
+    // The pool maps --memory and boots an allocator for it: a mem_map of 16 bytes per
+    // 4 KiB page and a pageset per CPU in each zone (boot_bytes), beside the memory itself.
+    limits::check_memory(
+        &format!("--memory {} on --cpus {cpus}", args.memory),
+        u128::from(pool_boot_bytes(memory_bytes, cpus)) + memory_bytes as u128,
+    )?;
     let pool = PagePool::builder()
-        .memory_bytes(parse_bytes(&args.memory).map_err(CliError::usage)? as usize)
+        .memory_bytes(memory_bytes)
         .cpus(cpus)
         .policy(policy)
         .build()
-        .map_err(|e| CliError::usage(e.to_string()))?;
+        .map_err(|e| CliError::usage(format!("--memory and --cpus: {e}")))?;
     let counters = Counters::default();
     let stop = AtomicBool::new(false);
     let started = Instant::now();
-    let duration = Duration::from_secs_f64(args.seconds);
     let bar = progress(args, duration);
     let (tx, rx) = mpsc::channel::<(PageBlock<'_>, u64)>();
     let rx = std::sync::Mutex::new(rx);
@@ -155,6 +165,26 @@ pub fn run(args: &StressArgs) -> Result<(), CliError> {
         )));
     }
     Ok(())
+}
+
+/// What the pool's allocator allocates at boot for `memory_bytes` in 4 KiB pages on
+/// `cpus` CPUs (one node), or 0 when the builder will refuse the machine itself.
+fn pool_boot_bytes(memory_bytes: usize, cpus: u32) -> u64 {
+    let pages = memory_bytes as u64 >> 12;
+    let zone = ZoneSpec {
+        node: 0,
+        zone_type: ZoneType::Normal,
+        start_pfn: Pfn(0),
+        spanned: pages,
+        present: pages,
+        managed: pages,
+    };
+    let llc = CacheInfo {
+        llc_bytes: 32 << 20,
+        llc_shared_cpus: 1,
+    };
+    Topology::new(vec![zone], vec![cpus], llc, false)
+        .map_or(0, |topology| PageAllocator::boot_bytes(&topology))
 }
 
 fn progress(args: &StressArgs, duration: Duration) -> ProgressBar {

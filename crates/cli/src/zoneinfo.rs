@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use mmkit_core::views::zoneinfo;
-use mmkit_core::{PageAllocator, Settings};
+use mmkit_core::Settings;
 use serde::Serialize;
 
 use crate::machine::{policy_preset, MachineArgs};
@@ -54,11 +54,9 @@ pub fn run(args: &ZoneinfoArgs) -> Result<(), CliError> {
     if args.live {
         return live::run(&args.root, args.json);
     }
-    let settings = args.machine.settings()?;
-    let topology = args.machine.topology()?;
     let policy = policy_preset(&args.policy)?;
-    let allocator = PageAllocator::new(topology, settings.clone(), policy)
-        .map_err(|e| CliError::usage(e.to_string()))?;
+    let allocator = args.machine.allocator(policy)?;
+    let settings = allocator.settings();
     let zones = zoneinfo::collect(&allocator);
     if args.json {
         let report = ZoneinfoReport {

@@ -377,3 +377,15 @@ fn the_guide_shows_what_the_examples_print_today() {
         );
     }
 }
+
+#[test]
+fn ticks_after_the_first_idle_one_change_nothing_so_a_billion_end_as_a_hundred_do() {
+    let script = |times: &str| format!("alloc 2000 x 0 as a\nfree a\ntick {times}\n");
+    let hundred = steps_of_stdin(&script("100"), &[]);
+    let billion = steps_of_stdin(&script("1000000000"), &[]);
+    let note = |steps: &[Value]| steps[2]["note"].as_str().unwrap().to_owned();
+    assert!(note(&hundred).starts_with("ticks with work: 13 of 100"));
+    assert!(note(&billion).starts_with("ticks with work: 13 of 1000000000"));
+    assert!(hundred[2]["zones"].is_array());
+    assert_eq!(hundred[2]["zones"], billion[2]["zones"]);
+}

@@ -71,6 +71,15 @@ pub enum SettingsError {
     PcpBatchScaleMax(u8),
     /// `stat_interval_ms` of 0.
     StatInterval,
+    /// An explicit `min_free_kbytes` whose min watermarks add up to more than the lowmem
+    /// zones manage: no allocation could ever pass a watermark check. Linux accepts the
+    /// write and the machine stops allocating; a model has no use for that state.
+    MinFreeKbytesAboveMemory {
+        /// The value asked for.
+        min_free_kbytes: u64,
+        /// Σ managed of the lowmem zones, in KiB: the largest value that is possible.
+        lowmem_kbytes: u64,
+    },
 }
 
 impl fmt::Display for SettingsError {
@@ -87,6 +96,14 @@ impl fmt::Display for SettingsError {
                 write!(f, "pcp_batch_scale_max {v} is outside 0..=6")
             }
             SettingsError::StatInterval => write!(f, "stat_interval must be at least 1 ms"),
+            SettingsError::MinFreeKbytesAboveMemory {
+                min_free_kbytes,
+                lowmem_kbytes,
+            } => write!(
+                f,
+                "min_free_kbytes {min_free_kbytes} is impossible: the min watermarks would \
+                 exceed the {lowmem_kbytes} KiB the lowmem zones manage"
+            ),
         }
     }
 }

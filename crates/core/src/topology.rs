@@ -65,6 +65,10 @@ const X86_DMA_END: u64 = (16 << 20) >> 12;
 const X86_DMA32_END: u64 = (4 << 30) >> 12;
 /// Nodes start on a memory-section boundary (x86-64 `SECTION_SIZE_BITS` 27: 128 MiB).
 const X86_SECTION_PAGES: u64 = (128 << 20) >> 12;
+/// `MAX_NUMNODES` of the largest x86-64 configuration: `CONFIG_NODES_SHIFT` is at most 10,
+/// so 1 << 10 nodes. Every node has a zonelist naming every node's zones, so the zonelists
+/// grow with the square of the nodes; node ids also fit [`NodeId`] with room to spare.
+pub const MAX_NUMNODES: usize = 1 << 10;
 
 /// A machine description that cannot be built.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -73,6 +77,10 @@ pub enum TopologyError {
     NoZones,
     /// No CPU at all.
     NoCpus,
+    /// More nodes than [`MAX_NUMNODES`].
+    TooManyNodes(usize),
+    /// More CPUs than a CPU number ([`u32`]) can count.
+    TooManyCpus,
     /// A zone's node has no entry in the CPUs-per-node list.
     UnknownNode(NodeId),
     /// Zones of a node must be given once each, in zone order.
@@ -123,6 +131,13 @@ impl fmt::Display for TopologyError {
         match self {
             TopologyError::NoZones => write!(f, "no zones: give at least one zone"),
             TopologyError::NoCpus => write!(f, "no CPUs: give at least one CPU"),
+            TopologyError::TooManyNodes(nodes) => write!(
+                f,
+                "{nodes} nodes are more than Linux supports (MAX_NUMNODES {MAX_NUMNODES})"
+            ),
+            TopologyError::TooManyCpus => {
+                write!(f, "the CPUs of all nodes add up to more than 2^32 - 1")
+            }
             TopologyError::UnknownNode(n) => write!(f, "node {n} has no CPU count"),
             TopologyError::ZoneOrder { node, zone } => write!(
                 f,
@@ -237,7 +252,7 @@ impl Topology {
                 ZoneType::Movable | ZoneType::Device => (0, None),
             };
             let start = cursor.max(floor);
-            let end = start + size.spanned;
+            let end = start.saturating_add(size.spanned);
             if let Some(limit) = limit {
                 if end > limit {
                     return Err(TopologyError::Boundary {
@@ -264,7 +279,15 @@ impl Topology {
         if self.zones.is_empty() {
             return Err(TopologyError::NoZones);
         }
-        if self.node_cpus.iter().sum::<u32>() == 0 {
+        if self.node_cpus.len() > MAX_NUMNODES {
+            return Err(TopologyError::TooManyNodes(self.node_cpus.len()));
+        }
+        let nr_cpus = self
+            .node_cpus
+            .iter()
+            .try_fold(0u32, |sum, &cpus| sum.checked_add(cpus))
+            .ok_or(TopologyError::TooManyCpus)?;
+        if nr_cpus == 0 {
             return Err(TopologyError::NoCpus);
         }
         if self.llc.llc_shared_cpus == 0 {
@@ -285,7 +308,8 @@ impl Topology {
                     zone: zone_type,
                 });
             }
-            if zone.end_pfn().0 >= PFN_LIMIT {
+            let end = zone.start_pfn.0.checked_add(zone.spanned);
+            if end.map_or(true, |end| end >= PFN_LIMIT) {
                 return Err(TopologyError::TooLarge {
                     node,
                     zone: zone_type,
@@ -385,6 +409,17 @@ mod tests {
         let t = Topology::x86_64(&sizes, alloc::vec![2], LLC, false).unwrap();
         let starts: Vec<u64> = t.zones().iter().map(|z| z.start_pfn.0).collect();
         assert_eq!(starts, [1, 4096, 1_048_576]);
+    }
+
+    #[test]
+    fn more_nodes_than_max_numnodes_or_cpus_than_u32_are_rejected() {
+        let zone = ZoneSize::managed(0, ZoneType::Normal, 1024);
+        let nodes = alloc::vec![1; MAX_NUMNODES + 1];
+        let err = Topology::x86_64(&[zone], nodes, LLC, false).unwrap_err();
+        assert_eq!(err, TopologyError::TooManyNodes(MAX_NUMNODES + 1));
+        let cpus = alloc::vec![u32::MAX, 1];
+        let err = Topology::x86_64(&[zone], cpus, LLC, false).unwrap_err();
+        assert_eq!(err, TopologyError::TooManyCpus);
     }
 
     #[test]

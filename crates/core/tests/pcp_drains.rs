@@ -599,6 +599,49 @@ fn cpu_hotplug_recomputes_free_high_batch_from_the_cache_slice() {
 // ---------------------------------------------------------------------------------------
 
 #[test]
+fn min_free_kbytes_above_lowmem_is_refused_at_boot_and_by_set_settings() {
+    // 3840 + 772,915 + 196,608 managed pages = 3,893,452 KiB of lowmem.
+    let lowmem_kbytes = (3840 + 772_915 + 196_608) * 4;
+    let above = Settings {
+        min_free_kbytes: MinFreeKbytes::Explicit(lowmem_kbytes + 4),
+        ..spec_settings()
+    };
+    let impossible = SettingsError::MinFreeKbytesAboveMemory {
+        min_free_kbytes: lowmem_kbytes + 4,
+        lowmem_kbytes,
+    };
+    let sizes = [
+        ZoneSize::managed(0, ZoneType::Dma, 3840),
+        ZoneSize::managed(0, ZoneType::Dma32, 772_915),
+        ZoneSize::managed(0, ZoneType::Normal, 196_608),
+    ];
+    let topology = Topology::x86_64(&sizes, vec![2], SPEC_LLC, false).expect("valid topology");
+    let refused = PageAllocator::new(topology, above.clone(), Policy::V6_7).unwrap_err();
+    assert_eq!(refused, impossible);
+
+    let allocator = machine(Policy::V6_7, 2);
+    let min_before = zone(&allocator, NORMAL).wmark(WatermarkKind::Min);
+    assert_eq!(allocator.set_settings(above), Err(impossible));
+    assert_eq!(
+        allocator.settings(),
+        spec_settings(),
+        "a refused setting changes nothing"
+    );
+    assert_eq!(
+        zone(&allocator, NORMAL).wmark(WatermarkKind::Min),
+        min_before
+    );
+    // Every managed page at the min watermark is the most there is, and possible.
+    let all = Settings {
+        min_free_kbytes: MinFreeKbytes::Explicit(lowmem_kbytes),
+        ..spec_settings()
+    };
+    allocator
+        .set_settings(all)
+        .expect("at most the lowmem zones' memory");
+}
+
+#[test]
 fn fraction_8_fixes_high_min_and_high_max_and_0_restores_auto_tuning() {
     let allocator = machine(Policy::V6_7, 2);
     let fraction = |f| Settings {

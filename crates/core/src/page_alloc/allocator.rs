@@ -18,11 +18,11 @@ use super::gfp::{Gfp, GFP_DECODE_COMBINATIONS};
 use super::pcp_sizing::{self, PcpLimits};
 use super::types::{CpuId, MigrateType, NodeId, ZoneType, MAX_NR_ZONES, MIGRATE_TYPES};
 use super::watermark::{self, WatermarkKind, PAGEBLOCK_PAGES};
-use super::zone::Zone;
-use crate::page::Pfn;
+use super::zone::{PagesetSlot, Zone};
+use crate::page::{Page, Pfn};
 use crate::policy::Policy;
 use crate::settings::{MinFreeKbytes, Settings, SettingsError};
-use crate::sync::SpinLock;
+use crate::sync::{CachePadded, SpinLock};
 use crate::topology::{Topology, ZoneSpec};
 
 /// kswapd wake-ups requested for a node. The core only records them; a runtime or
@@ -203,8 +203,42 @@ impl PageAllocator {
             nr_online: AtomicU32::new(nr_cpus),
             drain_work: DrainWorkState::new(nr_cpus),
         };
+        allocator.check_min_free_kbytes(allocator.settings.lock().min_free_kbytes)?;
         allocator.boot();
         Ok(allocator)
+    }
+
+    /// The memory [`PageAllocator::new`] allocates for `topology`, in bytes (saturating):
+    /// every zone's mem_map (16 bytes per spanned page) and pageblock migratetypes (a byte
+    /// per pageblock), a cache-line-padded pageset slot per CPU in every zone of every node,
+    /// the zones themselves, and each node's zonelist of every node's managed zones. Most of
+    /// the mem_map is reserved but never touched (see [`MemMap`](super::mem_map::MemMap)),
+    /// so this is the address space the machine takes, an upper bound of what it uses. An
+    /// embedder or a command line checks it against the memory it has before building a
+    /// machine it cannot hold.
+    pub fn boot_bytes(topology: &Topology) -> u64 {
+        let mem_map: u64 = topology
+            .zones()
+            .iter()
+            .map(|z| {
+                let descriptors = z.spanned.saturating_mul(size_of::<Page>() as u64);
+                descriptors.saturating_add(z.spanned / PAGEBLOCK_PAGES + 1)
+            })
+            .fold(0, u64::saturating_add);
+        let nr_nodes = topology.nr_nodes() as u64;
+        let nr_zones = nr_nodes.saturating_mul(topology.nr_zone_types() as u64);
+        let pageset = size_of::<CachePadded<PagesetSlot>>() as u64;
+        let zones = nr_zones.saturating_mul(
+            (size_of::<Zone>() as u64)
+                .saturating_add(pageset.saturating_mul(u64::from(topology.nr_cpus()))),
+        );
+        let managed_zones = topology.zones().iter().filter(|z| z.managed > 0).count() as u64;
+        let zonelists =
+            nr_nodes.saturating_mul(
+                (size_of::<Zonelist>() as u64)
+                    .saturating_add(managed_zones.saturating_mul(size_of::<usize>() as u64)),
+            );
+        mem_map.saturating_add(zones).saturating_add(zonelists)
     }
 
     /// `init_per_zone_wmark_min` and khugepaged's start: choose `min_free_kbytes`, then set
@@ -256,8 +290,11 @@ impl PageAllocator {
 
     /// Online CPUs of `node` (`cpumask_of_node`).
     pub(crate) fn node_online_cpus(&self, node: NodeId) -> u32 {
-        (0..self.topology.nr_cpus())
-            .filter(|&cpu| self.topology.cpu_node(cpu) == Some(node) && self.cpu_online(cpu))
+        // The per-CPU table, not `Topology::cpu_node`: that walks the nodes, and boot asks
+        // this for every zone, so a 1024-node machine took minutes.
+        self.cpus
+            .iter()
+            .filter(|c| c.node == node && c.online.load(Relaxed))
             .count() as u32
     }
 
@@ -293,16 +330,37 @@ impl PageAllocator {
             .sum()
     }
 
+    /// Σ managed over the lowmem zones: what `min_free_kbytes` is shared over.
+    fn lowmem_pages(&self) -> u64 {
+        self.zones
+            .iter()
+            .filter(|z| z.zone_type.is_lowmem())
+            .map(|z| z.managed)
+            .sum()
+    }
+
+    /// Refuse an explicit `min_free_kbytes` above the lowmem zones' managed memory: each
+    /// zone's min watermark is its share `pages_min × managed / lowmem_pages`, above its
+    /// managed pages exactly when `pages_min` (`min_free_kbytes / 4`) is above
+    /// `lowmem_pages`. A machine without lowmem ignores the value.
+    fn check_min_free_kbytes(&self, value: MinFreeKbytes) -> Result<(), SettingsError> {
+        let lowmem_pages = self.lowmem_pages();
+        match value {
+            MinFreeKbytes::Explicit(kbytes) if lowmem_pages > 0 && kbytes >> 2 > lowmem_pages => {
+                Err(SettingsError::MinFreeKbytesAboveMemory {
+                    min_free_kbytes: kbytes,
+                    lowmem_kbytes: lowmem_pages * 4,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// `setup_per_zone_wmarks`: watermarks from `min_free_kbytes`, then the PCP limits that
     /// depend on them (`zone_pcp_update` with `cpu_online` 0).
     fn setup_per_zone_wmarks(&self, min_free_kbytes: u64, settings: &Settings) {
         self.min_free_kbytes.store(min_free_kbytes, Relaxed);
-        let lowmem_pages: u64 = self
-            .zones
-            .iter()
-            .filter(|z| z.zone_type.is_lowmem())
-            .map(|z| z.managed)
-            .sum();
+        let lowmem_pages = self.lowmem_pages();
         for zone in &self.zones {
             let marks = watermark::zone_watermarks(
                 zone.zone_type,
@@ -405,6 +463,7 @@ impl PageAllocator {
     /// handlers do. Invalid settings are refused and nothing changes.
     pub fn set_settings(&self, new: Settings) -> Result<(), SettingsError> {
         new.validate()?;
+        self.check_min_free_kbytes(new.min_free_kbytes)?;
         let mut current = self.settings.lock();
         let old = core::mem::replace(&mut *current, new.clone());
         self.scale_max.store(new.pcp_batch_scale_max, Relaxed);
@@ -579,6 +638,30 @@ const _: fn() = || {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn boot_bytes_count_the_mem_map_and_a_pageset_per_cpu_in_every_zone() {
+        use crate::topology::{CacheInfo, ZoneSize};
+        let topology = |pages, cpus| {
+            let normal = ZoneSize::managed(0, ZoneType::Normal, pages);
+            let llc = CacheInfo {
+                llc_bytes: 32 << 20,
+                llc_shared_cpus: 1,
+            };
+            Topology::x86_64(&[normal], alloc::vec![cpus], llc, false).expect("valid")
+        };
+        let base = PageAllocator::boot_bytes(&topology(1024, 1));
+        // 1024 more descriptors of 16 bytes, and 2048 / 512 + 1 − (1024 / 512 + 1) = 2
+        // more pageblocks.
+        let pages = PageAllocator::boot_bytes(&topology(2048, 1));
+        assert_eq!(pages - base, 1024 * 16 + 2);
+        // One more CPU: a padded pageset slot in each of the four zone types.
+        let cpus = PageAllocator::boot_bytes(&topology(1024, 2));
+        let slot = size_of::<CachePadded<PagesetSlot>>() as u64;
+        assert_eq!(cpus - base, 4 * slot);
+        let huge = PageAllocator::boot_bytes(&topology(1024, u32::MAX));
+        assert!(huge > 4 * slot * u64::from(u32::MAX));
+    }
 
     /// The section table settles a pfn only with the binary search's answer: spans that
     /// start and end inside sections, a gap, overlapping spans and pfns past the end.

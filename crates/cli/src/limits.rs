@@ -1,0 +1,156 @@
+//! Bounds on what a command line may ask for, checked before anything is allocated or run:
+//! a count mistyped by a few digits is a usage error that names its flag, not a
+//! `capacity overflow` panic, an abort on a 24 TB allocation or a run of days.
+//!
+//! Counts that size memory are bounded by this machine's memory. Each caller works out the
+//! bytes its flags imply (the arithmetic is in a comment there) and [`check_memory`]
+//! refuses more than `MemTotal + SwapTotal` of `/proc/meminfo`: the most Linux's default
+//! overcommit heuristic (`vm.overcommit_memory` 0, `__vm_enough_memory`) lets one mapping
+//! take, so anything larger fails to allocate.
+//!
+//! Durations are bounded by [`MAX_RUN_SECONDS`], thread counts by the CPUs that run them
+//! ([`check_threads`]).
+//!
+//! The bounds are far above any sensible value, so only a mistake meets them.
+
+use std::time::Duration;
+
+use crate::CliError;
+
+/// The x86-64 user address space (47 bits, 128 TiB): no mapping is larger, whatever the
+/// machine. The bound when `/proc/meminfo` cannot be read.
+const ADDRESS_SPACE_BYTES: u64 = 1 << 47;
+
+/// The memory this machine can give one process: RAM plus swap, in bytes.
+pub fn machine_memory_bytes() -> u64 {
+    let Ok(meminfo) = std::fs::read_to_string("/proc/meminfo") else {
+        return ADDRESS_SPACE_BYTES;
+    };
+    let kbytes = |key: &str| -> Option<u64> {
+        let line = meminfo.lines().find(|l| l.starts_with(key))?;
+        line[key.len()..]
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()
+    };
+    match kbytes("MemTotal:") {
+        Some(ram) => (ram + kbytes("SwapTotal:").unwrap_or(0)).saturating_mul(1024),
+        None => ADDRESS_SPACE_BYTES,
+    }
+}
+
+/// The product of `factors`, saturating: the bytes a set of counts implies, which may be
+/// far beyond `u64` for a mistyped count.
+pub fn product(factors: &[u128]) -> u128 {
+    factors
+        .iter()
+        .fold(1, |acc: u128, &f| acc.saturating_mul(f))
+}
+
+/// Refuse `bytes` if this machine cannot hold them. `culprit` names the flags and says
+/// what the memory is for.
+pub fn check_memory(culprit: &str, bytes: u128) -> Result<(), CliError> {
+    let have = machine_memory_bytes();
+    if bytes <= u128::from(have) {
+        return Ok(());
+    }
+    Err(CliError::usage(format!(
+        "{culprit}: that needs {} of memory and this machine has {} (RAM and swap)",
+        human_bytes(bytes),
+        human_bytes(u128::from(have))
+    )))
+}
+
+/// `1.5 GiB`, `24.0 TiB`, `12.0 EiB`.
+pub fn human_bytes(bytes: u128) -> String {
+    const UNITS: [&str; 7] = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} bytes")
+    } else if value >= 1024.0 {
+        format!("{value:.1e} {}", UNITS[unit])
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+/// The longest run a duration flag may ask for: a day. `--seconds 1e300` is a typo (it
+/// panicked converting to a `Duration`), and a longer experiment is better split.
+pub const MAX_RUN_SECONDS: f64 = 86_400.0;
+
+/// `seconds` as a duration, if it is positive and at most [`MAX_RUN_SECONDS`].
+pub fn check_seconds(flag: &str, seconds: f64) -> Result<Duration, CliError> {
+    if !(seconds > 0.0 && seconds <= MAX_RUN_SECONDS) {
+        let shown = match seconds.abs() < 1e9 {
+            true => format!("{seconds}"),
+            false => format!("{seconds:e}"),
+        };
+        return Err(CliError::usage(format!(
+            "{flag} {shown} is invalid: use a number of seconds in (0, {MAX_RUN_SECONDS}]"
+        )));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// Threads per CPU of this machine a run may start.
+///
+/// The runtime's threads spin on pageset and zone locks as the kernel's CPUs do, and a
+/// thread preempted while holding one leaves its waiters spinning out their time slices.
+/// Past a few dozen threads per CPU a run stretches far beyond its `--seconds` (on 2 CPUs,
+/// asking for 1 s: 64 threads took 1.0 s, 256 took 2.0 s, 1000 took 10 s) and measures
+/// the scheduler, not the allocator.
+const THREADS_PER_CPU: u64 = 32;
+
+/// Refuse more threads than [`THREADS_PER_CPU`] per CPU this process may run on.
+pub fn check_threads(flag: &str, threads: u64) -> Result<(), CliError> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    let most = cpus * THREADS_PER_CPU;
+    if threads <= most {
+        return Ok(());
+    }
+    Err(CliError::usage(format!(
+        "{flag} {threads} is too many for the {cpus} CPUs of this machine: at most {most} \
+         ({THREADS_PER_CPU} per CPU; more spin on each other's locks instead of running)"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_print_in_binary_units() {
+        assert_eq!(human_bytes(512), "512 bytes");
+        assert_eq!(human_bytes(24_000_000_000_000), "21.8 TiB");
+        assert_eq!(human_bytes(u128::MAX), "3.0e20 EiB");
+    }
+
+    #[test]
+    fn memory_beyond_the_address_space_is_refused() {
+        let message = check_memory("--count 10", 1 << 60).unwrap_err();
+        assert!(
+            message.message.contains("--count 10: that needs 1.0 EiB"),
+            "{message:?}"
+        );
+        assert!(check_memory("--count 1", 4096).is_ok());
+        assert_eq!(product(&[u128::MAX, 2]), u128::MAX);
+    }
+
+    #[test]
+    fn durations_are_positive_and_at_most_a_day() {
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e300, 86_401.0] {
+            assert!(check_seconds("--seconds", bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            check_seconds("--seconds", 0.5).unwrap(),
+            Duration::from_millis(500)
+        );
+    }
+}

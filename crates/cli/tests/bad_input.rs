@@ -1,0 +1,649 @@
+//! Bad input to every subcommand: empty, binary, truncated and field-flipped input files,
+//! zero, huge, negative and non-numeric values. Each case must be refused before any work
+//! with one line on stderr naming the argument (the flag, the path, or FILE:LINE), exit
+//! status 2, nothing on stdout and no file left behind: never a panic (status 101), an
+//! abort (134) or a signal. No case starts a long run: wherever a case leaves a value
+//! alone it is the smallest valid one, so a refusal that regressed would still end soon.
+//!
+//! `sim_cli.rs` covers the simulator's impossible machines, `--node-gib`, unknown
+//! workloads and presets; the cases here are the others.
+
+mod common;
+
+use common::{mmkit, Scratch};
+
+/// Run `mmkit args` (with `stdin`, if any) and check that it is refused as bad input whose
+/// message names `culprit`.
+fn refused_with_stdin(args: &[&str], stdin: Option<&[u8]>, culprit: &str) {
+    let mut command = mmkit();
+    command.args(args);
+    if let Some(bytes) = stdin {
+        command.write_stdin(bytes.to_vec());
+    }
+    let output = command.output().expect("mmkit runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+    let code = output.status.code();
+    assert_ne!(code, Some(101), "{args:?} panicked: {stderr}");
+    assert_ne!(code, Some(134), "{args:?} aborted: {stderr}");
+    assert!(code.is_some(), "{args:?} was killed by a signal: {stderr}");
+    assert_eq!(code, Some(2), "{args:?}: {stderr}");
+    assert_eq!(
+        stderr.lines().count(),
+        1,
+        "{args:?}: one line expected: {stderr}"
+    );
+    assert!(stderr.starts_with("mmkit: error: "), "{args:?}: {stderr}");
+    assert!(
+        stderr.contains(culprit),
+        "{args:?}: the message should name {culprit:?}: {stderr}"
+    );
+    assert!(
+        output.stdout.is_empty(),
+        "{args:?} printed before refusing: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+}
+
+/// [`refused_with_stdin`] without standard input.
+fn refused(args: &[&str], culprit: &str) {
+    refused_with_stdin(args, None, culprit);
+}
+
+/// `base` (a subcommand and `--flag value` pairs) with the flags of `overrides` given
+/// their values there instead (clap refuses a flag given twice), then the rest of
+/// `overrides`.
+fn overriding<'a>(base: &[&'a str], overrides: &[&'a str]) -> Vec<&'a str> {
+    let mut args = Vec::new();
+    let mut words = base.iter();
+    while let Some(&word) = words.next() {
+        if word.starts_with("--") && overrides.contains(&word) {
+            words.next();
+        } else {
+            args.push(word);
+        }
+    }
+    args.extend_from_slice(overrides);
+    args
+}
+
+#[test]
+fn command_lines_clap_refuses_name_the_argument_on_one_line() {
+    refused(&["frobnicate"], "frobnicate");
+    refused(&["sim"], "--workload");
+    refused(&["percpu", "test", "--outer", "-1"], "--outer");
+    refused(&["percpu", "test", "--outer", "many"], "--outer");
+    refused(&["demo", "--seed", "-1"], "--seed");
+    refused(&["stress", "--pattern", "sideways"], "--pattern");
+    refused(&["reclaim", "congestion", "extra"], "extra");
+    refused(
+        &[
+            "sim",
+            "--workload",
+            "unix",
+            "--seed",
+            "99999999999999999999999",
+        ],
+        "--seed",
+    );
+}
+
+#[test]
+fn zoneinfo_refuses_impossible_machines_naming_the_flag() {
+    let machine = |extra: &[&str], culprit: &str| {
+        let base = ["zoneinfo", "--zone", "Normal=262144"];
+        refused(&overriding(&base, extra), culprit);
+    };
+    refused(&["zoneinfo"], "--zone");
+    refused(&["zoneinfo", "--zone", "Normal=lots"], "--zone");
+    refused(&["zoneinfo", "--zone", "Normal="], "--zone");
+    refused(&["zoneinfo", "--zone", "=5"], "--zone");
+    refused(&["zoneinfo", "--zone", "Normal=4294967295"], "--zone");
+    refused(
+        &["zoneinfo", "--zone", "Normal=9223372036854775807"],
+        "--zone",
+    );
+    // Node 65535 wrapped the u16 node count to 0 and boot panicked.
+    refused(&["zoneinfo", "--zone", "65535:Normal=1000"], "--zone");
+    machine(&["--cpus", "0"], "--cpus");
+    // 4 zones × 2^32 CPUs × a 128-byte pageset: a 2 TiB allocation aborted.
+    machine(&["--cpus", "4294967295"], "--cpus");
+    refused(
+        &[
+            "zoneinfo",
+            "--zone",
+            "0:Normal=1000",
+            "--zone",
+            "1:Normal=1000",
+            "--cpus",
+            "4294967295,1",
+        ],
+        "--cpus",
+    );
+    // The min watermark above the zone's 262144 managed pages (1048576 KiB).
+    machine(&["--min-free-kbytes", "99999999999"], "--min-free-kbytes");
+    machine(&["--min-free-kbytes", "1048580"], "--min-free-kbytes");
+    machine(&["--min-free-kbytes", "-5"], "--min-free-kbytes");
+    machine(&["--min-free-kbytes", "lots"], "--min-free-kbytes");
+    machine(
+        &["--watermark-boost-factor", "99999999999"],
+        "--watermark-boost-factor",
+    );
+    machine(
+        &["--percpu-pagelist-high-fraction", "-8"],
+        "--percpu-pagelist-high-fraction",
+    );
+    machine(&["--llc-size", "lots"], "--llc-size");
+    machine(&["--llc-size", "99999999999G"], "--llc-size");
+    machine(&["--llc-shared-cpus", "0"], "--llc-shared-cpus");
+    machine(&["--policy", "patch99"], "patch99");
+}
+
+#[test]
+fn zoneinfo_live_names_the_snapshot_file_it_cannot_use() {
+    let scratch = Scratch::new("bad-input-live");
+    let root = scratch.path("root");
+    std::fs::create_dir_all(scratch.dir().join("root/proc")).unwrap();
+    refused(&["zoneinfo", "--live", "--root", &root], "root/proc/");
+    std::fs::write(scratch.dir().join("root/proc/zoneinfo"), b"Node 0\xff\xfe").unwrap();
+    refused(
+        &["zoneinfo", "--live", "--root", &root],
+        "root/proc/zoneinfo",
+    );
+}
+
+#[test]
+fn pcp_script_refuses_bad_files_naming_file_and_line() {
+    let scratch = Scratch::new("bad-input-pcp");
+    let script = |name: &str, text: &[u8], culprit: &str| {
+        let path = scratch.file(name, text);
+        refused(&["pcp-script", &path], &culprit.replace("FILE", &path));
+    };
+    script("empty", b"", "FILE: the script has no operations");
+    script("comments", b"# only a comment\n\n", "FILE: the script has");
+    script("binary", b"alloc 0\n\xff\xfe\x00\x01", "FILE:2: not UTF-8");
+    script("truncated", b"alloc 0 as a\nalloc", "FILE:2:");
+    script(
+        "flipped",
+        b"alloc 0 as a\nfree a\n0 alloc",
+        "FILE:3: unknown operation",
+    );
+    script("flipped-count", b"alloc 0 x 5", "FILE:1:");
+    script("zero", b"tick 0", "FILE:1:");
+    script("negative", b"bulk -1", "FILE:1:");
+    script("non-numeric", b"alloc many x 0", "FILE:1:");
+    // More pages than the 192000 of the default machine.
+    script("huge-alloc", b"alloc 1000000000 x 0", "FILE:1:");
+    script("huge-order", b"alloc 1000 x 10", "FILE:1:");
+    // Capacity overflow sizing the bulk list.
+    script("huge-bulk", b"bulk 18446744073709551615", "FILE:1:");
+    script("huge-cpu", b"cpu4294967295: alloc 0", "FILE:1:");
+    script("huge-cpu-prefix", b"cpu99999999999: alloc 0", "FILE:1:");
+    script("huge-node", b"drain zone 65535:Normal", "FILE:1:");
+    script(
+        "huge-set",
+        b"set watermark_scale_factor=99999999999",
+        "FILE:1:",
+    );
+    let missing = scratch.path("missing");
+    refused(&["pcp-script", &missing], &missing);
+    let dir = scratch.dir().display().to_string();
+    refused(&["pcp-script", &dir], &dir);
+    refused_with_stdin(&["pcp-script", "-"], Some(b"\xff"), "<stdin>:1: not UTF-8");
+    refused_with_stdin(&["pcp-script", "-"], Some(b""), "<stdin>: the script has");
+}
+
+#[test]
+fn pcp_script_refuses_impossible_machines_naming_the_flag() {
+    let with = |extra: &[&str], culprit: &str| {
+        let args = overriding(&["pcp-script", "-"], extra);
+        refused_with_stdin(&args, Some(b"alloc 0"), culprit);
+    };
+    with(&["--zone", "Normal=0"], "--zone");
+    with(&["--cpus", "4294967295"], "--cpus");
+    with(&["--cpus", "100000000"], "--cpus");
+    with(&["--min-free-kbytes", "99999999999"], "--min-free-kbytes");
+    with(&["--drain", "sideways"], "--drain");
+}
+
+#[test]
+fn percpu_test_bounds_its_cgroups_by_memory_and_names_every_flag() {
+    let test = |extra: &[&str], culprit: &str| {
+        let base = ["percpu", "test", "--outer", "1", "--inner", "1"];
+        refused(&overriding(&base, extra), culprit);
+    };
+    // A capacity overflow panic and an abort on a 24 TB allocation before.
+    refused(
+        &[
+            "percpu",
+            "test",
+            "--outer",
+            "10",
+            "--inner",
+            "100000000000000000",
+        ],
+        "--inner",
+    );
+    refused(
+        &[
+            "percpu",
+            "test",
+            "--outer",
+            "1000000000000",
+            "--inner",
+            "10",
+        ],
+        "--outer",
+    );
+    refused(
+        &[
+            "percpu",
+            "test",
+            "--outer",
+            "18446744073709551615",
+            "--inner",
+            "18446744073709551615",
+        ],
+        "--outer",
+    );
+    refused(&["percpu", "test", "--outer", "0"], "--outer");
+    test(&["--cpus", "0"], "--cpus");
+    test(&["--cpus", "100000000"], "--cpus");
+    test(&["--nodes", "0"], "--nodes");
+    test(&["--unit-size", "1"], "--unit-size");
+    test(&["--unit-size", "99999999999999999999"], "--unit-size");
+    test(&["--page-size", "8k"], "--page-size");
+    test(&["--page-size", "lots"], "--page-size");
+    test(&["--policy", "v6.0"], "--policy");
+}
+
+#[test]
+fn percpu_objects_files_are_refused_with_file_and_line_and_status_2() {
+    let scratch = Scratch::new("bad-input-objects");
+    let objects = |name: &str, text: &[u8], culprit: &str| {
+        let path = scratch.file(name, text);
+        let args = [
+            "percpu",
+            "test",
+            "--outer",
+            "1",
+            "--inner",
+            "1",
+            "--objects",
+            &path,
+        ];
+        refused(&args, &culprit.replace("FILE", &path));
+    };
+    objects("empty", b"", "--objects FILE: the object list is empty");
+    objects("binary", b"a 8\n\x80\x81", "--objects FILE:2: not UTF-8");
+    objects("truncated", b"a 8\nb", "--objects FILE:2:");
+    objects("flipped", b"8 a", "--objects FILE:1:");
+    // A bad size exited 1 at the first allocation; a parse error exited 2.
+    objects("zero", b"a 8\nb 0", "--objects FILE:2:");
+    objects("huge", b"a 40k", "--objects FILE:1:");
+    objects("negative", b"a -8", "--objects FILE:1:");
+    objects("bad-align", b"a 8 3", "--objects FILE:1:");
+    objects("huge-align", b"a 8 8192", "--objects FILE:1:");
+    let missing = scratch.path("missing");
+    refused(
+        &[
+            "percpu",
+            "test",
+            "--outer",
+            "1",
+            "--inner",
+            "1",
+            "--objects",
+            &missing,
+        ],
+        &missing,
+    );
+}
+
+#[test]
+fn stress_bounds_threads_memory_and_duration() {
+    let stress = |extra: &[&str], culprit: &str| {
+        let base = [
+            "stress",
+            "--threads",
+            "1",
+            "--seconds",
+            "0.1",
+            "--memory",
+            "8M",
+        ];
+        refused(&overriding(&base, extra), culprit);
+    };
+    stress(&["--threads", "0"], "--threads");
+    // 1,000,000 threads need 31,250 CPUs at 32 threads per CPU.
+    stress(&["--threads", "1000000"], "--threads");
+    stress(&["--seconds", "0"], "--seconds");
+    stress(&["--seconds", "-1"], "--seconds");
+    stress(&["--seconds", "nan"], "--seconds");
+    // Panicked converting to a Duration.
+    stress(&["--seconds", "1e300"], "--seconds");
+    stress(&["--memory", "0"], "--memory");
+    stress(&["--memory", "lots"], "--memory");
+    stress(&["--memory", "999999999G"], "--memory");
+    stress(&["--cpus", "0"], "--cpus");
+    // A 38 GB pageset allocation aborted.
+    stress(&["--cpus", "100000000"], "--cpus");
+}
+
+#[test]
+fn bench_threads_bounds_batch_threads_and_duration_and_checks_its_output() {
+    let scratch = Scratch::new("bad-input-bench-threads");
+    let bench = |extra: &[&str], culprit: &str| {
+        let base = [
+            "bench",
+            "threads",
+            "--only",
+            "mmkit",
+            "--threads",
+            "2",
+            "--seconds",
+            "0.01",
+        ];
+        refused(&overriding(&base, extra), culprit);
+    };
+    // The system and jemalloc peers mapped 400 GB per thread.
+    bench(&["--batch", "100000000"], "--batch");
+    bench(&["--batch", "0"], "--batch");
+    bench(&["--batch", "-16"], "--batch");
+    bench(&["--threads", "1000000"], "--threads");
+    bench(&["--seconds", "1e300"], "--seconds");
+    bench(&["--sample-every", "0"], "--sample-every");
+    bench(&["--only", "nothing"], "nothing");
+    let dir = scratch.dir().display().to_string();
+    bench(&["--save-json", &dir], "--save-json");
+    let in_missing = scratch.path("missing/report.json");
+    bench(&["--save-json", &in_missing], "--save-json");
+    assert!(scratch.names().is_empty(), "{:?}", scratch.names());
+}
+
+#[test]
+fn bench_pagealloc_bounds_its_samples_and_checks_its_output() {
+    let scratch = Scratch::new("bad-input-bench-pagealloc");
+    let bench = |extra: &[&str], culprit: &str| {
+        let base = [
+            "bench",
+            "pagealloc",
+            "--only",
+            "mmkit",
+            "--orders",
+            "0",
+            "--max-n",
+            "1",
+            "--repeat",
+            "1",
+            "--sample-pages",
+            "1",
+        ];
+        refused(&overriding(&base, extra), culprit);
+    };
+    bench(&["--repeat", "100000000000"], "--repeat");
+    bench(&["--orders", "11"], "--orders");
+    bench(&["--max-n", "0"], "--max-n");
+    bench(&["--touch", "everything"], "--touch");
+    let file = scratch.file("plots", "not a folder");
+    bench(&["--plot", &file], "--plot");
+    let in_missing = scratch.path("missing/report.json");
+    bench(&["--save-json", &in_missing], "--save-json");
+    assert_eq!(scratch.names(), ["plots"]);
+}
+
+#[test]
+fn sim_and_demo_check_their_output_folder_before_simulating() {
+    let scratch = Scratch::new("bad-input-sim");
+    let file = scratch.file("f", "a file");
+    // Ran all 18 simulations, then failed with "f: File exists".
+    refused(&["demo", "--out", &file, "--scale", "0.001"], "--out");
+    let below_file = format!("{file}/plots");
+    refused(&["demo", "--out", &below_file, "--scale", "0.001"], "--out");
+    refused(
+        &[
+            "sim",
+            "--workload",
+            "unix",
+            "--cpus",
+            "2",
+            "--scale",
+            "0.001",
+            "--plot",
+            &file,
+        ],
+        "--plot",
+    );
+    assert_eq!(scratch.names(), ["f"]);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "a file");
+    refused(&["demo", "--scale", "-1"], "scale -1");
+    refused(&["demo", "--scale", "1000"], "scale 1000");
+    refused(&["demo", "--seed", "lots"], "--seed");
+    let sim = |extra: &[&str], culprit: &str| {
+        let base = [
+            "sim",
+            "--workload",
+            "unix",
+            "--cpus",
+            "2",
+            "--scale",
+            "0.001",
+        ];
+        refused(&overriding(&base, extra), culprit);
+    };
+    sim(&["--merge-ns", "99999999999999999999"], "--merge-ns");
+    sim(&["--merge-ns", "10001"], "--merge-ns");
+    sim(&["--threads", "-1"], "--threads");
+    sim(&["--cpus", "-2"], "--cpus");
+    sim(&["--policies", ","], "unknown policy");
+}
+
+#[test]
+#[ignore = "crates/sim's RunSpec::validate says \"scale\" (not --scale) and prints 1e300 in full: for the lead"]
+fn sim_names_scale_flag_for_huge_scales() {
+    refused(
+        &[
+            "sim",
+            "--workload",
+            "unix",
+            "--cpus",
+            "2",
+            "--scale",
+            "1e300",
+        ],
+        "--scale 1e300",
+    );
+}
+
+#[test]
+fn reclaim_pageout_names_its_flags_and_leaves_nothing_behind() {
+    let scratch = Scratch::new("bad-input-pageout");
+    let pageout = |extra: &[&str], culprit: &str| {
+        let base = [
+            "reclaim",
+            "pageout",
+            "--workers",
+            "1",
+            "--seconds",
+            "0.01",
+            "--repeat",
+            "1",
+            "--file-kib",
+            "64",
+        ];
+        refused(&overriding(&base, extra), culprit);
+    };
+    let file = scratch.file("f", "a file");
+    // Said only "pageout: File exists", after building the pool.
+    pageout(&["--dir", &file], "--dir");
+    pageout(&["--dir", &format!("{file}/below")], "--dir");
+    pageout(&["--workers", "0"], "--workers");
+    // 1024 workers × 4 GiB files × 2: a 32 GiB allocation aborted.
+    pageout(
+        &["--workers", "1024", "--file-kib", "4194304"],
+        "--workers 1024 × --file-kib 4194304",
+    );
+    pageout(
+        &["--repeat", "100000000000", "--seconds", "600"],
+        "--repeat",
+    );
+    pageout(&["--repeat", "0"], "--repeat");
+    pageout(&["--seconds", "nan"], "--seconds");
+    pageout(&["--folio-order", "255"], "--folio-order");
+    pageout(&["--folio-order", "256"], "--folio-order");
+    pageout(&["--file-kib", "0"], "--file-kib");
+    pageout(&["--file-kib", "99999999999999"], "--file-kib");
+    pageout(&["--io", "sideways"], "--io");
+    assert_eq!(scratch.names(), ["f"]);
+}
+
+#[test]
+fn reclaim_lru_size_names_pages_and_memcgs() {
+    let lru_size = |extra: &[&str], culprit: &str| {
+        let base = [
+            "reclaim",
+            "lru-size",
+            "--memcgs",
+            "2",
+            "--pages",
+            "4",
+            "--touches",
+            "1",
+            "--cpus",
+            "2",
+        ];
+        refused(&overriding(&base, extra), culprit);
+    };
+    // Said "node 0 zone Normal ends beyond pfn 2^32-1" without naming --pages.
+    lru_size(
+        &["--memcgs", "500", "--pages", "1000000000"],
+        "--pages 1000000000",
+    );
+    // Panicked multiplying.
+    lru_size(&["--pages", "18446744073709551615"], "--pages");
+    lru_size(
+        &["--memcgs", "60000", "--pages", "1000000"],
+        "--memcgs 60000",
+    );
+    lru_size(&["--touches", "100000000000"], "--touches");
+    lru_size(&["--pages", "0"], "--pages");
+    lru_size(&["--memcgs", "0"], "--memcgs");
+    lru_size(&["--cpus", "0"], "--cpus");
+    lru_size(&["--cpus", ""], "--cpus");
+}
+
+#[test]
+fn trace_replay_names_the_file_it_cannot_use() {
+    let scratch = Scratch::new("bad-input-replay");
+    let trace = |name: &str, bytes: &[u8]| {
+        let path = scratch.file(name, bytes);
+        refused(&["trace", "replay", &path], &path);
+    };
+    trace("empty", b"");
+    trace("binary", b"\x1f\x8b\x08\x00\xff\xfe\x00\x01garbage");
+    trace("text", b"not a trace\n");
+    let missing = scratch.path("missing");
+    refused(&["trace", "replay", &missing], &missing);
+    let zoneinfo = scratch.file("zoneinfo", b"Node 0, zone\xff\xfe");
+    refused(
+        &["trace", "replay", &compile_trace(), "--zoneinfo", &zoneinfo],
+        &zoneinfo,
+    );
+    refused(
+        &["trace", "replay", &compile_trace(), "--policies", "v9"],
+        "v9",
+    );
+}
+
+#[test]
+fn trace_record_refuses_bad_durations_before_tracing() {
+    refused(
+        &["trace", "record", "--seconds", "0", "--", "true"],
+        "--seconds",
+    );
+    refused(
+        &["trace", "record", "--seconds", "-1", "--", "true"],
+        "--seconds",
+    );
+    refused(
+        &["trace", "record", "--warmup", "nan", "--", "true"],
+        "--warmup",
+    );
+    refused(
+        &["trace", "record", "--buffer-kb", "lots", "--", "true"],
+        "--buffer-kb",
+    );
+}
+
+/// The committed trace of a kernel compile.
+fn compile_trace() -> String {
+    format!(
+        "{}/../trace/tests/data/compile.mmkit.gz",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+/// The committed zoneinfo snapshot of the compile trace, cut or changed by `edit`.
+fn compile_zoneinfo(scratch: &Scratch, name: &str, edit: impl Fn(&str) -> String) -> String {
+    let path = format!(
+        "{}/../trace/tests/data/compile.zoneinfo.txt",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(path).unwrap();
+    scratch.file(name, edit(&text))
+}
+
+#[test]
+#[ignore = "fixed on branch h-first (issue 22 item 6): a truncated trace is an error unless --allow-truncated"]
+fn trace_replay_refuses_a_truncated_trace() {
+    let scratch = Scratch::new("bad-input-replay-truncated");
+    let bytes = std::fs::read(compile_trace()).unwrap();
+    let truncated = scratch.file("truncated.mmkit.gz", &bytes[..bytes.len() / 4]);
+    refused(&["trace", "replay", &truncated], &truncated);
+}
+
+#[test]
+#[ignore = "fixed on branch h-first (issue 22 item 6): a zoneinfo that misses the trace's zones is an error naming --zoneinfo"]
+fn trace_replay_refuses_empty_truncated_and_flipped_zoneinfo() {
+    let scratch = Scratch::new("bad-input-replay-zoneinfo");
+    let empty = scratch.file("empty", "");
+    let half = compile_zoneinfo(&scratch, "half", |t| t[..t.len() / 2].to_owned());
+    let flipped = compile_zoneinfo(&scratch, "flipped", |t| t.replace("managed", "mangled"));
+    for zoneinfo in [empty, half, flipped] {
+        refused(
+            &["trace", "replay", &compile_trace(), "--zoneinfo", &zoneinfo],
+            &zoneinfo,
+        );
+    }
+}
+
+#[test]
+#[ignore = "fixed on branch h-first (issue 22 items 5, 7): trace record checks --out and --buffer-kb before tracing; needs root and changes tracefs"]
+fn trace_record_checks_its_output_and_buffer_before_tracing() {
+    let scratch = Scratch::new("bad-input-record");
+    let in_missing = scratch.path("missing/trace.gz");
+    refused(
+        &[
+            "trace",
+            "record",
+            "--seconds",
+            "0.1",
+            "--out",
+            &in_missing,
+            "--",
+            "true",
+        ],
+        "--out",
+    );
+    refused(
+        &[
+            "trace",
+            "record",
+            "--buffer-kb",
+            "99999999999999",
+            "--",
+            "true",
+        ],
+        "--buffer-kb",
+    );
+}

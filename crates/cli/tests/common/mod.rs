@@ -1,0 +1,64 @@
+//! Set-up the CLI's test files share: the binary, and a scratch folder of input files.
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+
+/// The `mmkit` binary of this build.
+pub fn mmkit() -> Command {
+    Command::cargo_bin("mmkit").expect("the mmkit binary is built")
+}
+
+/// A folder of its own under the temp dir for one test, removed when dropped.
+pub struct Scratch {
+    dir: PathBuf,
+}
+
+impl Scratch {
+    /// An empty folder named after `test` and this process.
+    pub fn new(test: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("mmkit-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("the temp dir is writable");
+        Scratch { dir }
+    }
+
+    /// The folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `name` in the folder, written with `contents`; its path as a string.
+    pub fn file(&self, name: &str, contents: impl AsRef<[u8]>) -> String {
+        let path = self.dir.join(name);
+        std::fs::write(&path, contents).expect("the scratch folder is writable");
+        path.display().to_string()
+    }
+
+    /// `name` in the folder, not created; its path as a string.
+    pub fn path(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+
+    /// The names in the folder, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&self.dir)
+            .expect("the scratch folder exists")
+            .map(|entry| {
+                entry
+                    .expect("readable")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
