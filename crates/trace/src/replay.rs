@@ -1,12 +1,13 @@
 //! Replay a trace through mmkit-core under several policies and count what each predicts
 //! beside what the kernel did.
 //!
-//! The replay drives the real allocator ([`PageAllocator::alloc_pages`],
-//! [`PageAllocator::free_pages`], [`PageAllocator::vmstat_tick`]); it decides nothing
-//! itself. The simulated allocator picks its own pfns, so the replay keeps a map from
-//! each traced block to the simulated block that stands for it. What it reads back are
-//! the zone counters (refills, drains by reason, pages taken under the zone lock) as
-//! deltas around each call, credited to the CPU that made the call.
+//! The replay drives the real allocator ([`PageAllocator::alloc_pages_report`],
+//! [`PageAllocator::free_pages_report`], [`PageAllocator::vmstat_tick_report`]); it
+//! decides nothing itself. The simulated allocator picks its own pfns, so the replay keeps
+//! a map from each traced block to the simulated block that stands for it. What it counts
+//! is what the core reports each call did under the zone lock (refills, drains by reason,
+//! pages taken off the buddy lists: one [`ZoneLockHold`] per lock hold), credited to the
+//! CPU that made the call.
 //!
 //! Set-up, from the zoneinfo snapshot taken before recording:
 //! 1. Zones: each zone gets its start pfn and exactly its managed pages
@@ -35,7 +36,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering::Relaxed;
 
-use mmkit_core::page_alloc::{Caller, DrainReason, ZoneId};
+use mmkit_core::page_alloc::{Caller, DrainReason, HoldKind, ZoneId, ZoneLockHold};
 use mmkit_core::topology::CacheInfo;
 use mmkit_core::views::zoneinfo::{self, ZoneInfo};
 use mmkit_core::{Gfp, MigrateType, Order, PageAllocator, Pfn, Policy, Settings, ZoneType};
@@ -813,52 +814,37 @@ fn gfp_for(zone: ZoneType, migratetype: i32) -> Gfp {
     Gfp::KERNEL | zone_bits | mobility
 }
 
-/// Counter totals over all zones, read between calls.
-#[derive(Clone, Copy, Default)]
-struct Totals {
-    refills: u64,
-    refill_pages: u64,
-    drains: [u64; DrainReason::COUNT],
-    drain_pages: [u64; DrainReason::COUNT],
-    zone_locked_pages: u64,
-}
-
-fn totals(allocator: &PageAllocator) -> Totals {
-    let mut t = Totals::default();
-    for zone in allocator.zones() {
-        let e = zone.events();
-        t.refills += e.pcp_refills.load(Relaxed);
-        t.refill_pages += e.pcp_refill_pages.load(Relaxed);
-        for r in 0..DrainReason::COUNT {
-            t.drains[r] += e.pcp_drains[r].load(Relaxed);
-            t.drain_pages[r] += e.pcp_drain_pages[r].load(Relaxed);
-        }
-        t.zone_locked_pages += e.alloc_zone_locked.load(Relaxed);
-    }
-    t
-}
-
-/// Credit the counter change `after − before` to one CPU.
+/// What the replayed calls did, credited to the CPU that made each call.
 struct Ledger {
     per_cpu: Vec<Counts>,
     by_reason: [(u64, u64); DrainReason::COUNT],
+    /// Pages taken off the buddy lists (`mm_page_alloc_zone_locked`): refills and direct
+    /// buddy allocations.
     zone_locked_pages: u64,
 }
 
 impl Ledger {
-    fn credit(&mut self, cpu: u32, before: &Totals, after: &Totals) {
+    /// Credit the zone-lock holds of one call to `cpu`, the CPU that made it (a remote
+    /// drain's hold names the drained CPU; the kernel's trace shows it on the drainer).
+    fn credit(&mut self, cpu: u32, holds: &[ZoneLockHold]) {
         let counts = &mut self.per_cpu[cpu as usize];
-        counts.refill_events += after.refills - before.refills;
-        counts.refill_pages += after.refill_pages - before.refill_pages;
-        for r in 0..DrainReason::COUNT {
-            let events = after.drains[r] - before.drains[r];
-            let pages = after.drain_pages[r] - before.drain_pages[r];
-            counts.drain_events += events;
-            counts.drain_pages += pages;
-            self.by_reason[r].0 += events;
-            self.by_reason[r].1 += pages;
+        for hold in holds {
+            match hold.kind {
+                HoldKind::Refill => {
+                    counts.refill_events += 1;
+                    counts.refill_pages += hold.pages;
+                    self.zone_locked_pages += hold.pages;
+                }
+                HoldKind::BuddyAlloc => self.zone_locked_pages += hold.pages,
+                HoldKind::Drain(reason) => {
+                    counts.drain_events += 1;
+                    counts.drain_pages += hold.pages;
+                    self.by_reason[reason as usize].0 += 1;
+                    self.by_reason[reason as usize].1 += hold.pages;
+                }
+                HoldKind::BuddyFree | HoldKind::HighAtomic => {}
+            }
         }
-        self.zone_locked_pages += after.zone_locked_pages - before.zone_locked_pages;
     }
 }
 
@@ -974,14 +960,14 @@ fn run_policy(
     let mut ticks = 0;
     let (mut pcp_peak, mut pcp_sum, mut samples) = (0u64, 0f64, 0u64);
     let mut alloc_pages = 0u64;
-    let mut before = totals(&allocator);
+    // The current call's zone-lock holds, reused from call to call.
+    let mut holds: Vec<ZoneLockHold> = Vec::new();
     for event in events {
         while let Some(tick) = next_tick.filter(|&t| t <= event.ts_ns) {
             for cpu in 0..nr_cpus {
-                allocator.vmstat_tick(cpu);
-                let after = totals(&allocator);
-                ledger.credit(cpu, &before, &after);
-                before = after;
+                allocator.vmstat_tick_report(cpu, &mut holds);
+                ledger.credit(cpu, &holds);
+                holds.clear();
             }
             ticks += 1;
             next_tick = Some(tick + interval_ns);
@@ -991,7 +977,8 @@ fn run_policy(
         match event.kind {
             EventKind::Alloc => {
                 let zone = machine.zone_of(event.pfn).expect("filtered to zones").zone;
-                match allocator.alloc_pages(caller, gfp_for(zone, event.migratetype), order) {
+                let gfp = gfp_for(zone, event.migratetype);
+                match allocator.alloc_pages_report(caller, gfp, order, &mut holds) {
                     Ok(pfn) => {
                         alloc_pages += order.pages();
                         if liveness.alloc(event.pfn, event.order) {
@@ -1025,16 +1012,18 @@ fn run_policy(
                     }
                 };
                 if let Some(pfn) = sim {
-                    if allocator.free_pages(caller, pfn, order).is_err() {
+                    if allocator
+                        .free_pages_report(caller, pfn, order, &mut holds)
+                        .is_err()
+                    {
                         skipped.free_failed += 1;
                     }
                 }
             }
             _ => continue,
         }
-        let after = totals(&allocator);
-        ledger.credit(event.cpu, &before, &after);
-        before = after;
+        ledger.credit(event.cpu, &holds);
+        holds.clear();
         let held: u64 = allocator.zones().iter().map(|z| z.pcp_pages()).sum();
         pcp_peak = pcp_peak.max(held);
         pcp_sum += held as f64;

@@ -6,7 +6,8 @@
 //! [`PageAllocator`] for the machine and policy given, calls one `mmkit-core` entry point
 //! per operation (`alloc_pages`, `free_pages`, `free_pages_batch`,
 //! `alloc_pages_bulk_list`, `vmstat_tick`, `drain_local_pages`, `drain_all_pages`,
-//! `cpu_offline`, `cpu_online_event`, `zone_pcp_disable`/`enable`, `set_settings`,
+//! `cpu_offline`, `zone_pcp_disable`, each in its `_report` form, which also says what the
+//! call did under the zone lock; `cpu_online_event`, `zone_pcp_enable`, `set_settings`,
 //! `Zone::set_flag`/`clear_flag`) and prints what changed ([`report`]). The only state kept
 //! here is which blocks the script holds, under which labels. `docs/PCP-SCRIPT.md`
 //! describes the format, with worked examples in `examples/pcp/`.
@@ -23,7 +24,9 @@ use std::io::Read;
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use mmkit_core::page_alloc::{Caller, Context, DrainAll, WatermarkKind, ZoneFlags, ZoneId};
+use mmkit_core::page_alloc::{
+    Caller, Context, DrainAll, WatermarkKind, ZoneFlags, ZoneId, ZoneLockHold,
+};
 use mmkit_core::{DrainMode, Gfp, MigrateType, Order, PageAllocator, Pfn, Policy, Settings};
 
 use crate::machine::{policy_preset, DefaultMachine, MachineArgs};
@@ -62,7 +65,9 @@ Linux's boot formula, as in `mmkit zoneinfo`.
 
 Table columns: af = alloc_factor, ff = free_factor (before patch 9), fc = free_count \
 (patch 9); pcpf = pageset flags, PREV = PCPF_PREV_FREE_HIGH_ORDER, FHB = PCPF_FREE_HIGH_BATCH; \
-events are counter deltas, pages marked p. The script format is in docs/PCP-SCRIPT.md.")]
+events are what the step did (refills, drains and zone_locked as the core reports its \
+zone-lock holds, the rest as counter changes), pages marked p. The script format is in \
+docs/PCP-SCRIPT.md.")]
 pub struct PcpScriptArgs {
     /// The script file, or - for standard input.
     #[arg(value_name = "FILE")]
@@ -234,7 +239,8 @@ fn named_zone(op: &Op) -> Option<ZoneId> {
     }
 }
 
-/// Run every line, snapshotting the zones around each; then verify the allocator.
+/// Run every line, snapshotting the zones around each and keeping the zone-lock holds
+/// the core reports; then verify the allocator.
 fn execute(
     script: &Script,
     allocator: &PageAllocator,
@@ -244,28 +250,26 @@ fn execute(
     let start = Snapshot::take(allocator);
     let mut before = start.clone();
     let mut steps = Vec::with_capacity(script.lines.len());
+    // Every hold of the run; each step's are the ones it added.
+    let mut holds: Vec<ZoneLockHold> = Vec::new();
     for (index, line) in script.lines.iter().enumerate() {
-        let outcome = runner.run(line);
+        let first = holds.len();
+        let outcome = runner.run(line, &mut holds);
         let after = Snapshot::take(allocator);
         let shown = Shown {
             all_cpus,
             home: home_zone(allocator, line.cpu),
         };
-        steps.push(StepReport::new(
-            index + 1,
-            line,
-            outcome,
-            &before,
-            &after,
-            shown,
-        ));
+        let step_holds = &holds[first..];
+        let report = StepReport::new(index + 1, line, outcome, &before, &after, step_holds, shown);
+        steps.push(report);
         before = after;
     }
     let verify = verify(allocator, runner.held_pages());
     let summary = Summary {
         steps: steps.len(),
         failed: steps.iter().filter(|s| s.error.is_some()).count(),
-        events: before.events_since(&start),
+        events: before.events_since(&start, &holds),
         held: (runner.held().count(), runner.held_pages()),
         verify,
     };
@@ -334,8 +338,9 @@ impl<'a> Runner<'a> {
         self.held().map(|b| b.order.pages()).sum()
     }
 
-    /// Run one line. A failure of the operation is part of the outcome, not an error.
-    fn run(&mut self, line: &Line) -> Outcome {
+    /// Run one line, adding the zone-lock holds of its calls to `holds`. A failure of the
+    /// operation is part of the outcome, not an error.
+    fn run(&mut self, line: &Line, holds: &mut Vec<ZoneLockHold>) -> Outcome {
         let caller = Caller {
             cpu: line.cpu,
             context: line.context,
@@ -347,33 +352,40 @@ impl<'a> Runner<'a> {
                 order,
                 migratetype,
                 name,
-            } => self.alloc(caller, *count, *order, *migratetype, name.as_deref()),
+            } => {
+                let what = (*count, *order, *migratetype);
+                self.alloc(caller, what, name.as_deref(), holds)
+            }
             Op::Bulk {
                 count,
                 migratetype,
                 name,
-            } => self.bulk(caller, *count, *migratetype, name.as_deref()),
-            Op::Free(target) => self.free(caller, target),
-            Op::FreeBatch(target) => self.free_batch(caller, target),
-            Op::Tick(times) => tick("ticks", *times, || allocator.vmstat_tick(line.cpu)),
+            } => self.bulk(caller, (*count, *migratetype), name.as_deref(), holds),
+            Op::Free(target) => self.free(caller, target, holds),
+            Op::FreeBatch(target) => self.free_batch(caller, target, holds),
+            Op::Tick(times) => tick("ticks", *times, || {
+                allocator.vmstat_tick_report(line.cpu, holds)
+            }),
             Op::TickAll(times) => tick("rounds", *times, || {
                 let cpus = 0..allocator.topology().nr_cpus();
-                cpus.filter(|&cpu| allocator.vmstat_tick(cpu)).count() > 0
+                cpus.filter(|&cpu| allocator.vmstat_tick_report(cpu, holds))
+                    .count()
+                    > 0
             }),
             Op::DrainLocal(zone) => Outcome {
                 note: Some(format!(
                     "drained {}p",
-                    allocator.drain_local_pages(line.cpu, *zone)
+                    allocator.drain_local_pages_report(line.cpu, *zone, holds)
                 )),
                 ..Outcome::default()
             },
-            Op::DrainAll(zone) => drain_all(allocator, *zone),
+            Op::DrainAll(zone) => drain_all(allocator, *zone, holds),
             Op::Offline => hotplug(
-                allocator.cpu_offline(line.cpu),
+                allocator.cpu_offline_report(line.cpu, holds),
                 "not online, or the last online CPU",
             ),
             Op::Online => hotplug(allocator.cpu_online_event(line.cpu), "already online"),
-            Op::PcpDisable(zone) => pcp_disable(allocator, *zone),
+            Op::PcpDisable(zone) => pcp_disable(allocator, *zone, holds),
             Op::PcpEnable(zone) => pcp_enable(allocator, *zone),
             Op::Set(setting) => set(allocator, *setting),
             Op::Flag { zone, changes } => flag(allocator, *zone, changes),
@@ -397,18 +409,18 @@ impl<'a> Runner<'a> {
         }
     }
 
+    /// `count` allocations of `order` and `mt`, labelled `name`.
     fn alloc(
         &mut self,
         caller: Caller,
-        count: u64,
-        order: Order,
-        mt: MigrateType,
+        (count, order, mt): (u64, Order, MigrateType),
         name: Option<&str>,
+        holds: &mut Vec<ZoneLockHold>,
     ) -> Outcome {
         let gfp = gfp_for(mt, caller.context);
         let mut pfns = Vec::new();
         for n in 0..count {
-            match self.allocator.alloc_pages(caller, gfp, order) {
+            match self.allocator.alloc_pages_report(caller, gfp, order, holds) {
                 Ok(pfn) => {
                     self.remember(name, pfn, order);
                     pfns.push(pfn);
@@ -433,18 +445,19 @@ impl<'a> Runner<'a> {
         }
     }
 
+    /// One bulk allocation of `count` order-0 pages of `mt`, labelled `name`.
     fn bulk(
         &mut self,
         caller: Caller,
-        count: usize,
-        mt: MigrateType,
+        (count, mt): (usize, MigrateType),
         name: Option<&str>,
+        holds: &mut Vec<ZoneLockHold>,
     ) -> Outcome {
         let gfp = gfp_for(mt, caller.context);
         let mut list = Vec::with_capacity(count);
         match self
             .allocator
-            .alloc_pages_bulk_list(caller, gfp, None, count, &mut list)
+            .alloc_pages_bulk_list_report(caller, gfp, None, count, &mut list, holds)
         {
             Ok(got) => {
                 for &pfn in &list {
@@ -500,13 +513,13 @@ impl<'a> Runner<'a> {
         }
     }
 
-    fn free(&mut self, caller: Caller, target: &Target) -> Outcome {
+    fn free(&mut self, caller: Caller, target: &Target, holds: &mut Vec<ZoneLockHold>) -> Outcome {
         let chosen = self.select(target);
         let mut failures = Vec::new();
         let mut stale = 0;
         for &i in &chosen {
             let Block { pfn, order, .. } = self.blocks[i];
-            match self.allocator.free_pages(caller, pfn, order) {
+            match self.allocator.free_pages_report(caller, pfn, order, holds) {
                 Ok(()) => stale += usize::from(self.mark_freed(i)),
                 Err(e) => failures.push(e.to_string()),
             }
@@ -522,11 +535,16 @@ impl<'a> Runner<'a> {
         }
     }
 
-    fn free_batch(&mut self, caller: Caller, target: &Target) -> Outcome {
+    fn free_batch(
+        &mut self,
+        caller: Caller,
+        target: &Target,
+        holds: &mut Vec<ZoneLockHold>,
+    ) -> Outcome {
         let chosen = self.select(target);
         let pfns: Vec<Pfn> = chosen.iter().map(|&i| self.blocks[i].pfn).collect();
         let zones = self.zones_of(&pfns);
-        match self.allocator.free_pages_batch(caller, &pfns) {
+        match self.allocator.free_pages_batch_report(caller, &pfns, holds) {
             Ok(()) => {
                 let stale = chosen.iter().filter(|&&i| self.mark_freed(i)).count();
                 Outcome {
@@ -633,15 +651,19 @@ fn tick(what: &str, times: u64, mut once: impl FnMut() -> bool) -> Outcome {
 
 /// `drain_all_pages`. In workqueue mode the script runs each target CPU's queued work at
 /// once, in CPU order (a script has no concurrency to delay it).
-fn drain_all(allocator: &PageAllocator, zone: Option<ZoneId>) -> Outcome {
-    let note = match allocator.drain_all_pages(zone) {
+fn drain_all(
+    allocator: &PageAllocator,
+    zone: Option<ZoneId>,
+    holds: &mut Vec<ZoneLockHold>,
+) -> Outcome {
+    let note = match allocator.drain_all_pages_report(zone, holds) {
         DrainAll::Done { cpus, pages } => format!("drained {pages}p from cpus {}", cpu_list(&cpus)),
         DrainAll::Skipped => "skipped: another drain is running".to_owned(),
         DrainAll::Queued(work) => {
             let pages: u64 = work
                 .cpus
                 .iter()
-                .map(|&cpu| allocator.run_drain_work(cpu))
+                .map(|&cpu| allocator.run_drain_work_report(cpu, holds))
                 .sum();
             let finished = allocator.drain_work_finished(&work);
             debug_assert!(finished, "every queued CPU ran its work");
@@ -673,8 +695,8 @@ fn hotplug(done: bool, why_not: &str) -> Outcome {
     }
 }
 
-fn pcp_disable(allocator: &PageAllocator, zone: ZoneId) -> Outcome {
-    let pages = allocator.zone_pcp_disable(zone).unwrap_or(0);
+fn pcp_disable(allocator: &PageAllocator, zone: ZoneId, holds: &mut Vec<ZoneLockHold>) -> Outcome {
+    let pages = allocator.zone_pcp_disable_report(zone, holds).unwrap_or(0);
     Outcome {
         note: Some(format!("drained {pages}p")),
         zones: vec![zone],

@@ -1,17 +1,22 @@
 //! What `mmkit pcp-script` prints: snapshots of every populated zone before and after a
-//! step, the step's report (pagesets and counter deltas), the aligned table, and the
-//! summary line.
+//! step, the step's report (pagesets and events), the aligned table, and the summary
+//! line.
 //!
 //! Everything here reads the allocator through its public accessors (`Zone::pageset`,
-//! `Zone::events`, `Zone::flags`); nothing decides allocator behaviour. The counters are
-//! Linux's vmstat events and tracepoints: `PGALLOC`, `PGFREE`, `mm_page_alloc_zone_locked`,
-//! `mm_page_alloc_extfrag`, plus mmkit's PCP refill and drain counts.
+//! `Zone::events`, `Zone::flags`) and the zone-lock holds the core reports for each call
+//! (`ZoneLockHold`); nothing decides allocator behaviour. The events are Linux's: the
+//! refills, drains and pages taken under the zone lock come from the holds (what
+//! `mm_page_alloc_zone_locked` and `mm_page_pcpu_drain` show, summed per hold); `PGALLOC`,
+//! `PGFREE`, `mm_page_alloc_extfrag`, watermark boosts, pageset contention and interrupt
+//! bypasses are counter changes.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use mmkit_core::page_alloc::pcp::PcpFlags;
-use mmkit_core::page_alloc::{Context, CpuId, DrainReason, WatermarkKind, Zone, ZoneFlags, ZoneId};
+use mmkit_core::page_alloc::{
+    Context, CpuId, DrainReason, HoldKind, WatermarkKind, Zone, ZoneFlags, ZoneId, ZoneLockHold,
+};
 use mmkit_core::{PageAllocator, ZoneType};
 use serde::Serialize;
 
@@ -33,14 +38,6 @@ pub struct ByReason {
 }
 
 impl ByReason {
-    fn from_counters(counters: &[AtomicU64; DrainReason::COUNT]) -> ByReason {
-        let mut by = ByReason::default();
-        for reason in DrainReason::ALL {
-            *by.slot(reason) = counters[reason as usize].load(Relaxed);
-        }
-        by
-    }
-
     fn slot(&mut self, reason: DrainReason) -> &mut u64 {
         match reason {
             DrainReason::Free => &mut self.free,
@@ -81,7 +78,7 @@ fn reason_name(reason: DrainReason) -> &'static str {
     }
 }
 
-/// A zone's event counters, or their change over a step. Pages unless named `_events`.
+/// What a step (or a run) did to a zone. Pages unless named `_events`.
 #[derive(Clone, Copy, Default, PartialEq, Eq, Debug, Serialize)]
 pub struct Events {
     /// `PGALLOC`.
@@ -109,22 +106,42 @@ pub struct Events {
 }
 
 impl Events {
+    /// The counters that are not zone-lock work, as they stand: the zone-lock fields are
+    /// left 0 ([`Events::of_holds`] fills them for a step).
     fn read(zone: &Zone) -> Events {
         let events = zone.events();
         let load = |counter: &AtomicU64| counter.load(Relaxed);
         Events {
             pgalloc: zone.pgalloc(),
             pgfree: zone.pgfree(),
-            pcp_refill_events: load(&events.pcp_refills),
-            pcp_refill_pages: load(&events.pcp_refill_pages),
-            pcp_drain_events: ByReason::from_counters(&events.pcp_drains),
-            pcp_drain_pages: ByReason::from_counters(&events.pcp_drain_pages),
             pcp_lock_contended_events: load(&events.pcp_lock_contended),
             pcp_irq_bypass_events: load(&events.pcp_irq_bypass),
-            alloc_zone_locked_pages: load(&events.alloc_zone_locked),
             extfrag_events: load(&events.extfrag_events),
             watermark_boost_events: load(&events.watermark_boosts),
+            ..Events::default()
         }
+    }
+
+    /// The zone-lock work of `holds` in the zone at index `zone` of the allocator's
+    /// zones: refills, drains by reason, pages taken off the buddy lists.
+    pub fn of_holds(zone: usize, holds: &[ZoneLockHold]) -> Events {
+        let mut events = Events::default();
+        for hold in holds.iter().filter(|hold| hold.zone == zone) {
+            match hold.kind {
+                HoldKind::Refill => {
+                    events.pcp_refill_events += 1;
+                    events.pcp_refill_pages += hold.pages;
+                    events.alloc_zone_locked_pages += hold.pages;
+                }
+                HoldKind::BuddyAlloc => events.alloc_zone_locked_pages += hold.pages,
+                HoldKind::Drain(reason) => {
+                    *events.pcp_drain_events.slot(reason) += 1;
+                    *events.pcp_drain_pages.slot(reason) += hold.pages;
+                }
+                HoldKind::BuddyFree | HoldKind::HighAtomic => {}
+            }
+        }
+        events
     }
 
     /// The change from `before` to `self` (the counters only grow).
@@ -293,6 +310,8 @@ pub struct Watermarks {
 /// One populated zone at one instant.
 #[derive(Clone, Debug)]
 struct ZoneSnapshot {
+    /// The zone's index in the allocator's zones, which names it in [`ZoneLockHold`]s.
+    index: usize,
     id: ZoneId,
     pages_free: i64,
     watermarks: Watermarks,
@@ -302,10 +321,11 @@ struct ZoneSnapshot {
 }
 
 impl ZoneSnapshot {
-    /// Whether anything shown differs from `before`.
-    fn changed_since(&self, before: &ZoneSnapshot) -> bool {
+    /// Whether anything shown differs from `before`, given what the step did to the zone
+    /// (`events`).
+    fn changed_since(&self, before: &ZoneSnapshot, events: &Events) -> bool {
         let mut pagesets = self.pagesets.iter().zip(&before.pagesets);
-        self.events != before.events
+        *events != Events::default()
             || self.flags != before.flags
             || self.pages_free != before.pages_free
             || self.watermarks != before.watermarks
@@ -325,8 +345,10 @@ impl Snapshot {
         let zones = allocator
             .zones()
             .iter()
-            .filter(|zone| zone.present() > 0)
-            .map(|zone| ZoneSnapshot {
+            .enumerate()
+            .filter(|(_, zone)| zone.present() > 0)
+            .map(|(index, zone)| ZoneSnapshot {
+                index,
                 id: zone.id(),
                 pages_free: zone.free_pages(),
                 watermarks: Watermarks {
@@ -360,13 +382,24 @@ impl Snapshot {
         Snapshot { zones }
     }
 
-    /// Events of all zones from `before` to `self`.
-    pub fn events_since(&self, before: &Snapshot) -> Events {
+    /// Events of all zones from `before` to `self`, given the zone-lock `holds` reported
+    /// in between.
+    pub fn events_since(&self, before: &Snapshot, holds: &[ZoneLockHold]) -> Events {
         let mut total = Events::default();
         for (after, before) in self.zones.iter().zip(&before.zones) {
-            total.add(&after.events.since(&before.events));
+            total.add(&after.events_since(before, holds));
         }
         total
+    }
+}
+
+impl ZoneSnapshot {
+    /// What happened to this zone from `before` to `self`: the counter changes and the
+    /// zone-lock work of `holds`.
+    fn events_since(&self, before: &ZoneSnapshot, holds: &[ZoneLockHold]) -> Events {
+        let mut events = self.events.since(&before.events);
+        events.add(&Events::of_holds(self.index, holds));
+        events
     }
 }
 
@@ -386,7 +419,7 @@ pub struct ZoneReport {
     /// The step CPU's pageset first, then every other CPU whose pageset changed (every
     /// CPU with `--all-cpus`), after the step.
     pub pagesets: Vec<PagesetState>,
-    /// What the step did to the zone's counters.
+    /// What the step did to the zone.
     pub events: Events,
 }
 
@@ -433,36 +466,38 @@ pub struct Shown {
 }
 
 impl StepReport {
-    /// The report of step `step` (`line`), from the snapshots around it.
+    /// The report of step `step` (`line`), from the snapshots around it and the zone-lock
+    /// holds the core reported for its calls.
     pub fn new(
         step: usize,
         line: &Line,
         outcome: Outcome,
         before: &Snapshot,
         after: &Snapshot,
+        holds: &[ZoneLockHold],
         shown: Shown,
     ) -> StepReport {
         let pairs = after.zones.iter().zip(&before.zones);
         let mut zones: Vec<ZoneReport> = pairs
-            .filter(|(a, b)| outcome.zones.contains(&a.id) || a.changed_since(b))
-            .map(|(a, b)| zone_report(a, b, line.cpu, shown.all_cpus))
+            .map(|(a, b)| (a, b, a.events_since(b, holds)))
+            .filter(|(a, b, events)| outcome.zones.contains(&a.id) || a.changed_since(b, events))
+            .map(|(a, b, events)| zone_report(a, b, events, line.cpu, shown.all_cpus))
             .collect();
         if zones.is_empty() {
             // Nothing changed: show where this CPU holds pages, else its home zone.
-            let holds =
+            let holds_pages =
                 |z: &ZoneSnapshot| z.pagesets.iter().any(|p| p.cpu == line.cpu && p.count > 0);
             let pairs = || after.zones.iter().zip(&before.zones);
-            let holding: Vec<_> = pairs().filter(|(a, _)| holds(a)).collect();
+            let holding: Vec<_> = pairs().filter(|(a, _)| holds_pages(a)).collect();
             let chosen = if holding.is_empty() {
                 pairs().filter(|(a, _)| a.id == shown.home).collect()
             } else {
                 holding
             };
-            zones.extend(
-                chosen
-                    .into_iter()
-                    .map(|(a, b)| zone_report(a, b, line.cpu, shown.all_cpus)),
-            );
+            zones.extend(chosen.into_iter().map(|(a, b)| {
+                let events = a.events_since(b, holds);
+                zone_report(a, b, events, line.cpu, shown.all_cpus)
+            }));
         }
         StepReport {
             step,
@@ -480,6 +515,7 @@ impl StepReport {
 fn zone_report(
     after: &ZoneSnapshot,
     before: &ZoneSnapshot,
+    events: Events,
     cpu: CpuId,
     all_cpus: bool,
 ) -> ZoneReport {
@@ -497,7 +533,7 @@ fn zone_report(
         watermarks: after.watermarks,
         flags: zone_flag_names(after.flags),
         pagesets: own.chain(others).cloned().collect(),
-        events: after.events.since(&before.events),
+        events,
     }
 }
 
@@ -658,7 +694,7 @@ pub struct Summary {
     pub steps: usize,
     /// Steps whose operation failed.
     pub failed: usize,
-    /// Counter changes over the whole run.
+    /// What the whole run did.
     pub events: Events,
     /// Blocks the script still holds, and their pages.
     pub held: (usize, u64),

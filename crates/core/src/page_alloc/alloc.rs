@@ -15,9 +15,10 @@ use core::sync::atomic::Ordering::Relaxed;
 use super::allocator::PageAllocator;
 use super::buddy::ZoneLocked;
 use super::error::AllocError;
+use super::events::{HoldKind, LockEvents};
 use super::gfp::{AllocFlags, Gfp};
 use super::pcp::{order_to_pindex, pcp_allowed_order, PerCpuPages};
-use super::types::{Caller, MigrateType, NodeId, ZoneType};
+use super::types::{Caller, CpuId, MigrateType, NodeId, ZoneType};
 use super::watermark::{self, WatermarkKind};
 use super::zone::{Zone, ZoneFlags};
 use crate::page::{Order, Page, PageState, Pfn};
@@ -47,10 +48,25 @@ impl PageAllocator {
     /// count of 1.
     #[inline(always)]
     pub fn alloc_pages(&self, caller: Caller, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
+        self.alloc_pages_report(caller, gfp, order, &mut ())
+    }
+
+    /// [`PageAllocator::alloc_pages`], telling `events` what the call did: each zone-lock
+    /// hold (a refill, a direct buddy allocation, the slow path's drains and high-atomic
+    /// moves) and the PCP hit, if the block came off the pageset without one
+    /// ([`LockEvents`]).
+    #[inline(always)]
+    pub fn alloc_pages_report(
+        &self,
+        caller: Caller,
+        gfp: Gfp,
+        order: Order,
+        events: &mut impl LockEvents,
+    ) -> Result<Pfn, AllocError> {
         let node = self
             .online_cpu_node(caller.cpu)
             .ok_or(AllocError::InvalidCpu(caller.cpu))?;
-        self.alloc_pages_online::<false>(caller, gfp, order, node)
+        self.alloc_pages_online::<false, _>(caller, gfp, order, node, events)
             .map(|(pfn, _)| pfn)
     }
 
@@ -72,10 +88,23 @@ impl PageAllocator {
         gfp: Gfp,
         order: Order,
     ) -> Result<(Pfn, Option<Pfn>), AllocError> {
+        self.alloc_pages_peek_next_report(caller, gfp, order, &mut ())
+    }
+
+    /// [`PageAllocator::alloc_pages_peek_next`], telling `events` what the call did, as
+    /// [`PageAllocator::alloc_pages_report`] does.
+    #[inline(always)]
+    pub fn alloc_pages_peek_next_report(
+        &self,
+        caller: Caller,
+        gfp: Gfp,
+        order: Order,
+        events: &mut impl LockEvents,
+    ) -> Result<(Pfn, Option<Pfn>), AllocError> {
         let node = self
             .online_cpu_node(caller.cpu)
             .ok_or(AllocError::InvalidCpu(caller.cpu))?;
-        self.alloc_pages_online::<true>(caller, gfp, order, node)
+        self.alloc_pages_online::<true, _>(caller, gfp, order, node, events)
     }
 
     /// Allocate for `caller`, preferring `node` (`__alloc_pages` with a preferred nid).
@@ -87,10 +116,23 @@ impl PageAllocator {
         order: Order,
         node: NodeId,
     ) -> Result<Pfn, AllocError> {
+        self.alloc_pages_node_in(caller, gfp, order, node, &mut ())
+    }
+
+    /// [`PageAllocator::alloc_pages_node`], telling `events` what the call did.
+    #[inline(always)]
+    pub(super) fn alloc_pages_node_in<E: LockEvents>(
+        &self,
+        caller: Caller,
+        gfp: Gfp,
+        order: Order,
+        node: NodeId,
+        events: &mut E,
+    ) -> Result<Pfn, AllocError> {
         if !self.cpu_online(caller.cpu) {
             return Err(AllocError::InvalidCpu(caller.cpu));
         }
-        self.alloc_pages_online::<false>(caller, gfp, order, node)
+        self.alloc_pages_online::<false, _>(caller, gfp, order, node, events)
             .map(|(pfn, _)| pfn)
     }
 
@@ -101,19 +143,20 @@ impl PageAllocator {
     /// after a fast-path hit ([`PageAllocator::alloc_pages_peek_next`]); a constant `None`
     /// otherwise, so that `alloc_pages` does not read it.
     #[inline(always)]
-    fn alloc_pages_online<const PEEK: bool>(
+    fn alloc_pages_online<const PEEK: bool, E: LockEvents>(
         &self,
         caller: Caller,
         gfp: Gfp,
         order: Order,
         node: NodeId,
+        events: &mut E,
     ) -> Result<(Pfn, Option<Pfn>), AllocError> {
         if order == Order::ZERO {
-            if let Some(hit) = self.alloc_pcp_fast::<PEEK>(caller, gfp, node) {
+            if let Some(hit) = self.alloc_pcp_fast::<PEEK, E>(caller, gfp, node, events) {
                 return Ok(hit);
             }
         }
-        self.alloc_pages_general(caller, gfp, order, node)
+        self.alloc_pages_general(caller, gfp, order, node, events)
             .map(|pfn| (pfn, None))
     }
 
@@ -124,20 +167,21 @@ impl PageAllocator {
     /// ([`Zonelist::pcp_fast`](super::allocator::Zonelist)); this builds the whole context
     /// from the arguments, refusing what that table had no entry for.
     #[inline(never)]
-    fn alloc_pages_general(
+    fn alloc_pages_general<E: LockEvents>(
         &self,
         caller: Caller,
         gfp: Gfp,
         order: Order,
         node: NodeId,
+        events: &mut E,
     ) -> Result<Pfn, AllocError> {
         let ac = self.alloc_context(caller, gfp, order, node)?;
         let flags =
             AllocFlags::empty().with_wmark(WatermarkKind::Low) | self.alloc_flags_nofragment(&ac);
-        if let Some(pfn) = self.get_page_from_freelist(&ac, flags) {
+        if let Some(pfn) = self.get_page_from_freelist(&ac, flags, events) {
             return Ok(pfn);
         }
-        self.alloc_pages_slowpath(&ac)
+        self.alloc_pages_slowpath(&ac, events)
     }
 
     /// `prepare_alloc_pages`: refuse an offline CPU, then build the request's context.
@@ -207,12 +251,14 @@ impl PageAllocator {
     #[inline(always)]
     ///
     /// Returns the block and, if `PEEK`, the list's new head, read under the lock: the
-    /// caller's next hit, for [`PageAllocator::alloc_pages_peek_next`].
-    pub(super) fn alloc_pcp_fast<const PEEK: bool>(
+    /// caller's next hit, for [`PageAllocator::alloc_pages_peek_next`]. A success is a PCP
+    /// hit, reported to `events`.
+    pub(super) fn alloc_pcp_fast<const PEEK: bool, E: LockEvents>(
         &self,
         caller: Caller,
         gfp: Gfp,
         node: NodeId,
+        events: &mut E,
     ) -> Option<(Pfn, Option<Pfn>)> {
         let target = self.zonelists.get(node as usize)?.pcp_fast[gfp.decode_index()]?;
         if gfp.contains(Gfp::THISNODE) || (self.policy.irq_bypass && caller.in_interrupt()) {
@@ -258,6 +304,7 @@ impl PageAllocator {
         };
         pcp.count_alloc(1);
         drop(pcp);
+        events.pcp_hit(zone.index, caller.cpu, 1);
         if gfp.contains(Gfp::KSWAPD_RECLAIM) {
             self.wake_if_boosted(zone);
         }
@@ -302,10 +349,11 @@ impl PageAllocator {
     /// `get_page_from_freelist` (v6.7): walk the zonelist; a zone above its high watermark
     /// is used at once, one below it gets `BELOW_HIGH` (which makes the PCP shrink) and is
     /// then checked against the caller's watermark.
-    pub(crate) fn get_page_from_freelist(
+    pub(crate) fn get_page_from_freelist<E: LockEvents>(
         &self,
         ac: &AllocContext<'_>,
         flags: AllocFlags,
+        events: &mut E,
     ) -> Option<Pfn> {
         let mut flags = flags;
         'retry: loop {
@@ -323,9 +371,12 @@ impl PageAllocator {
                 if !self.zone_allows(zone, ac, flags) {
                     continue;
                 }
-                if let Some(pfn) = self.rmqueue(zone, ac, flags) {
+                if let Some(pfn) = self.rmqueue(zone, ac, flags, events) {
                     if flags.contains(AllocFlags::HIGHATOMIC) {
-                        zone.lock().reserve_highatomic_pageblock(pfn);
+                        let mut locked = zone.lock();
+                        let (blocks, pages) = locked.reserve_highatomic_pageblock(pfn);
+                        let kind = HoldKind::HighAtomic;
+                        locked.report(events, ac.caller.cpu, kind, blocks, pages, 0);
                     }
                     return Some(pfn);
                 }
@@ -376,16 +427,24 @@ impl PageAllocator {
 
     /// `rmqueue`: the pageset for orders it caches, else (or when the pageset cannot
     /// serve) the buddy lists; then wake kswapd if a fallback boosted the watermarks.
-    fn rmqueue(&self, zone: &Zone, ac: &AllocContext<'_>, flags: AllocFlags) -> Option<Pfn> {
+    fn rmqueue<E: LockEvents>(
+        &self,
+        zone: &Zone,
+        ac: &AllocContext<'_>,
+        flags: AllocFlags,
+        events: &mut E,
+    ) -> Option<Pfn> {
         let bypass = self.policy.irq_bypass && ac.caller.in_interrupt();
         if bypass && pcp_allowed_order(ac.order) {
             zone.events.pcp_irq_bypass.fetch_add(1, Relaxed);
         }
         let pfn = if pcp_allowed_order(ac.order) && !bypass {
-            self.rmqueue_pcplist(zone, ac, flags)
-                .or_else(|| self.rmqueue_buddy(zone, ac, flags))
+            match self.rmqueue_pcplist(zone, ac, flags, events) {
+                Some(pfn) => Some(pfn),
+                None => self.rmqueue_buddy(zone, ac, flags, events),
+            }
         } else {
-            self.rmqueue_buddy(zone, ac, flags)
+            self.rmqueue_buddy(zone, ac, flags, events)
         }?;
         if flags.contains(AllocFlags::KSWAPD) {
             self.wake_if_boosted(zone);
@@ -409,13 +468,15 @@ impl PageAllocator {
     /// the zone when it is empty. A pageset that is busy (try-lock failed: a remote drain,
     /// or re-entry from an interrupt) or whose CPU just went offline sends the request to
     /// the zone instead.
-    fn rmqueue_pcplist(
+    fn rmqueue_pcplist<E: LockEvents>(
         &self,
         zone: &Zone,
         ac: &AllocContext<'_>,
         flags: AllocFlags,
+        events: &mut E,
     ) -> Option<Pfn> {
-        let mut pcp = match zone.pcp_trylock(ac.caller.cpu) {
+        let cpu = ac.caller.cpu;
+        let mut pcp = match zone.pcp_trylock(cpu) {
             Ok(pcp) => pcp,
             Err(refused) => {
                 refused.count(zone);
@@ -423,40 +484,60 @@ impl PageAllocator {
             }
         };
         pcp.on_alloc(&self.policy.pcp);
-        let pfn = self.rmqueue_pcplist_locked(zone, &mut pcp, ac.order, ac.migratetype, flags)?;
+        let (order, mt) = (ac.order, ac.migratetype);
+        let pfn = self.rmqueue_pcplist_locked(zone, &mut pcp, order, mt, flags, cpu, events)?;
         pcp.count_alloc(ac.order.pages());
         drop(pcp);
         Some(pfn)
     }
 
     /// `__rmqueue_pcplist`: the list for (migratetype, order), refilled by
-    /// `nr_pcp_alloc` blocks when empty; the head block is taken. Shared with the bulk
+    /// `nr_pcp_alloc` blocks when empty; the head block is taken. `cpu` owns `pcp`; the
+    /// refill, or else the PCP hit, is reported to `events`. Shared with the bulk
     /// allocator, which does not touch the free-side detector.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "Linux's arguments plus the pageset's CPU and the report sink"
+    )]
     #[inline(always)]
-    pub(crate) fn rmqueue_pcplist_locked(
+    pub(crate) fn rmqueue_pcplist_locked<E: LockEvents>(
         &self,
         zone: &Zone,
         pcp: &mut PerCpuPages,
         order: Order,
         mt: MigrateType,
         flags: AllocFlags,
+        cpu: CpuId,
+        events: &mut E,
     ) -> Option<Pfn> {
         let pindex = order_to_pindex(mt, order);
-        if pcp.lists[pindex].is_empty() {
+        let hit = !pcp.lists[pindex].is_empty();
+        if !hit {
             let scale_max = self.scale_max.load(Relaxed);
             let blocks = pcp.nr_pcp_alloc(&self.policy.pcp, zone.flags(), order, scale_max);
             // LOCK ORDER: pcp lock → zone lock.
             let mut locked = zone.lock();
-            locked.rmqueue_bulk(order, blocks, mt, flags, pcp, pindex);
+            let got = locked.rmqueue_bulk(order, blocks, mt, flags, pcp, pindex);
+            let pages = got << order.get();
+            locked.report(events, cpu, HoldKind::Refill, got, pages, 0);
         }
         let (pfn, page) = pcp.lists[pindex].pop_head(&zone.mem_map)?;
         pcp_block_allocated(pcp, page, order);
+        if hit {
+            events.pcp_hit(zone.index, cpu, 1);
+        }
         Some(pfn)
     }
 
     /// `rmqueue_buddy`: take a block under the zone lock, using the high-atomic reserve
     /// first for high-order atomic requests and last for any request that cannot block.
-    fn rmqueue_buddy(&self, zone: &Zone, ac: &AllocContext<'_>, flags: AllocFlags) -> Option<Pfn> {
+    fn rmqueue_buddy<E: LockEvents>(
+        &self,
+        zone: &Zone,
+        ac: &AllocContext<'_>,
+        flags: AllocFlags,
+        events: &mut E,
+    ) -> Option<Pfn> {
         let order = ac.order;
         let mut locked = zone.lock();
         let mut pfn = None;
@@ -469,13 +550,18 @@ impl PageAllocator {
                 pfn = locked.rmqueue_smallest(order, MigrateType::HighAtomic);
             }
         }
-        let pfn = pfn?;
+        let (cpu, kind) = (ac.caller.cpu, HoldKind::BuddyAlloc);
+        let Some(pfn) = pfn else {
+            locked.report(events, cpu, kind, 0, 0, 0);
+            return None;
+        };
         let page = zone.mem_map.page(pfn);
         if page.cached_migratetype() != MigrateType::Isolate as u8 {
             locked.mod_free_pages(-(order.pages() as i64));
         }
         page.set_state(PageState::Allocated, order);
         page.init_refcount(1);
+        locked.report(events, cpu, kind, 1, order.pages(), 0);
         drop(locked);
         zone.events.pgalloc.fetch_add(order.pages(), Relaxed);
         Some(pfn)
@@ -484,18 +570,22 @@ impl PageAllocator {
     /// The reduced slow path: wake kswapd, retry at the min watermark with the caller's
     /// reserve rights, then (for callers that may block, in place of direct reclaim) give
     /// back high-atomic pageblocks and retry.
-    pub(crate) fn alloc_pages_slowpath(&self, ac: &AllocContext<'_>) -> Result<Pfn, AllocError> {
+    pub(crate) fn alloc_pages_slowpath<E: LockEvents>(
+        &self,
+        ac: &AllocContext<'_>,
+        events: &mut E,
+    ) -> Result<Pfn, AllocError> {
         let mut flags = AllocFlags::slow_path(ac.gfp, ac.order);
         if flags.contains(AllocFlags::KSWAPD) {
             self.wake_all_kswapds(ac);
         }
-        if let Some(pfn) = self.get_page_from_freelist(ac, flags) {
+        if let Some(pfn) = self.get_page_from_freelist(ac, flags, events) {
             return Ok(pfn);
         }
         let reserve = AllocFlags::pfmemalloc(ac.gfp);
         if !reserve.is_empty() {
             flags = reserve | (flags & AllocFlags::KSWAPD);
-            if let Some(pfn) = self.get_page_from_freelist(ac, flags) {
+            if let Some(pfn) = self.get_page_from_freelist(ac, flags, events) {
                 return Ok(pfn);
             }
         }
@@ -504,14 +594,14 @@ impl PageAllocator {
         }
         // Where direct reclaim failed, Linux gives back one high-atomic pageblock and
         // drains every pageset, then retries (`__alloc_pages_direct_reclaim`).
-        self.unreserve_highatomic_pageblock(ac, false);
-        self.drain_all_for_retry(ac);
-        if let Some(pfn) = self.get_page_from_freelist(ac, flags) {
+        self.unreserve_highatomic_pageblock(ac, false, events);
+        self.drain_all_for_retry(ac, events);
+        if let Some(pfn) = self.get_page_from_freelist(ac, flags, events) {
             return Ok(pfn);
         }
         // Out of retries (`should_reclaim_retry`): the reserve goes, down to the last block.
-        while self.unreserve_highatomic_pageblock(ac, true) {
-            if let Some(pfn) = self.get_page_from_freelist(ac, flags) {
+        while self.unreserve_highatomic_pageblock(ac, true, events) {
+            if let Some(pfn) = self.get_page_from_freelist(ac, flags, events) {
                 return Ok(pfn);
             }
         }
@@ -521,21 +611,31 @@ impl PageAllocator {
     /// The slow path's `drain_all_pages(NULL)`. In workqueue mode the core cannot wait
     /// for other CPUs to run their work, so it drains only the caller's pagesets; the
     /// runtime and simulator drive queued work themselves.
-    fn drain_all_for_retry(&self, ac: &AllocContext<'_>) {
+    fn drain_all_for_retry<E: LockEvents>(&self, ac: &AllocContext<'_>, events: &mut E) {
         match self.policy.drain {
             DrainMode::Direct => {
-                self.drain_all_pages(None);
+                self.drain_all_pages_report(None, events);
             }
             DrainMode::Workqueue => {
-                self.drain_local_pages(ac.caller.cpu, None);
+                self.drain_local_pages_report(ac.caller.cpu, None, events);
             }
         }
     }
 
-    fn unreserve_highatomic_pageblock(&self, ac: &AllocContext<'_>, force: bool) -> bool {
+    /// Give back one high-atomic pageblock of the first eligible zone that has one to give
+    /// (each zone tried is a zone-lock hold). True if one was given back.
+    fn unreserve_highatomic_pageblock<E: LockEvents>(
+        &self,
+        ac: &AllocContext<'_>,
+        force: bool,
+        events: &mut E,
+    ) -> bool {
         self.eligible_zones(ac).any(|(_, zone)| {
-            zone.lock()
-                .unreserve_highatomic_pageblock(ac.migratetype, force)
+            let mut locked = zone.lock();
+            let (blocks, pages) = locked.unreserve_highatomic_pageblock(ac.migratetype, force);
+            let kind = HoldKind::HighAtomic;
+            locked.report(events, ac.caller.cpu, kind, blocks, pages, 0);
+            pages > 0
         })
     }
 
@@ -1004,7 +1104,7 @@ mod tests {
                 let mut pcp = zone.pcp_trylock(0).ok().unwrap();
                 let mut locked = zone.lock();
                 freed[i] = if i == 0 {
-                    locked.free_pcppages_bulk(&mut pcp, pages, start, DrainReason::Free)
+                    locked.free_pcppages_bulk(&mut pcp, pages, start, DrainReason::Free, 0, &mut ())
                 } else {
                     free_pcppages_bulk_per_block(&mut locked, &mut pcp, pages, start)
                 };

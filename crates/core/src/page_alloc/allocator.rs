@@ -160,7 +160,7 @@ impl PageAllocator {
                         present: 0,
                         managed: 0,
                     });
-                zones.push(Zone::new(&spec, nr_cpus));
+                zones.push(Zone::new(&spec, zones.len(), nr_cpus));
             }
         }
         let grouping = page_group_by_mobility(&zones);

@@ -10,10 +10,11 @@
 
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use super::events::{HoldKind, LockEvents, ZoneLockHold};
 use super::free_area::{self, FreeArea, ListEnd};
 use super::gfp::AllocFlags;
 use super::list::PfnList;
-use super::types::MigrateType;
+use super::types::{CpuId, MigrateType};
 use super::watermark::{self, PAGEBLOCK_ORDER, PAGEBLOCK_PAGES};
 use super::zone::{Zone, ZoneFlags};
 use crate::page::{Order, Page, PageFlags, PageState, Pfn, MAX_ORDER};
@@ -73,6 +74,29 @@ impl<'a> ZoneLocked<'a> {
         &self.area
     }
 
+    /// Report this hold to `events`: `kind` done for `cpu`, moving `blocks` blocks of
+    /// `pages` pages in all, with `merges` buddy merge levels. Called before the lock is
+    /// released, where Linux's tracepoints fire.
+    #[inline(always)]
+    pub(crate) fn report<E: LockEvents>(
+        &self,
+        events: &mut E,
+        cpu: CpuId,
+        kind: HoldKind,
+        blocks: u64,
+        pages: u64,
+        merges: u64,
+    ) {
+        events.hold(&ZoneLockHold {
+            zone: self.zone.index,
+            cpu,
+            kind,
+            blocks,
+            pages,
+            merges,
+        });
+    }
+
     /// Whether `pfn` heads a free block of exactly `order` in this zone (`page_is_buddy`).
     fn is_free_buddy(&self, pfn: Pfn, order: Order) -> bool {
         self.zone
@@ -85,8 +109,15 @@ impl<'a> ZoneLocked<'a> {
     /// (`__free_one_page`). `mt` is the block's pageblock migratetype; the merged block
     /// goes on that type's list. Merging stops at `MAX_ORDER`, at a buddy that is not free
     /// at the same order, and at pageblock order and above between two pageblocks whose
-    /// types differ when either is not mergeable (high-atomic, isolated).
-    pub(crate) fn free_one_page(&mut self, pfn: Pfn, order: Order, mt: MigrateType, end: ListEnd) {
+    /// types differ when either is not mergeable (high-atomic, isolated). Returns the
+    /// merge levels done.
+    pub(crate) fn free_one_page(
+        &mut self,
+        pfn: Pfn,
+        order: Order,
+        mt: MigrateType,
+        end: ListEnd,
+    ) -> u64 {
         if mt != MigrateType::Isolate {
             self.mod_free_pages(order.pages() as i64);
         }
@@ -94,6 +125,7 @@ impl<'a> ZoneLocked<'a> {
         if merges != 0 {
             Self::count_locked(&self.zone.events.buddy_merges, merges);
         }
+        merges
     }
 
     /// The merging and list insertion of [`ZoneLocked::free_one_page`], for a caller that
@@ -380,9 +412,10 @@ impl<'a> ZoneLocked<'a> {
         if !whole_block {
             return self.area.move_to(mem_map, pfn, order, start_mt);
         }
-        let Some((free, movable)) = self.move_freepages_block(pfn, start_mt) else {
+        let Some(scan) = self.move_freepages_block(pfn, start_mt) else {
             return self.area.move_to(mem_map, pfn, order, start_mt);
         };
+        let (free, movable) = (scan.free_pages, scan.movable_pages);
         let alike = if start_mt == MigrateType::Movable {
             movable
         } else if old_mt == MigrateType::Movable {
@@ -420,9 +453,13 @@ impl<'a> ZoneLocked<'a> {
     }
 
     /// Move every free block in `pfn`'s pageblock to `mt`'s lists (`move_freepages_block`).
-    /// Returns the free pages moved and the in-use pages that are movable (on an LRU), or
-    /// `None` when the pageblock crosses the zone's boundary.
-    pub(crate) fn move_freepages_block(&mut self, pfn: Pfn, mt: MigrateType) -> Option<(u64, u64)> {
+    /// Returns what moved and the in-use pages that are movable (on an LRU), or `None`
+    /// when the pageblock crosses the zone's boundary.
+    pub(crate) fn move_freepages_block(
+        &mut self,
+        pfn: Pfn,
+        mt: MigrateType,
+    ) -> Option<PageblockMove> {
         let mem_map = &self.zone.mem_map;
         let start = pfn.align_down(PAGEBLOCK);
         let last = start.add(PAGEBLOCK_PAGES - 1);
@@ -433,61 +470,65 @@ impl<'a> ZoneLocked<'a> {
         if !mem_map.spans(start) || !mem_map.spans(last) {
             return None;
         }
-        let (mut moved, mut movable) = (0, 0);
+        let mut scan = PageblockMove::default();
         let mut cursor = start;
         while cursor <= last {
             let page = mem_map.page(cursor);
             match page.state_order() {
                 (PageState::Buddy, order) => {
                     self.area.move_to(mem_map, cursor, order, mt);
-                    moved += order.pages();
+                    scan.free_blocks += 1;
+                    scan.free_pages += order.pages();
                     cursor = cursor.add(order.pages());
                 }
                 _ => {
                     if page.flags().contains(PageFlags::LRU) {
-                        movable += 1;
+                        scan.movable_pages += 1;
                     }
                     cursor = cursor.add(1);
                 }
             }
         }
-        Some((moved, movable))
+        Some(scan)
     }
 
     /// `reserve_highatomic_pageblock`: after a high-order atomic allocation from `pfn`'s
     /// pageblock, set that pageblock aside for future ones, up to 1 % of the zone plus a
-    /// pageblock.
-    pub(crate) fn reserve_highatomic_pageblock(&mut self, pfn: Pfn) {
+    /// pageblock. Returns the free blocks and pages moved to the high-atomic lists.
+    pub(crate) fn reserve_highatomic_pageblock(&mut self, pfn: Pfn) -> (u64, u64) {
         let zone = self.zone;
         let max_managed = zone.managed / 100 + PAGEBLOCK_PAGES;
         if zone.nr_reserved_highatomic() >= max_managed {
-            return;
+            return (0, 0);
         }
         let mt = zone.mem_map.pageblock_migratetype(pfn);
         if !mt.is_mergeable() {
-            return;
+            return (0, 0);
         }
         // A pageblock that crosses the zone's edge cannot have its free pages moved, so it
         // could never be given back (`unreserve_highatomic_pageblock` would drop the count
         // and find nothing to move): do not reserve it, as Linux ≥ 6.10 does not.
-        if self
-            .move_freepages_block(pfn, MigrateType::HighAtomic)
-            .is_none()
-        {
-            return;
-        }
+        let Some(scan) = self.move_freepages_block(pfn, MigrateType::HighAtomic) else {
+            return (0, 0);
+        };
         zone.nr_reserved_highatomic
             .fetch_add(PAGEBLOCK_PAGES, Relaxed);
         zone.mem_map
             .set_pageblock_migratetype(pfn, MigrateType::HighAtomic);
+        (scan.free_blocks, scan.free_pages)
     }
 
     /// `unreserve_highatomic_pageblock` for one zone: give one high-atomic pageblock with
-    /// free pages back to `mt`. Unless `force`, keep the last reserved pageblock.
-    pub(crate) fn unreserve_highatomic_pageblock(&mut self, mt: MigrateType, force: bool) -> bool {
+    /// free pages back to `mt`. Unless `force`, keep the last reserved pageblock. Returns
+    /// the free blocks and pages moved; a pageblock was given back if pages moved.
+    pub(crate) fn unreserve_highatomic_pageblock(
+        &mut self,
+        mt: MigrateType,
+        force: bool,
+    ) -> (u64, u64) {
         let zone = self.zone;
         if !force && zone.nr_reserved_highatomic() <= PAGEBLOCK_PAGES {
-            return false;
+            return (0, 0);
         }
         for order in Order::all() {
             let Some(pfn) = self.area.list(order, MigrateType::HighAtomic).first() else {
@@ -499,15 +540,25 @@ impl<'a> ZoneLocked<'a> {
                     .store(reserved - reserved.min(PAGEBLOCK_PAGES), Relaxed);
             }
             zone.mem_map.set_pageblock_migratetype(pfn, mt);
-            if self
-                .move_freepages_block(pfn, mt)
-                .is_some_and(|(moved, _)| moved > 0)
-            {
-                return true;
+            if let Some(scan) = self.move_freepages_block(pfn, mt) {
+                if scan.free_pages > 0 {
+                    return (scan.free_blocks, scan.free_pages);
+                }
             }
         }
-        false
+        (0, 0)
     }
+}
+
+/// What [`ZoneLocked::move_freepages_block`] found in a pageblock.
+#[derive(Clone, Copy, Default, Debug)]
+pub(crate) struct PageblockMove {
+    /// Free blocks moved to the new migratetype's lists.
+    pub(crate) free_blocks: u64,
+    /// Pages in those blocks.
+    pub(crate) free_pages: u64,
+    /// In-use pages on an LRU (movable).
+    pub(crate) movable_pages: u64,
 }
 
 impl ZoneLocked<'_> {

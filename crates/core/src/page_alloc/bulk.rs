@@ -12,9 +12,10 @@ use alloc::vec::Vec;
 use super::alloc::{block_allocated, AllocContext};
 use super::allocator::PageAllocator;
 use super::error::AllocError;
+use super::events::LockEvents;
 use super::gfp::{AllocFlags, Gfp};
 use super::pcp::{order_to_pindex, PerCpuPages};
-use super::types::{Caller, MigrateType, NodeId};
+use super::types::{Caller, CpuId, MigrateType, NodeId};
 use super::watermark::WatermarkKind;
 use super::zone::Zone;
 use crate::page::{Order, Pfn};
@@ -75,7 +76,7 @@ impl PageAllocator {
         node: Option<NodeId>,
         array: &mut [Option<Pfn>],
     ) -> Result<usize, AllocError> {
-        self.alloc_pages_bulk(caller, gfp, node, Sink::Array(array))
+        self.alloc_pages_bulk(caller, gfp, node, Sink::Array(array), &mut ())
     }
 
     /// Append up to `nr_pages` order-0 pages to `list` (`alloc_pages_bulk_list`). Returns
@@ -89,17 +90,34 @@ impl PageAllocator {
         nr_pages: usize,
         list: &mut Vec<Pfn>,
     ) -> Result<usize, AllocError> {
-        list.reserve(nr_pages);
-        let target = list.len() + nr_pages;
-        self.alloc_pages_bulk(caller, gfp, node, Sink::List(list, target))
+        self.alloc_pages_bulk_list_report(caller, gfp, node, nr_pages, list, &mut ())
     }
 
-    fn alloc_pages_bulk(
+    /// [`PageAllocator::alloc_pages_bulk_list`] of `nr_pages` onto `list`, telling
+    /// `events` what the call did: the refills (one zone-lock hold each), the PCP hits
+    /// (pages taken off the pageset without one), and what the one-page fallback did
+    /// ([`LockEvents`]).
+    pub fn alloc_pages_bulk_list_report(
+        &self,
+        caller: Caller,
+        gfp: Gfp,
+        node: Option<NodeId>,
+        nr_pages: usize,
+        list: &mut Vec<Pfn>,
+        events: &mut impl LockEvents,
+    ) -> Result<usize, AllocError> {
+        list.reserve(nr_pages);
+        let target = list.len() + nr_pages;
+        self.alloc_pages_bulk(caller, gfp, node, Sink::List(list, target), events)
+    }
+
+    fn alloc_pages_bulk<E: LockEvents>(
         &self,
         caller: Caller,
         gfp: Gfp,
         node: Option<NodeId>,
         mut sink: Sink<'_>,
+        events: &mut E,
     ) -> Result<usize, AllocError> {
         let wanted = sink.wanted();
         if wanted == 0 {
@@ -113,14 +131,15 @@ impl PageAllocator {
         };
         // Memcg accounting and single pages take the ordinary path.
         if !gfp.contains(Gfp::ACCOUNT) && wanted > 1 {
-            if let Some(taken) = self.bulk_fast_path(caller, gfp, node, wanted, &mut sink)? {
+            let fast = self.bulk_fast_path(caller, gfp, node, wanted, &mut sink, events)?;
+            if let Some(taken) = fast {
                 if taken > 0 {
                     return Ok(sink.result(wanted, taken));
                 }
             }
         }
         // The fallback: one page through the full allocator; failure is not an error here.
-        let added = match self.alloc_pages_node(caller, gfp, Order::ZERO, node) {
+        let added = match self.alloc_pages_node_in(caller, gfp, Order::ZERO, node, events) {
             Ok(pfn) => {
                 sink.put(pfn);
                 1
@@ -136,13 +155,14 @@ impl PageAllocator {
     }
 
     /// The pageset fast path. `None` (or `Some(0)`) sends the caller to the fallback.
-    fn bulk_fast_path(
+    fn bulk_fast_path<E: LockEvents>(
         &self,
         caller: Caller,
         gfp: Gfp,
         node: NodeId,
         wanted: usize,
         sink: &mut Sink<'_>,
+        events: &mut E,
     ) -> Result<Option<usize>, AllocError> {
         let ac = self.prepare_alloc_pages(caller, gfp, Order::ZERO, node)?;
         let flags = AllocFlags::empty().with_wmark(WatermarkKind::Low);
@@ -156,20 +176,21 @@ impl PageAllocator {
                 return Ok(None);
             }
         };
+        let (mt, cpu) = (ac.migratetype, caller.cpu);
         let taken = match sink {
             // One pass over the slots: `wanted` is how many are empty.
             Sink::Array(array) => {
                 let mut slots = array.iter_mut().filter(|slot| slot.is_none());
-                self.rmqueue_pcplist_run(zone, &mut pcp, ac.migratetype, flags, wanted, |pfn| {
+                let put = |pfn| {
                     if let Some(slot) = slots.next() {
                         *slot = Some(pfn);
                     }
-                })
+                };
+                self.rmqueue_pcplist_run(zone, &mut pcp, mt, flags, wanted, put, cpu, events)
             }
             Sink::List(list, _) => {
-                self.rmqueue_pcplist_run(zone, &mut pcp, ac.migratetype, flags, wanted, |pfn| {
-                    list.push(pfn)
-                })
+                let put = |pfn| list.push(pfn);
+                self.rmqueue_pcplist_run(zone, &mut pcp, mt, flags, wanted, put, cpu, events)
             }
         };
         pcp.count_alloc(taken as u64);
@@ -177,16 +198,21 @@ impl PageAllocator {
         Ok(Some(taken))
     }
 
-    /// `wanted` rounds of `__rmqueue_pcplist` for order 0, handing each block to `put`;
-    /// returns how many blocks it took (fewer only when a refill finds nothing). What is
-    /// on the list is taken as one run ([`PfnList::pop_head_run`]), which writes the
-    /// list and the pageset's count once; only an empty list goes through
+    /// `wanted` rounds of `__rmqueue_pcplist` for order 0 from `cpu`'s pageset `pcp`,
+    /// list `mt`, handing each block to `put`; returns how many blocks it took (fewer only
+    /// when a refill finds nothing). What is on the list is taken as one run
+    /// ([`PfnList::pop_head_run`]), which writes the list and the pageset's count once and
+    /// is reported to `events` as PCP hits; only an empty list goes through
     /// [`PageAllocator::rmqueue_pcplist_locked`] to be refilled, exactly when the page
     /// by page loop would have refilled it.
     ///
     /// [`PfnList::pop_head_run`]: super::list::PfnList::pop_head_run
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "rmqueue_pcplist_locked's arguments plus the count and the destination"
+    )]
     #[inline(always)]
-    fn rmqueue_pcplist_run(
+    fn rmqueue_pcplist_run<E: LockEvents>(
         &self,
         zone: &Zone,
         pcp: &mut PerCpuPages,
@@ -194,6 +220,8 @@ impl PageAllocator {
         flags: AllocFlags,
         wanted: usize,
         mut put: impl FnMut(Pfn),
+        cpu: CpuId,
+        events: &mut E,
     ) -> usize {
         let pindex = order_to_pindex(mt, Order::ZERO);
         let mut taken = 0;
@@ -208,11 +236,16 @@ impl PageAllocator {
             );
             pcp.count -= run;
             taken += run as usize;
+            if run > 0 {
+                events.pcp_hit(zone.index, cpu, run);
+            }
             if taken == wanted {
                 break;
             }
             // The list is empty: refill it and take its head.
-            let Some(pfn) = self.rmqueue_pcplist_locked(zone, pcp, Order::ZERO, mt, flags) else {
+            let order = Order::ZERO;
+            let refilled = self.rmqueue_pcplist_locked(zone, pcp, order, mt, flags, cpu, events);
+            let Some(pfn) = refilled else {
                 break;
             };
             put(pfn);
@@ -327,6 +360,8 @@ mod tests {
                             flags,
                             wanted,
                             |pfn| pfns.push(pfn),
+                            0,
+                            &mut (),
                         );
                         assert_eq!(n, pfns.len());
                     } else {
@@ -337,6 +372,8 @@ mod tests {
                                 Order::ZERO,
                                 mt,
                                 flags,
+                                0,
+                                &mut (),
                             ) else {
                                 break;
                             };

@@ -17,6 +17,7 @@ use crate::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
 use alloc::vec::Vec;
 
 use super::allocator::PageAllocator;
+use super::events::LockEvents;
 use super::pcp_sizing::PcpLimits;
 use super::types::CpuId;
 use super::zone::{DrainReason, Zone, ZoneId};
@@ -98,11 +99,16 @@ impl PageAllocator {
 
     /// `drain_pages_zone`: return all of `cpu`'s pages of `zone` to the buddy lists.
     pub fn drain_pages_zone(&self, cpu: CpuId, zone: &Zone) -> u64 {
+        self.drain_pages_zone_in(cpu, zone, &mut ())
+    }
+
+    /// [`PageAllocator::drain_pages_zone`], reporting each drain to `events`.
+    fn drain_pages_zone_in<E: LockEvents>(&self, cpu: CpuId, zone: &Zone, events: &mut E) -> u64 {
         let Some(pageset) = zone.pagesets.get(cpu as usize).map(|slot| &slot.pcp) else {
             return 0;
         };
         if self.policy.pcp.drain_zone_in_chunks {
-            return self.drain_pages_zone_in_chunks(pageset, zone);
+            return self.drain_pages_zone_in_chunks(pageset, zone, cpu, events);
         }
         let mut pcp = pageset.lock();
         if pcp.count == 0 {
@@ -111,15 +117,17 @@ impl PageAllocator {
         let count = pcp.count;
         // LOCK ORDER: pcp lock → zone lock.
         zone.lock()
-            .free_pcppages_bulk(&mut pcp, count, 0, DrainReason::Explicit)
+            .free_pcppages_bulk(&mut pcp, count, 0, DrainReason::Explicit, cpu, events)
     }
 
     /// `drain_pages_zone` since ≈ 6.9: at most `batch << S` pages per pageset lock hold,
     /// until the pageset is empty.
-    fn drain_pages_zone_in_chunks(
+    fn drain_pages_zone_in_chunks<E: LockEvents>(
         &self,
         pageset: &crate::sync::SpinLock<super::pcp::PerCpuPages>,
         zone: &Zone,
+        cpu: CpuId,
+        events: &mut E,
     ) -> u64 {
         let mut drained = 0;
         loop {
@@ -129,25 +137,46 @@ impl PageAllocator {
             }
             let chunk = pcp.count.min(pcp.batch << self.scale_max.load(Relaxed));
             // LOCK ORDER: pcp lock → zone lock.
-            drained += zone
-                .lock()
-                .free_pcppages_bulk(&mut pcp, chunk, 0, DrainReason::Explicit);
+            drained += zone.lock().free_pcppages_bulk(
+                &mut pcp,
+                chunk,
+                0,
+                DrainReason::Explicit,
+                cpu,
+                events,
+            );
         }
     }
 
     /// `drain_pages`: every zone of `cpu`.
     pub fn drain_pages(&self, cpu: CpuId) -> u64 {
+        self.drain_pages_in(cpu, &mut ())
+    }
+
+    /// [`PageAllocator::drain_pages`], reporting each drain to `events`.
+    fn drain_pages_in<E: LockEvents>(&self, cpu: CpuId, events: &mut E) -> u64 {
         self.zones
             .iter()
-            .map(|zone| self.drain_pages_zone(cpu, zone))
+            .map(|zone| self.drain_pages_zone_in(cpu, zone, events))
             .sum()
     }
 
     /// `drain_local_pages`: the caller's own pagesets, of one zone or all.
     pub fn drain_local_pages(&self, cpu: CpuId, zone: Option<ZoneId>) -> u64 {
+        self.drain_local_pages_report(cpu, zone, &mut ())
+    }
+
+    /// [`PageAllocator::drain_local_pages`], telling `events` of each drain (one zone-lock
+    /// hold each).
+    pub fn drain_local_pages_report(
+        &self,
+        cpu: CpuId,
+        zone: Option<ZoneId>,
+        events: &mut impl LockEvents,
+    ) -> u64 {
         match zone.and_then(|id| self.zone(id.node, id.zone_type)) {
-            Some(zone) => self.drain_pages_zone(cpu, zone),
-            None => self.drain_pages(cpu),
+            Some(zone) => self.drain_pages_zone_in(cpu, zone, events),
+            None => self.drain_pages_in(cpu, events),
         }
     }
 
@@ -156,10 +185,26 @@ impl PageAllocator {
     /// [`DrainAll::Skipped`]; a zone request (memory offline, contiguous allocation needs
     /// it finished) waits for it.
     pub fn drain_all_pages(&self, zone: Option<ZoneId>) -> DrainAll {
-        self.drain_all(zone, false)
+        self.drain_all(zone, false, &mut ())
     }
 
-    fn drain_all(&self, zone: Option<ZoneId>, force_all_cpus: bool) -> DrainAll {
+    /// [`PageAllocator::drain_all_pages`], telling `events` of each drain, each naming the
+    /// CPU whose pageset it emptied. In workqueue mode the drains happen in
+    /// [`PageAllocator::run_drain_work_report`].
+    pub fn drain_all_pages_report(
+        &self,
+        zone: Option<ZoneId>,
+        events: &mut impl LockEvents,
+    ) -> DrainAll {
+        self.drain_all(zone, false, events)
+    }
+
+    fn drain_all<E: LockEvents>(
+        &self,
+        zone: Option<ZoneId>,
+        force_all_cpus: bool,
+        events: &mut E,
+    ) -> DrainAll {
         let state = &self.drain_work;
         if !state.try_lock() {
             if zone.is_none() {
@@ -202,7 +247,7 @@ impl PageAllocator {
             .map(|&cpu| {
                 zones
                     .iter()
-                    .map(|z| self.drain_pages_zone(cpu, z))
+                    .map(|z| self.drain_pages_zone_in(cpu, z, events))
                     .sum::<u64>()
             })
             .sum();
@@ -213,6 +258,11 @@ impl PageAllocator {
     /// Workqueue mode: `cpu` runs its queued drain work, if any, draining its own
     /// pagesets. Returns the pages drained.
     pub fn run_drain_work(&self, cpu: CpuId) -> u64 {
+        self.run_drain_work_report(cpu, &mut ())
+    }
+
+    /// [`PageAllocator::run_drain_work`], telling `events` of each drain.
+    pub fn run_drain_work_report(&self, cpu: CpuId, events: &mut impl LockEvents) -> u64 {
         let Some(slot) = self.drain_work.pending.get(cpu as usize) else {
             return 0;
         };
@@ -220,8 +270,11 @@ impl PageAllocator {
             NO_WORK => 0,
             work => {
                 let pages = match work {
-                    ALL_ZONES => self.drain_pages(cpu),
-                    index => self.drain_pages_zone(cpu, &self.zones[(index - 2) as usize]),
+                    ALL_ZONES => self.drain_pages_in(cpu, events),
+                    index => {
+                        let zone = &self.zones[(index - 2) as usize];
+                        self.drain_pages_zone_in(cpu, zone, events)
+                    }
                 };
                 slot.store(NO_WORK, Relaxed);
                 pages
@@ -258,6 +311,12 @@ impl PageAllocator {
     /// pagesets of remote nodes a batch at a time once their `expire` runs out. Returns
     /// whether anything changed (Linux re-arms the tick while it does).
     pub fn vmstat_tick(&self, cpu: CpuId) -> bool {
+        self.vmstat_tick_report(cpu, &mut ())
+    }
+
+    /// [`PageAllocator::vmstat_tick`], telling `events` of each drain (decay and NUMA
+    /// expiry, one zone-lock hold each).
+    pub fn vmstat_tick_report(&self, cpu: CpuId, events: &mut impl LockEvents) -> bool {
         if !self.cpu_online(cpu) {
             return false;
         }
@@ -274,8 +333,9 @@ impl PageAllocator {
                 changes |= todo;
                 if to_drain > 0 {
                     // LOCK ORDER: pcp lock → zone lock.
+                    let reason = DrainReason::Decay;
                     zone.lock()
-                        .free_pcppages_bulk(&mut pcp, to_drain, 0, DrainReason::Decay);
+                        .free_pcppages_bulk(&mut pcp, to_drain, 0, reason, cpu, events);
                     changes = true;
                 }
             }
@@ -290,8 +350,9 @@ impl PageAllocator {
             changes = true;
             if pcp.expire == 0 {
                 let batch = pcp.batch.min(pcp.count);
+                let reason = DrainReason::NumaExpire;
                 zone.lock()
-                    .free_pcppages_bulk(&mut pcp, batch, 0, DrainReason::NumaExpire);
+                    .free_pcppages_bulk(&mut pcp, batch, 0, reason, cpu, events);
             }
         }
         changes
@@ -301,6 +362,11 @@ impl PageAllocator {
     /// goes back to the zone, and drain all CPUs. Nests; undo with
     /// [`PageAllocator::zone_pcp_enable`].
     pub fn zone_pcp_disable(&self, id: ZoneId) -> Option<u64> {
+        self.zone_pcp_disable_report(id, &mut ())
+    }
+
+    /// [`PageAllocator::zone_pcp_disable`], telling `events` of each drain.
+    pub fn zone_pcp_disable_report(&self, id: ZoneId, events: &mut impl LockEvents) -> Option<u64> {
         let zone = self.zone(id.node, id.zone_type)?;
         zone.pcp_disabled.fetch_add(1, Relaxed);
         self.set_pagesets(
@@ -311,7 +377,7 @@ impl PageAllocator {
                 high_max: 0,
             },
         );
-        Some(match self.drain_all(Some(id), true) {
+        Some(match self.drain_all(Some(id), true, events) {
             DrainAll::Done { pages, .. } => pages,
             DrainAll::Skipped | DrainAll::Queued(_) => 0,
         })
@@ -335,6 +401,12 @@ impl PageAllocator {
     /// zone's limits, stat thresholds and the cache slices. False if it was not online or
     /// is the last online CPU.
     pub fn cpu_offline(&self, cpu: CpuId) -> bool {
+        self.cpu_offline_report(cpu, &mut ())
+    }
+
+    /// [`PageAllocator::cpu_offline`], telling `events` of each drain of the CPU's
+    /// pagesets.
+    pub fn cpu_offline_report(&self, cpu: CpuId, events: &mut impl LockEvents) -> bool {
         if !self.cpu_online(cpu) || self.nr_online.load(Relaxed) == 1 {
             return false;
         }
@@ -345,7 +417,7 @@ impl PageAllocator {
         for zone in self.zones.iter() {
             zone.pagesets[cpu as usize].pcp.lock().offline = true;
         }
-        self.drain_pages(cpu);
+        self.drain_pages_in(cpu, events);
         self.setup_pcp_cacheinfo();
         self.update_pcp_limits(&self.settings(), 0);
         self.refresh_zone_stat_thresholds();

@@ -18,10 +18,11 @@ use core::sync::atomic::Ordering::Relaxed;
 use super::allocator::PageAllocator;
 use super::buddy::ZoneLocked;
 use super::error::FreeError;
+use super::events::{HoldKind, LockEvents};
 use super::free_area::ListEnd;
 use super::list::HeadRun;
 use super::pcp::{order_to_pindex, pcp_allowed_order, pindex_to_order, PerCpuPages, NR_PCP_LISTS};
-use super::types::{Caller, MigrateType, ZoneType, MIGRATE_PCPTYPES};
+use super::types::{Caller, CpuId, MigrateType, ZoneType, MIGRATE_PCPTYPES};
 use super::watermark::{self, WatermarkKind, PAGEBLOCK_ORDER};
 use super::zone::{DrainReason, PcpLocked, Zone, ZoneFlags};
 use crate::page::{Order, Page, PageState, Pfn};
@@ -72,7 +73,22 @@ impl PageAllocator {
     /// frees the same block at the same time: exactly one of two racing frees passes.
     #[inline(always)]
     pub fn free_pages(&self, caller: Caller, pfn: Pfn, order: Order) -> Result<(), FreeError> {
-        self.free_pages_claimed::<Atomic>(caller, pfn, order)
+        self.free_pages_claimed::<Atomic, _>(caller, pfn, order, &mut ())
+    }
+
+    /// [`PageAllocator::free_pages`], telling `events` what the call did: the zone-lock
+    /// hold (a drain the free triggered, or the direct buddy free), or the PCP hit if the
+    /// block went onto the pageset without one ([`LockEvents`]). A refused free reports
+    /// nothing.
+    #[inline(always)]
+    pub fn free_pages_report(
+        &self,
+        caller: Caller,
+        pfn: Pfn,
+        order: Order,
+        events: &mut impl LockEvents,
+    ) -> Result<(), FreeError> {
+        self.free_pages_claimed::<Atomic, _>(caller, pfn, order, events)
     }
 
     /// [`PageAllocator::free_pages`] for a caller that owns the block exclusively: the
@@ -94,49 +110,65 @@ impl PageAllocator {
         pfn: Pfn,
         order: Order,
     ) -> Result<(), FreeError> {
-        self.free_pages_claimed::<Exclusive>(caller, pfn, order)
+        self.free_pages_claimed::<Exclusive, _>(caller, pfn, order, &mut ())
     }
 
-    /// The body of [`PageAllocator::free_pages`], claiming with `C`.
+    /// [`PageAllocator::free_pages_exclusive`], telling `events` what the call did, as
+    /// [`PageAllocator::free_pages_report`] does.
     #[inline(always)]
-    fn free_pages_claimed<C: Claim>(
+    pub fn free_pages_exclusive_report(
         &self,
         caller: Caller,
         pfn: Pfn,
         order: Order,
+        events: &mut impl LockEvents,
+    ) -> Result<(), FreeError> {
+        self.free_pages_claimed::<Exclusive, _>(caller, pfn, order, events)
+    }
+
+    /// The body of [`PageAllocator::free_pages`], claiming with `C`.
+    #[inline(always)]
+    fn free_pages_claimed<C: Claim, E: LockEvents>(
+        &self,
+        caller: Caller,
+        pfn: Pfn,
+        order: Order,
+        events: &mut E,
     ) -> Result<(), FreeError> {
         // Nearly every free is of one page: that copy of the path has the order as a
         // constant (alignment, list index, page counts and the high-order rules fold
         // away); the other orders share one out-of-line copy.
         if order == Order::ZERO {
-            self.free_pages_of_order::<C>(caller, pfn, Order::ZERO)
+            self.free_pages_of_order::<C, E>(caller, pfn, Order::ZERO, events)
         } else {
-            self.free_pages_of_any_order::<C>(caller, pfn, order)
+            self.free_pages_of_any_order::<C, E>(caller, pfn, order, events)
         }
     }
 
     /// [`PageAllocator::free_pages`] for orders above 0.
     #[inline(never)]
-    fn free_pages_of_any_order<C: Claim>(
+    fn free_pages_of_any_order<C: Claim, E: LockEvents>(
         &self,
         caller: Caller,
         pfn: Pfn,
         order: Order,
+        events: &mut E,
     ) -> Result<(), FreeError> {
-        self.free_pages_of_order::<C>(caller, pfn, order)
+        self.free_pages_of_order::<C, E>(caller, pfn, order, events)
     }
 
     /// The free once the order is known: claim, prepare, commit.
     #[inline(always)]
-    fn free_pages_of_order<C: Claim>(
+    fn free_pages_of_order<C: Claim, E: LockEvents>(
         &self,
         caller: Caller,
         pfn: Pfn,
         order: Order,
+        events: &mut E,
     ) -> Result<(), FreeError> {
         let (zone, page) = self.claim_block::<C>(caller, pfn, order)?;
         free_pages_prepare(page);
-        self.free_unref_page(caller, zone, pfn, page, order);
+        self.free_unref_page(caller, zone, pfn, page, order, events);
         Ok(())
     }
 
@@ -170,54 +202,58 @@ impl PageAllocator {
 
     /// `free_unref_page` for a claimed block.
     #[inline(always)]
-    pub(super) fn free_unref_page(
+    pub(super) fn free_unref_page<E: LockEvents>(
         &self,
         caller: Caller,
         zone: &Zone,
         pfn: Pfn,
         page: &Page,
         order: Order,
+        events: &mut E,
     ) {
+        let cpu = caller.cpu;
         let bypass = self.policy.irq_bypass && caller.in_interrupt();
         if !pcp_allowed_order(order) || bypass {
             if bypass && pcp_allowed_order(order) {
                 zone.events.pcp_irq_bypass.fetch_add(1, Relaxed);
             }
-            return free_pages_ok(zone, pfn, order);
+            return free_pages_ok(zone, pfn, order, cpu, events);
         }
         let mt = zone.mem_map.pageblock_migratetype(pfn);
         let Some(pcp_mt) = pcp_migratetype(mt) else {
-            return free_one_page(zone, pfn, order, mt);
+            return free_one_page(zone, pfn, order, mt, cpu, events);
         };
-        match zone.pcp_trylock(caller.cpu) {
+        match zone.pcp_trylock(cpu) {
             Ok(mut pcp) => {
-                self.free_unref_page_commit(zone, &mut pcp, pfn, page, order, mt, pcp_mt)
+                let block = (pfn, page, order);
+                self.free_unref_page_commit(zone, &mut pcp, block, mt, pcp_mt, cpu, events)
             }
             Err(refused) => {
                 refused.count(zone);
-                free_one_page(zone, pfn, order, mt);
+                free_one_page(zone, pfn, order, mt, cpu, events);
             }
         }
     }
 
-    /// `free_unref_page_commit`: put the block on the pageset, then apply the policy's
-    /// drain rules: `free_high` for consecutive cheap high-order frees, else the `high`
-    /// threshold (auto-tuned from patch 7). A drain that leaves the zone above its high
-    /// watermark clears `BELOW_HIGH` (patch 8).
+    /// `free_unref_page_commit`: put the block (`pfn`, its descriptor, its order) on
+    /// `cpu`'s pageset, then apply the policy's drain rules: `free_high` for consecutive
+    /// cheap high-order frees, else the `high` threshold (auto-tuned from patch 7). A drain
+    /// that leaves the zone above its high watermark clears `BELOW_HIGH` (patch 8). The
+    /// drain, or else the PCP hit, is reported to `events`.
     #[expect(
         clippy::too_many_arguments,
-        reason = "Linux's signature plus the descriptor and the pageset type found before"
+        reason = "Linux's signature plus the pageset types found before, the CPU and the sink"
     )]
     #[inline(always)]
-    fn free_unref_page_commit(
+    fn free_unref_page_commit<E: LockEvents>(
         &self,
         zone: &Zone,
         pcp: &mut PcpLocked<'_>,
-        pfn: Pfn,
-        page: &Page,
-        order: Order,
+        (pfn, page, order): (Pfn, &Page, Order),
         mt: MigrateType,
         pcp_mt: MigrateType,
+        cpu: CpuId,
+        events: &mut E,
     ) {
         let policy = &self.policy.pcp;
         let scale_max = self.scale_max.load(Relaxed);
@@ -229,6 +265,7 @@ impl PageAllocator {
         let free_high = pcp.free_high(policy, order, scale_max);
         let high = pcp.nr_pcp_high(policy, zone.flags(), free_high, scale_max);
         if pcp.count < high {
+            events.pcp_hit(zone.index, cpu, 1);
             return;
         }
         let pages = pcp.nr_pcp_free(policy, high, free_high, scale_max);
@@ -238,7 +275,8 @@ impl PageAllocator {
             DrainReason::Free
         };
         // LOCK ORDER: pcp lock → zone lock.
-        zone.lock().free_pcppages_bulk(pcp, pages, pindex, reason);
+        zone.lock()
+            .free_pcppages_bulk(pcp, pages, pindex, reason, cpu, events);
         if policy.below_high
             && zone.flags().contains(ZoneFlags::BELOW_HIGH)
             && above_high_watermark(zone)
@@ -255,7 +293,19 @@ impl PageAllocator {
     /// the batch is refused as a duplicate, and, as for [`PageAllocator::free_pages`], so
     /// is a page that another thread frees at the same time.
     pub fn free_pages_batch(&self, caller: Caller, pfns: &[Pfn]) -> Result<(), (usize, FreeError)> {
-        self.free_pages_batch_claimed::<Atomic>(caller, pfns)
+        self.free_pages_batch_claimed::<Atomic, _>(caller, pfns, &mut ())
+    }
+
+    /// [`PageAllocator::free_pages_batch`], telling `events` what the call did: every
+    /// zone-lock hold (drains, direct buddy frees) and the PCP hits, the pages that went
+    /// onto a pageset without one ([`LockEvents`]). A refused batch reports nothing.
+    pub fn free_pages_batch_report(
+        &self,
+        caller: Caller,
+        pfns: &[Pfn],
+        events: &mut impl LockEvents,
+    ) -> Result<(), (usize, FreeError)> {
+        self.free_pages_batch_claimed::<Atomic, _>(caller, pfns, events)
     }
 
     /// [`PageAllocator::free_pages_batch`] for a caller that owns every page exclusively:
@@ -270,17 +320,19 @@ impl PageAllocator {
         caller: Caller,
         pfns: &[Pfn],
     ) -> Result<(), (usize, FreeError)> {
-        self.free_pages_batch_claimed::<Exclusive>(caller, pfns)
+        self.free_pages_batch_claimed::<Exclusive, _>(caller, pfns, &mut ())
     }
 
     /// The body of [`PageAllocator::free_pages_batch`], claiming with `C`.
     #[inline(always)]
-    fn free_pages_batch_claimed<C: Claim>(
+    fn free_pages_batch_claimed<C: Claim, E: LockEvents>(
         &self,
         caller: Caller,
         pfns: &[Pfn],
+        events: &mut E,
     ) -> Result<(), (usize, FreeError)> {
         self.claim_batch::<C>(caller, pfns)?;
+        let cpu = caller.cpu;
         let zone_of = |pfn| self.find_zone(pfn).expect("a claimed page is in a zone");
         if self.policy.irq_bypass && caller.in_interrupt() {
             for &pfn in pfns {
@@ -289,7 +341,7 @@ impl PageAllocator {
                 // Gorman 2017: each page of an interrupt-context batch goes to
                 // `__free_pages_ok`, as a single free from that context does.
                 zone.events.pcp_irq_bypass.fetch_add(1, Relaxed);
-                free_pages_ok(zone, pfn, Order::ZERO);
+                free_pages_ok(zone, pfn, Order::ZERO, cpu, events);
             }
             return Ok(());
         }
@@ -297,7 +349,11 @@ impl PageAllocator {
         let mut rest = pfns;
         loop {
             if let Some(hold) = held.as_mut() {
-                rest = &rest[self.commit_quiet_run(hold, rest)..];
+                let quiet = self.commit_quiet_run(hold, rest);
+                if quiet > 0 {
+                    events.pcp_hit(hold.zone.index, cpu, quiet as u64);
+                }
+                rest = &rest[quiet..];
             }
             let Some((&pfn, after)) = rest.split_first() else {
                 break;
@@ -307,7 +363,7 @@ impl PageAllocator {
             let page = zone.mem_map.page(pfn);
             let Some(pcp_mt) = pcp_migratetype(mt) else {
                 free_pages_prepare(page);
-                free_one_page(zone, pfn, Order::ZERO, mt);
+                free_one_page(zone, pfn, Order::ZERO, mt, cpu, events);
                 rest = after;
                 continue;
             };
@@ -319,13 +375,13 @@ impl PageAllocator {
                     if let Some(hold) = held.take() {
                         self.release(hold);
                     }
-                    match zone.pcp_trylock(caller.cpu) {
+                    match zone.pcp_trylock(cpu) {
                         // The page is committed by the next pass, quietly if there is room.
                         Ok(pcp) => held = Some(BatchHold::new(&self.policy.pcp, zone, pcp)),
                         Err(refused) => {
                             free_pages_prepare(page);
                             refused.count(zone);
-                            free_one_page(zone, pfn, Order::ZERO, mt);
+                            free_one_page(zone, pfn, Order::ZERO, mt, cpu, events);
                             rest = after;
                         }
                     }
@@ -335,7 +391,8 @@ impl PageAllocator {
             // No room: this free may drain. Pay what is owed and take the full commit.
             free_pages_prepare(page);
             self.pay_owed(hold);
-            self.free_unref_page_commit(zone, &mut hold.pcp, pfn, page, Order::ZERO, mt, pcp_mt);
+            let block = (pfn, page, Order::ZERO);
+            self.free_unref_page_commit(zone, &mut hold.pcp, block, mt, pcp_mt, cpu, events);
             hold.room = hold.pcp.order0_free_room(&self.policy.pcp, zone.flags());
             hold.pages += 1;
             rest = after;
@@ -604,18 +661,30 @@ fn pcp_migratetype(mt: MigrateType) -> Option<MigrateType> {
     }
 }
 
-/// `__free_pages_ok`: straight to the buddy lists, counted in `PGFREE`.
-fn free_pages_ok(zone: &Zone, pfn: Pfn, order: Order) {
+/// `__free_pages_ok`: straight to the buddy lists, counted in `PGFREE`; the hold is
+/// reported to `events` as `cpu`'s.
+fn free_pages_ok<E: LockEvents>(zone: &Zone, pfn: Pfn, order: Order, cpu: CpuId, events: &mut E) {
     let mut locked = zone.lock();
     let mt = zone.mem_map.pageblock_migratetype(pfn);
-    locked.free_one_page(pfn, order, mt, ListEnd::Head);
+    let merges = locked.free_one_page(pfn, order, mt, ListEnd::Head);
+    locked.report(events, cpu, HoldKind::BuddyFree, 1, order.pages(), merges);
     drop(locked);
     zone.events.pgfree.fetch_add(order.pages(), Relaxed);
 }
 
 /// `free_one_page`: straight to the buddy lists; v6.7 does not count these in `PGFREE`.
-fn free_one_page(zone: &Zone, pfn: Pfn, order: Order, mt: MigrateType) {
-    zone.lock().free_one_page(pfn, order, mt, ListEnd::Head);
+/// The hold is reported to `events` as `cpu`'s.
+fn free_one_page<E: LockEvents>(
+    zone: &Zone,
+    pfn: Pfn,
+    order: Order,
+    mt: MigrateType,
+    cpu: CpuId,
+    events: &mut E,
+) {
+    let mut locked = zone.lock();
+    let merges = locked.free_one_page(pfn, order, mt, ListEnd::Head);
+    locked.report(events, cpu, HoldKind::BuddyFree, 1, order.pages(), merges);
 }
 
 /// The check that clears `BELOW_HIGH`: order 0 at the high watermark, classzone Movable,
@@ -631,16 +700,19 @@ fn above_high_watermark(zone: &Zone) -> bool {
 }
 
 impl ZoneLocked<'_> {
-    /// `free_pcppages_bulk`: return up to `pages` pages from a pageset to the buddy lists,
-    /// visiting the lists round-robin from `start` and taking the oldest (tail) blocks of
-    /// each until it is empty or enough pages went back. A high-order block can overshoot
-    /// the request. Returns the pages freed.
-    pub(crate) fn free_pcppages_bulk(
+    /// `free_pcppages_bulk`: return up to `pages` pages from `cpu`'s pageset to the buddy
+    /// lists, visiting the lists round-robin from `start` and taking the oldest (tail)
+    /// blocks of each until it is empty or enough pages went back. A high-order block can
+    /// overshoot the request. Returns the pages freed; the drain is reported to `events`
+    /// (nothing is, if the pageset had nothing to give).
+    pub(crate) fn free_pcppages_bulk<E: LockEvents>(
         &mut self,
         pcp: &mut PerCpuPages,
         pages: u64,
         start: usize,
         reason: DrainReason,
+        cpu: CpuId,
+        events: &mut E,
     ) -> u64 {
         let zone = self.zone();
         let mut left = pages.min(pcp.count) as i64;
@@ -650,7 +722,7 @@ impl ZoneLocked<'_> {
         let mut pindex = (start + NR_PCP_LISTS - 1) % NR_PCP_LISTS;
         // `NR_FREE_PAGES` and the merge count are added once for the whole drain: the zone
         // lock is held throughout, so they end as the per-block updates would leave them.
-        let (mut freed, mut free_pages, mut merges) = (0, 0, 0);
+        let (mut freed, mut free_pages, mut merges, mut drained) = (0, 0, 0, 0);
         while left > 0 {
             loop {
                 pindex = (pindex + 1) % NR_PCP_LISTS;
@@ -677,6 +749,7 @@ impl ZoneLocked<'_> {
             pcp.count -= pages;
             free_pages += (blocks - isolated) << order.get();
             freed += pages;
+            drained += blocks;
             left -= pages as i64;
         }
         self.mod_free_pages(free_pages as i64);
@@ -686,6 +759,8 @@ impl ZoneLocked<'_> {
         pcp.zone_touched = true;
         Self::count_locked(&zone.events.pcp_drains[reason as usize], 1);
         Self::count_locked(&zone.events.pcp_drain_pages[reason as usize], freed);
+        let kind = HoldKind::Drain(reason);
+        self.report(events, cpu, kind, drained, freed, merges);
         freed
     }
 }

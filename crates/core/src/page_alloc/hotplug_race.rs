@@ -58,7 +58,7 @@ fn a_free_that_loses_its_cpu_goes_to_the_zone() {
     assert_eq!(pcp_count(&allocator, 1), 0, "cpu_offline drained CPU 1");
     let free_before = zone.free_pages();
     super::free::free_pages_prepare(page);
-    allocator.free_unref_page(caller, zone, pfn, page, Order::ZERO);
+    allocator.free_unref_page(caller, zone, pfn, page, Order::ZERO, &mut ());
 
     assert_eq!(pcp_count(&allocator, 1), 0, "the page went to the zone");
     assert_eq!(zone.free_pages(), free_before + 1);
@@ -87,13 +87,13 @@ fn an_allocation_that_loses_its_cpu_is_served_by_the_zone() {
     assert!(allocator.cpu_offline(1));
     assert_eq!(pcp_count(&allocator, 1), 0, "cpu_offline drained CPU 1");
     assert_eq!(
-        allocator.alloc_pcp_fast::<false>(caller, Gfp::KERNEL, 0),
+        allocator.alloc_pcp_fast::<false, _>(caller, Gfp::KERNEL, 0, &mut ()),
         None,
         "the fast path declines"
     );
     let flags = AllocFlags::empty().with_wmark(WatermarkKind::Low);
     let got = allocator
-        .get_page_from_freelist(&ac, flags)
+        .get_page_from_freelist(&ac, flags, &mut ())
         .expect("the zone has pages");
 
     assert_eq!(

@@ -22,6 +22,7 @@
 //! | `drain` | drains, the vmstat tick (decay), `zone_pcp_disable`, CPU hotplug |
 //! | `take` | taking chosen blocks off the buddy lists, presetting a pageset (trace replay) |
 //! | `list` | the pfn-linked list both free lists and PCP lists use |
+//! | `events` | the per-call report of zone-lock holds and PCP hits |
 //! | `verify` | the walker that checks every page is accounted for |
 
 mod alloc;
@@ -30,6 +31,7 @@ mod buddy;
 mod bulk;
 mod drain;
 mod error;
+mod events;
 mod free;
 mod free_area;
 pub mod gfp;
@@ -75,6 +77,7 @@ pub use allocator::{KswapdState, PageAllocator};
 pub use buddy::ZoneLocked;
 pub use drain::{DrainAll, DrainMutexGuard, DrainWork};
 pub use error::{AllocError, FreeError};
+pub use events::{HoldKind, LockEvents, ZoneLockHold};
 pub use gfp::{AllocFlags, Gfp};
 pub use mem_map::MemMap;
 pub use take::TakeError;

@@ -184,6 +184,9 @@ pub struct ZoneId {
 /// A zone.
 #[derive(Debug)]
 pub struct Zone {
+    /// This zone's index in the allocator's zones (`PageAllocator::zones`), which names it
+    /// in [`ZoneLockHold`](super::ZoneLockHold) records.
+    pub(crate) index: usize,
     pub(crate) node: NodeId,
     pub(crate) zone_type: ZoneType,
     pub(crate) start_pfn: Pfn,
@@ -240,11 +243,13 @@ impl PcpRefused {
 }
 
 impl Zone {
-    /// Build the zone of `spec` with `nr_cpus` pagesets and free its managed pages into the
-    /// buddy lists in maximal aligned blocks, at the list tails, as boot does
-    /// (`memblock_free_all` → `__free_pages_core`, `FPI_TO_TAIL`).
-    pub(crate) fn new(spec: &ZoneSpec, nr_cpus: u32) -> Zone {
+    /// Build the zone of `spec`, the allocator's zone number `index`, with `nr_cpus`
+    /// pagesets, and free its managed pages into the buddy lists in maximal aligned blocks,
+    /// at the list tails, as boot does (`memblock_free_all` → `__free_pages_core`,
+    /// `FPI_TO_TAIL`).
+    pub(crate) fn new(spec: &ZoneSpec, index: usize, nr_cpus: u32) -> Zone {
         let zone = Zone {
+            index,
             node: spec.node,
             zone_type: spec.zone_type,
             start_pfn: spec.start_pfn,
@@ -576,7 +581,7 @@ mod tests {
             present: 3000,
             managed: 3000,
         };
-        Zone::new(&spec, 1)
+        Zone::new(&spec, 0, 1)
     }
 
     /// The watermark walk's answer from every order, read off a summary that stops early,
