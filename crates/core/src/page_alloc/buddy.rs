@@ -278,6 +278,12 @@ impl<'a> ZoneLocked<'a> {
             left &= left - 1;
         }
         let events = &self.zone.events;
+        // The split levels the `taken` calls of `rmqueue_smallest` would do: the first
+        // splits B down (high − order levels); block i ≥ 1 starts a free piece of
+        // 2^tz(i) blocks and splits it tz(i) levels; Σ_{i=1}^{k} tz(i) = k − popcount(k).
+        let later = taken.saturating_sub(1);
+        let splits = (high.get() - order.get()) as u64 + later - later.count_ones() as u64;
+        Self::count_locked(&events.buddy_splits, splits);
         Self::count_locked(&events.alloc_zone_locked, taken << order.get());
         Self::count_locked(&events.alloc_zone_locked_events, taken);
         Some(taken)
@@ -286,6 +292,12 @@ impl<'a> ZoneLocked<'a> {
     /// Split a block of order `high` down to `low`, freeing each upper half at the head of
     /// its list (`expand`).
     fn expand(&mut self, pfn: Pfn, low: Order, high: Order, mt: MigrateType) {
+        if high > low {
+            Self::count_locked(
+                &self.zone.events.buddy_splits,
+                (high.get() - low.get()) as u64,
+            );
+        }
         let mut high = high;
         while high > low {
             high = high.down().expect("high > low ≥ 0");

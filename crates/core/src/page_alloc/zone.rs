@@ -66,6 +66,10 @@ pub struct ZoneEvents {
     /// buddy's page descriptor under the zone lock, the cost Aaron Lu (2018) found to
     /// dominate zone-lock hold times. Written only under the zone lock.
     pub buddy_merges: AtomicU64,
+    /// Buddy split levels done by `expand`: each one writes the freed half's page
+    /// descriptor and links it on a free list under the zone lock, the counterpart of a
+    /// merge on the allocation side. Written only under the zone lock.
+    pub buddy_splits: AtomicU64,
     /// Requests that bypassed the PCP because they came from interrupt context (Gorman 2017
     /// `irq_bypass` policy).
     pub pcp_irq_bypass: AtomicU64,
