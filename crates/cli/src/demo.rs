@@ -1,12 +1,13 @@
 //! `mmkit demo`: the main job on built-in defaults. Simulates the three PCP experiments of
-//! seed 000 — kbuild on 224 CPUs, netperf SCTP_STREAM_MANY and lmbench AF_UNIX on 128 —
+//! Huang 2023 — kbuild on 224 CPUs, netperf SCTP_STREAM_MANY and lmbench AF_UNIX on 128 —
 //! for base, patch1, patch3, patch5, patch7 and patch9, prints each table beside the
-//! numbers the seed published (`workloads.md` §2.0), and writes the plots.
+//! numbers Huang 2023 published (`docs/reference/workloads.md` §2.0), and writes the plots.
 
 use std::path::PathBuf;
 
 use clap::Args;
 use mmkit_core::Policy;
+use mmkit_sim::published::{self, Cell, Column};
 use mmkit_sim::{table, RunResult, RunSpec, WorkloadKind};
 
 use crate::sim_cmd::{render_json, run_all};
@@ -32,43 +33,8 @@ pub struct DemoArgs {
     pub json: bool,
 }
 
-/// The presets the seed tables compare.
-pub const DEMO_POLICIES: [&str; 6] = ["base", "patch1", "patch3", "patch5", "patch7", "patch9"];
-
-/// A published row: score or build time, lock contend%, free_high, alloc_zone, cache
-/// miss rate% (`None` where the seed gives none).
-type SeedRow = (f64, f64, f64, f64, Option<f64>);
-
-/// Huang Ying, "[PATCH -V3 0/9] mm: PCP high auto-tuning", 2023-10-16, as copied into
-/// `workloads.md` §2.0, in [`DEMO_POLICIES`] order.
-fn seed_table(workload: WorkloadKind) -> [SeedRow; 6] {
-    match workload {
-        WorkloadKind::Kbuild => [
-            (100.0, 14.0, 100.0, 100.0, None),
-            (99.5, 12.8, 19.5, 95.6, None),
-            (99.4, 12.6, 7.1, 95.6, None),
-            (98.6, 11.0, 8.1, 97.1, None),
-            (95.1, 0.5, 2.8, 15.6, None),
-            (95.0, 1.0, 8.8, 20.0, None),
-        ],
-        WorkloadKind::Netperf => [
-            (100.0, 2.1, 100.0, 100.0, Some(1.3)),
-            (99.4, 2.1, 99.4, 99.4, Some(1.3)),
-            (106.4, 1.3, 13.3, 106.3, Some(1.3)),
-            (106.0, 1.2, 13.2, 105.9, Some(1.3)),
-            (103.4, 1.9, 6.7, 90.3, Some(7.6)),
-            (108.6, 1.3, 13.7, 108.6, Some(1.3)),
-        ],
-        _ => [
-            (100.0, 51.4, 100.0, 100.0, Some(0.2)),
-            (116.8, 46.1, 69.5, 104.3, Some(0.2)),
-            (199.1, 21.3, 7.0, 104.9, Some(0.2)),
-            (200.0, 20.8, 7.1, 106.9, Some(0.3)),
-            (191.6, 19.9, 6.8, 103.8, Some(2.8)),
-            (193.4, 21.7, 7.0, 104.7, Some(2.1)),
-        ],
-    }
-}
+/// The presets the published tables compare.
+pub const DEMO_POLICIES: [&str; 6] = published::POLICIES;
 
 fn title(workload: WorkloadKind) -> &'static str {
     match workload {
@@ -78,28 +44,50 @@ fn title(workload: WorkloadKind) -> &'static str {
     }
 }
 
-/// The table of one workload: simulated | published, per column.
-pub fn render_beside_seed(results: &[RunResult]) -> String {
+/// The mark of a scored cell: within tolerance or not, and `t` for a training target.
+fn mark(cell: Option<&Cell>) -> &'static str {
+    match cell {
+        None => "  ",
+        Some(c) if c.trained && c.within => "t✓",
+        Some(c) if c.trained => "t✗",
+        Some(c) if c.within => " ✓",
+        Some(_) => " ✗",
+    }
+}
+
+/// The table of one workload: simulated | published and its mark, per column; and the
+/// workload's scored cells.
+pub fn render_beside_published(results: &[RunResult]) -> (String, Vec<Cell>) {
     use std::fmt::Write;
     let mut out = String::new();
     let Some(first) = results.first() else {
-        return out;
+        return (out, Vec::new());
     };
     let workload = first.workload;
-    let seed = seed_table(workload);
+    let Some(publ) = published::table(workload) else {
+        return (out, Vec::new());
+    };
+    let rows = table(results);
+    let cells = published::score(workload, &rows);
+    let find = |policy: &str, column: Column| {
+        cells
+            .iter()
+            .find(|c| c.policy == policy && c.column == column)
+    };
     let p = &first.pageset;
     let _ = writeln!(
         out,
-        "{} — simulated | seed   (pageset batch {}, high {}..{}; {:.0} virtual ms for base)",
+        "{} — simulated | published (Huang 2023)   (pageset batch {}, high {}..{}; {:.0} of {:.0} virtual ms measured)",
         title(workload),
         p.batch,
         p.high_min,
         p.high_max,
+        first.measured_ns as f64 / 1e6,
         first.wall_ns as f64 / 1e6
     );
     let _ = writeln!(
         out,
-        "{:<8} {:>15} {:>15} {:>15} {:>15} {:>13} {:>9}",
+        "{:<8} {:>17} {:>17} {:>17} {:>17} {:>15} {:>9}",
         "policy",
         first.score_name,
         "lock contend%",
@@ -108,25 +96,60 @@ pub fn render_beside_seed(results: &[RunResult]) -> String {
         "cache miss%",
         "PCP mean"
     );
-    let cell = |sim: f64, seed: f64| format!("{sim:>6.1} | {seed:>5.1}");
-    for (row, seed) in table(results).iter().zip(seed) {
-        let miss = match seed.4 {
-            Some(m) => format!("{:>5.2} | {m:>4.1}", row.cache_miss_pct),
-            None => format!("{:>5.2} |    -", row.cache_miss_pct),
+    for (row, publ) in rows.iter().zip(publ) {
+        let policy = row.policy.as_str();
+        let cell = |sim: f64, publ: f64, column| {
+            format!("{sim:>6.1} |{publ:>6.1} {}", mark(find(policy, column)))
+        };
+        let miss = match publ.cache_miss_pct {
+            Some(m) => format!(
+                "{:>5.2} |{m:>4.1} {}",
+                row.cache_miss_pct,
+                mark(find(policy, Column::CacheDirection))
+            ),
+            None => format!("{:>5.2} |   - {}", row.cache_miss_pct, mark(None)),
         };
         let _ = writeln!(
             out,
-            "{:<8} {:>15} {:>15} {:>15} {:>15} {:>13} {:>9.1}",
-            row.policy,
-            cell(row.score, seed.0),
-            format!("{:>6.2} | {:>5.1}", row.lock_contend_pct, seed.1),
-            cell(row.free_high, seed.2),
-            cell(row.alloc_zone, seed.3),
+            "{:<8} {:>17} {:>17} {:>17} {:>17} {:>15} {:>9.1}",
+            policy,
+            cell(row.score, publ.score, Column::Score),
+            format!(
+                "{:>6.2} |{:>6.1} {}",
+                row.lock_contend_pct,
+                publ.lock_contend_pct,
+                mark(find(policy, Column::LockContend))
+            ),
+            cell(row.free_high, publ.free_high, Column::FreeHigh),
+            cell(row.alloc_zone, publ.alloc_zone, Column::AllocZone),
             miss,
             row.pcp_pages_mean
         );
     }
-    out
+    if workload == WorkloadKind::Kbuild {
+        let _ = writeln!(
+            out,
+            "used memory (pages held + pagesets, mean over the build) vs base: patch7 {:+.1} %, patch9 {:+.1} %; published: up to +{} %",
+            rows.get(4).map_or(0.0, |r| r.used_memory_mean_pct),
+            rows.get(5).map_or(0.0, |r| r.used_memory_mean_pct),
+            published::KBUILD_USED_MEMORY_PCT
+        );
+    }
+    (out, cells)
+}
+
+/// The closing line: cells within tolerance, held-out and training apart.
+pub fn render_score(cells: &[Cell]) -> String {
+    let within = cells.iter().filter(|c| c.within).count();
+    let held_out: Vec<&Cell> = cells.iter().filter(|c| !c.trained).collect();
+    let held_within = held_out.iter().filter(|c| c.within).count();
+    format!(
+        "{within} of {} cells within tolerance ({held_within} of {} held-out patch-row cells, {} of {} base-row training cells marked t)",
+        cells.len(),
+        held_out.len(),
+        within - held_within,
+        cells.len() - held_out.len()
+    )
 }
 
 /// `mmkit demo`.
@@ -157,20 +180,23 @@ pub fn run_demo(args: &DemoArgs) -> Result<(), CliError> {
         jobs.extend(policies.iter().map(|p| (spec.clone(), *p)));
     }
     println!(
-        "mmkit demo: seed 000's PCP experiments in the simulator ({} runs; seed {}, scale {})",
+        "mmkit demo: the PCP experiments of Huang 2023 (\"mm: PCP high auto-tuning\") in the simulator ({} runs; random seed {}, scale {})",
         jobs.len(),
         args.seed,
         args.scale
     );
     println!(
-        "values relative to base = 100, except lock contend% and cache miss rate% (absolute)\n"
+        "values relative to base = 100, except lock contend% and cache miss rate% (absolute); ✓ within tolerance, ✗ not, t: a base-row training target of `mmkit sim calibrate`\n"
     );
     let results = run_all(&jobs, args.threads, false)?;
     std::fs::create_dir_all(&args.out)
         .map_err(|e| CliError::failed(format!("{}: {e}", args.out.display())))?;
     let mut plots = 0;
+    let mut cells = Vec::new();
     for (workload, runs) in workloads.iter().zip(results.chunks(policies.len())) {
-        println!("{}", render_beside_seed(runs));
+        let (text, scored) = render_beside_published(runs);
+        println!("{text}");
+        cells.extend(scored);
         plots += mmkit_sim::plot::write_plots(runs, &args.out, workload.name())
             .map_err(CliError::failed)?
             .len();
@@ -180,6 +206,10 @@ pub fn run_demo(args: &DemoArgs) -> Result<(), CliError> {
                 .map_err(|e| CliError::failed(format!("{}: {e}", path.display())))?;
         }
     }
+    println!("{}", render_score(&cells));
+    println!(
+        "tolerances: score ±2 points (kbuild, netperf) or ±10 % (lmbench); lock contend% ±30 % or ±0.5; free_high and alloc_zone ±25 % or ±3 points; cache miss: the published direction"
+    );
     println!("{plots} plots written to {}/", args.out.display());
     Ok(())
 }

@@ -79,6 +79,11 @@ impl CliError {
         }
     }
 
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
     /// The command ran but found a failure (e.g. a fidelity mismatch): exit status 1.
     pub fn failed(message: impl Into<String>) -> CliError {
         CliError {

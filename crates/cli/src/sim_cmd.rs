@@ -8,10 +8,11 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 
-use clap::Args;
+use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use mmkit_core::Policy;
-use mmkit_sim::{run, table, RunResult, RunSpec, TableRow, WorkloadKind};
+use mmkit_sim::calibrate::{calibrate, Targets};
+use mmkit_sim::{run, table, RunResult, RunSpec, SimError, TableRow, WorkloadKind};
 use serde::Serialize;
 
 use crate::machine::policy_preset;
@@ -19,10 +20,14 @@ use crate::CliError;
 
 /// Arguments of `mmkit sim`.
 #[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct SimArgs {
+    /// `calibrate`: fit the cost model instead of running one workload.
+    #[command(subcommand)]
+    pub command: Option<SimCommand>,
     /// Workload: kbuild, netperf, unix, pagealloc or pageout.
-    #[arg(long)]
-    pub workload: String,
+    #[arg(long, required = true)]
+    pub workload: Option<String>,
     /// Virtual CPUs; default: the published run's machine (kbuild 224, netperf/unix 128,
     /// pageout 96, pagealloc 1).
     #[arg(long)]
@@ -38,7 +43,8 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Size of the run: 1 = the default scale (kbuild: 48 processes per CPU, more makes
-    /// the build longer; netperf and unix: 400 ms of virtual time); smaller is faster.
+    /// the build longer; netperf and unix: 1.5 s of virtual time, of which 0.5 s warm-up);
+    /// smaller is faster.
     #[arg(long, default_value_t = 1.0)]
     pub scale: f64,
     /// Print JSON instead of a table.
@@ -54,11 +60,100 @@ pub struct SimArgs {
     /// (docs/reference/workloads.md §3.1 gives 20–80); default: the model's 50.
     #[arg(long, value_name = "NS")]
     pub merge_ns: Option<u64>,
+    /// Cost-model sensitivity: zone-lock hold per block moved, ns; default: the
+    /// committed calibration's.
+    #[arg(long, value_name = "NS")]
+    pub hold_per_block_ns: Option<f64>,
+    /// Cost-model sensitivity: zone cache lines that follow the lock to a new holder;
+    /// default: the committed calibration's.
+    #[arg(long, value_name = "LINES")]
+    pub lock_lines: Option<f64>,
+    /// Workload sensitivity: kbuild's page faults per second of a running process;
+    /// default: the committed calibration's.
+    #[arg(long, value_name = "RATE")]
+    pub kbuild_faults_per_s: Option<f64>,
     /// Machine sensitivity: memory per node in GiB (default: the published machines' 128).
     /// The low watermark per node, hence `high`, stays the published machine's; `high_max`
     /// (managed / 8 / CPUs of the node) follows the memory.
     #[arg(long, value_name = "GIB")]
     pub node_gib: Option<u64>,
+}
+
+/// Subcommands of `mmkit sim`.
+#[derive(Subcommand, Debug)]
+pub enum SimCommand {
+    /// Fit the cost model's free parameters against a declared training set of base-row
+    /// figures (never a patch row) and write the calibration as JSON
+    /// (`crates/sim/calibration.json` is what this wrote).
+    Calibrate(CalibrateArgs),
+}
+
+/// Arguments of `mmkit sim calibrate`.
+#[derive(Args, Debug)]
+pub struct CalibrateArgs {
+    /// The training set: a JSON file of base-row targets
+    /// (`crates/sim/calibration-targets.json`).
+    #[arg(long, value_name = "FILE")]
+    pub targets: PathBuf,
+    /// Write the calibration here instead of printing it.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Size of the runs (as `mmkit sim --scale`).
+    #[arg(long, default_value_t = 1.0)]
+    pub scale: f64,
+    /// Seed of every run.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Parallel runs; default: the available cores.
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+/// `mmkit sim calibrate`.
+fn run_calibrate(args: &CalibrateArgs) -> Result<(), CliError> {
+    let text = std::fs::read_to_string(&args.targets)
+        .map_err(|e| CliError::usage(format!("{}: {e}", args.targets.display())))?;
+    let targets: Targets = serde_json::from_str(&text)
+        .map_err(|e| CliError::usage(format!("{}: {e}", args.targets.display())))?;
+    targets
+        .validate()
+        .map_err(|e| CliError::usage(format!("{}: {e}", args.targets.display())))?;
+    if !(args.scale > 0.0 && args.scale <= 100.0) {
+        return Err(CliError::usage(format!(
+            "--scale {} is invalid: use a number in (0, 100]",
+            args.scale
+        )));
+    }
+    crate::output::check_optional_file("--out", args.out.as_deref())?;
+    let start = mmkit_sim::cost::calibrated_fit();
+    let threads = args.threads;
+    let mut runner = |jobs: &[(RunSpec, Policy)]| {
+        run_all(jobs, threads, true).map_err(|e| SimError::Invalid(e.message().to_owned()))
+    };
+    let mut log = |line: &str| eprintln!("calibrate: {line}");
+    let mut calibration = calibrate(
+        &targets,
+        args.scale,
+        args.seed,
+        start,
+        &mut runner,
+        &mut log,
+    )
+    .map_err(|e| CliError::failed(e.to_string()))?;
+    calibration.command = format!(
+        "mmkit sim calibrate --targets {} --scale {} --seed {}",
+        args.targets.display(),
+        args.scale,
+        args.seed
+    );
+    let json = serde_json::to_string_pretty(&calibration)
+        .map_err(|e| CliError::failed(e.to_string()))?;
+    match &args.out {
+        Some(out) => std::fs::write(out, json + "\n")
+            .map_err(|e| CliError::failed(format!("{}: {e}", out.display())))?,
+        None => println!("{json}"),
+    }
+    Ok(())
 }
 
 /// Parse a workload name.
@@ -219,8 +314,15 @@ pub fn render_json(results: &[RunResult]) -> Result<String, CliError> {
 
 /// `mmkit sim`.
 pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
+    if let Some(SimCommand::Calibrate(calibrate)) = &args.command {
+        return run_calibrate(calibrate);
+    }
     crate::output::check_optional_dir("--plot", args.plot.as_deref())?;
-    let workload = workload(&args.workload)?;
+    let name = args
+        .workload
+        .as_deref()
+        .ok_or_else(|| CliError::usage("--workload is required"))?;
+    let workload = workload(name)?;
     let policies: Vec<Policy> = args
         .policies
         .iter()
@@ -244,6 +346,30 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
             )));
         }
         spec.cost.merge_ns = ns;
+    }
+    if let Some(ns) = args.hold_per_block_ns {
+        if !(ns.is_finite() && (0.0..=10_000.0).contains(&ns)) {
+            return Err(CliError::usage(format!(
+                "--hold-per-block-ns {ns}: use a number of ns in [0, 10000]"
+            )));
+        }
+        spec.cost.hold_per_block_ns = ns;
+    }
+    if let Some(lines) = args.lock_lines {
+        if !(lines.is_finite() && (0.0..=64.0).contains(&lines)) {
+            return Err(CliError::usage(format!(
+                "--lock-lines {lines}: use a number of lines in [0, 64]"
+            )));
+        }
+        spec.cost.lock_lines = lines;
+    }
+    if let Some(rate) = args.kbuild_faults_per_s {
+        if !(rate.is_finite() && (1.0..=10_000_000.0).contains(&rate)) {
+            return Err(CliError::usage(format!(
+                "--kbuild-faults-per-s {rate}: use a rate in [1, 10000000]"
+            )));
+        }
+        spec.kbuild_faults_per_s = rate;
     }
     if let Some(gib) = args.node_gib {
         if !(1..=512).contains(&gib) {

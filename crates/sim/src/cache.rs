@@ -1,4 +1,4 @@
-//! The cache model of `workloads.md` §3.3: reuse distance in bytes touched, per CPU and
+//! The cache model of `docs/reference/workloads.md` §3.3: reuse distance in bytes touched, per CPU and
 //! per socket, decides whether a page a CPU touches is still in its L2, in its socket's
 //! LLC, or must come from memory.
 //!
@@ -108,6 +108,30 @@ pub struct CacheCounts {
 }
 
 impl CacheCounts {
+    /// What was counted between `earlier` and `self`.
+    pub fn since(&self, earlier: &CacheCounts) -> CacheCounts {
+        CacheCounts {
+            l2_lines: self.l2_lines - earlier.l2_lines,
+            llc_lines: self.llc_lines - earlier.llc_lines,
+            llc_remote_lines: self.llc_remote_lines - earlier.llc_remote_lines,
+            cold_lines: self.cold_lines - earlier.cold_lines,
+        }
+    }
+
+    /// The seed-comparable miss rate in percent (`docs/reference/workloads.md` §3.3):
+    /// `(cold + β · LLC-remote) / (lines + R_bg) × 100`, with R_bg the background
+    /// references of `work_ns` of the workload's own work (syscalls, protocol code).
+    pub fn miss_rate_pct(&self, cost: &CostModel, work_ns: u64) -> f64 {
+        let references =
+            self.total() as f64 + cost.background_refs_per_us * work_ns as f64 / 1000.0;
+        if references == 0.0 {
+            return 0.0;
+        }
+        (self.cold_lines as f64 + cost.llc_remote_miss_weight * self.llc_remote_lines as f64)
+            / references
+            * 100.0
+    }
+
     /// All lines touched.
     pub fn total(&self) -> u64 {
         self.l2_lines + self.llc_lines + self.llc_remote_lines + self.cold_lines
@@ -342,18 +366,6 @@ impl CacheModel {
             crate::prefetch::prefetch(stamp);
         }
     }
-
-    /// The seed-comparable miss rate in percent (§3.3):
-    /// `(cold + β · LLC-remote) / (lines + R_bg) × 100`.
-    pub fn miss_rate_pct(&self, cost: &CostModel) -> f64 {
-        let c = &self.counts;
-        let total = c.total() as f64 * (1.0 + cost.background_lines_per_line);
-        if total == 0.0 {
-            return 0.0;
-        }
-        (c.cold_lines as f64 + cost.llc_remote_miss_weight * c.llc_remote_lines as f64) / total
-            * 100.0
-    }
 }
 
 #[cfg(test)]
@@ -364,7 +376,7 @@ mod tests {
         // 2 CPUs on socket 0, 1 on socket 1; L2 = 2 pages, LLC share = 4 pages.
         let cost = CostModel {
             llc_share: 1.0,
-            ..CostModel::SERVER
+            ..CostModel::calibrated()
         };
         CacheModel::new(vec![0, 0, 1], 1, 2 * 4096, 4 * 4096, &cost)
     }
@@ -389,7 +401,7 @@ mod tests {
     /// touched one after another.
     #[test]
     fn block_touch_equals_page_touches() {
-        let cost = CostModel::SERVER;
+        let cost = CostModel::calibrated();
         let (mut blocks, mut pages) = (model(), model());
         for (cpu, first, n, lines) in [(0, 0, 4, 64), (1, 2, 4, 10), (2, 1, 8, 40), (0, 0, 8, 7)] {
             touch_whole_and_by_page(&mut blocks, &mut pages, (cpu, first, n, lines), &cost);
@@ -402,7 +414,7 @@ mod tests {
     /// charges what touching their pages one by one charges, and leaves the same stamps.
     #[test]
     fn block_touches_equal_page_touches_for_any_history() {
-        let cost = CostModel::SERVER;
+        let cost = CostModel::calibrated();
         let mut rng = crate::rng::Rng::new(3, 0);
         for _ in 0..50 {
             let (mut blocks, mut pages) = (model(), model());
@@ -431,7 +443,7 @@ mod tests {
 
     #[test]
     fn reuse_distance_decides_the_class() {
-        let cost = CostModel::SERVER;
+        let cost = CostModel::calibrated();
         let mut m = model();
         assert_eq!(m.touch(0, 0, 0, 1, 64, &cost), cost.touch_cold_ns);
         assert_eq!(m.touch(0, 0, 0, 1, 64, &cost), cost.touch_l2_ns);

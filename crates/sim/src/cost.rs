@@ -1,36 +1,39 @@
 //! The cost model: what each thing the allocator or a workload does costs in virtual
 //! nanoseconds, and the cache sizes the page-reuse classification uses.
 //!
-//! Every number is the "default (server)" column of `workloads.md` §3.1, with its source
-//! there; [`CostModel::SERVER`] is the only instance the simulator uses, for every workload
-//! and every policy. No parameter is fitted to a seed table.
+//! One model serves every workload and every policy ([`CostModel::calibrated`]): workloads
+//! differ in what they do (pages per message, CPU time per message, orders, lifetimes),
+//! never in hardware constants. Every parameter has a source ([`PARAMETERS`]): published
+//! (where), measured (the command), or fitted by `mmkit sim calibrate` against the base
+//! rows of the published tables only (`crates/sim/calibration.json` is what that command
+//! wrote; the patch rows are the held-out test). The sources and section numbers are in
+//! `docs/reference/workloads.md` §3.1–3.3.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-/// Costs in nanoseconds (§3.1) and the cache model's constants (§3.3).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+/// Costs in nanoseconds and the cache model's constants.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CostModel {
-    /// Order-0 allocation served from the PCP list (Mel Gorman 2017: 116–138 cycles;
-    /// Jesper Brouer 2021: 194–207 cycles per alloc+free pair).
+    /// Order-0 allocation served from the PCP list.
     pub alloc_hit_ns: u64,
-    /// Free to the PCP list (Mel Gorman 2017: 42–83 cycles).
+    /// Free to the PCP list.
     pub free_hit_ns: u64,
-    /// Uncontended zone-lock acquire + release with irqsave (Jesper: 62 cycles).
+    /// Uncontended zone-lock acquire + release with irqsave.
     pub lock_ns: u64,
     /// Hold time per block moved under the zone lock, by `rmqueue_bulk` or
-    /// `free_pcppages_bulk` (Huang Ying 2023: 2.0–3.5 µs per 63 pages).
-    pub hold_per_block_ns: u64,
-    /// h_merge: extra hold per buddy merge level in `__free_one_page`, whose buddy's page
-    /// descriptor is cold (Aaron Lu 2018: cache misses on `struct page` are "the most time
-    /// consuming part of operations under zone->lock"). §3.1 gives 20–80 ns and no
-    /// default; 50 is the middle of that range, charged on every level: in a zone of
-    /// millions of pages a buddy's descriptor is rarely in the cache. EXPERIMENTS.md shows
-    /// the tables at both ends of the range.
+    /// `free_pcppages_bulk`: the list operations and the block's cold page descriptor.
+    pub hold_per_block_ns: f64,
+    /// h_merge: extra hold per buddy merge level in `__free_one_page` (the buddy's page
+    /// descriptor is cold) and per split level in `expand` (the freed half's is).
     pub merge_ns: u64,
-    /// Lock cache-line hand-off to another CPU of the same socket (core-to-core latency).
+    /// Lock cache-line hand-off to another CPU of the same socket.
     pub handoff_socket_ns: u64,
     /// Lock cache-line hand-off to a CPU of the other socket.
     pub handoff_cross_socket_ns: u64,
+    /// Cache lines of zone state that follow the lock to a new holder besides the lock
+    /// word (the free-area list heads and counts, `NR_FREE_PAGES`, the zone flags and
+    /// watermarks), each a hand-off of its own inside the critical section.
+    pub lock_lines: f64,
     /// Touching a whole 4 KiB page that is in the CPU's private L2 (64 lines).
     pub touch_l2_ns: u64,
     /// Touching a whole page that is in the socket's last-level cache.
@@ -38,43 +41,148 @@ pub struct CostModel {
     /// Touching a whole page from memory (≈ 10 GB/s per core).
     pub touch_cold_ns: u64,
     /// ω: the share of the LLC that page data may use; code and other data hold the rest
-    /// (§3.3: `C_llc_eff = slice × CPUs on socket × ω`).
+    /// (`C_llc_eff = slice × CPUs on socket × ω`).
     pub llc_share: f64,
     /// β: weight of a line that was hot in another CPU's cache of the same socket in the
     /// miss count. 0: on Intel such a snoop hit is not a `cache-misses` event.
     pub llc_remote_miss_weight: f64,
-    /// R_bg: background cache references per page-data line. 0: the miss rate is over page
-    /// data only, so its absolute value is not comparable with perf's; see EXPERIMENTS.md.
-    pub background_lines_per_line: f64,
+    /// R_bg: cache references per µs of the workload's own work (syscall and protocol
+    /// code, user code), which hit; the denominator of the miss rate besides page data.
+    pub background_refs_per_us: f64,
+}
+
+/// Where a parameter's value comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// A published figure: where.
+    Published(&'static str),
+    /// Measured on this kind of machine: the command.
+    Measured(&'static str),
+    /// Fitted by `mmkit sim calibrate` against the declared training set.
+    Fitted(&'static str),
+}
+
+/// A parameter of the model with its source.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Parameter {
+    /// The field of [`CostModel`] (or of a workload) it sets.
+    pub name: &'static str,
+    /// Where its value comes from.
+    pub source: Source,
+}
+
+/// Every parameter and its source, in [`CostModel`]'s field order, then the workload
+/// parameters that `mmkit sim calibrate` fits.
+pub const PARAMETERS: &[Parameter] = &[
+    Parameter { name: "alloc_hit_ns", source: Source::Published("Gorman 2017, pagealloc: order-0 alloc 116-138 cycles per page after the irq-safe patch (docs/reference/workloads.md §1a)") },
+    Parameter { name: "free_hit_ns", source: Source::Published("Gorman 2017, pagealloc: order-0 free 42-83 cycles per page (§1a)") },
+    Parameter { name: "lock_ns", source: Source::Published("Brouer 2017, time_bench: spin_lock_unlock_irqsave 62 cycles (§1a)") },
+    Parameter { name: "hold_per_block_ns", source: Source::Published("Huang 2023, patch 4: locked sections of rmqueue_bulk and free_pcppages_bulk timed at 2.0-3.5 µs per 63 pages, 32-56 ns per page (§1a); 40, as in §3.1") },
+    Parameter { name: "merge_ns", source: Source::Published("Lu 2018: cold struct page lines dominate zone-lock hold; §3.1 range 20-80 ns, the middle") },
+    Parameter { name: "handoff_socket_ns", source: Source::Published("core-to-core latency literature, same socket (§3.1)") },
+    Parameter { name: "handoff_cross_socket_ns", source: Source::Published("core-to-core latency literature, cross socket (§3.1)") },
+    Parameter { name: "lock_lines", source: Source::Fitted("base lock contend% of lmbench (51.4) and netperf (2.1), netperf's base free_pcppages_bulk share of cycles (2.04)") },
+    Parameter { name: "touch_l2_ns", source: Source::Published("64 lines from L2 (§3.1)") },
+    Parameter { name: "touch_llc_ns", source: Source::Published("64 lines from the LLC (§3.1)") },
+    Parameter { name: "touch_cold_ns", source: Source::Published("64 lines from memory at ~10 GB/s per core (§3.1)") },
+    Parameter { name: "llc_share", source: Source::Published("§3.3: ω ≈ 0.5 for code and other data") },
+    Parameter { name: "llc_remote_miss_weight", source: Source::Published("Intel: a snoop hit in another core's cache is not an LLC miss event") },
+    Parameter { name: "background_refs_per_us", source: Source::Fitted("base cache miss rate% of netperf (1.3) and lmbench (0.2)") },
+    Parameter { name: "kbuild.faults_per_s", source: Source::Fitted("kbuild's base lock contend% (14.0); measured 36k/s on a 2-CPU VM for small gcc runs (§2.1)") },
+];
+
+/// What `mmkit sim calibrate` fits, as it writes them to `crates/sim/calibration.json`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Fitted {
+    /// [`CostModel::lock_lines`].
+    pub lock_lines: f64,
+    /// [`CostModel::background_refs_per_us`].
+    pub background_refs_per_us: f64,
+    /// kbuild's page faults per second of a running process.
+    pub kbuild_faults_per_s: f64,
+}
+
+/// The committed calibration: what `mmkit sim calibrate` wrote.
+pub const CALIBRATION_JSON: &str = include_str!("../calibration.json");
+
+/// The fitted values of [`CALIBRATION_JSON`].
+pub fn calibrated_fit() -> Fitted {
+    #[derive(Deserialize)]
+    struct File {
+        fitted: Fitted,
+    }
+    let file: File = serde_json::from_str(CALIBRATION_JSON)
+        .expect("crates/sim/calibration.json is what `mmkit sim calibrate` writes");
+    file.fitted
 }
 
 impl CostModel {
-    /// The "default (server)" column of `workloads.md` §3.1 (a ~3 GHz server).
-    pub const SERVER: CostModel = CostModel {
-        alloc_hit_ns: 30,
-        free_hit_ns: 15,
-        lock_ns: 20,
-        hold_per_block_ns: 40,
-        merge_ns: 50,
-        handoff_socket_ns: 70,
-        handoff_cross_socket_ns: 180,
-        touch_l2_ns: 80,
-        touch_llc_ns: 200,
-        touch_cold_ns: 400,
-        llc_share: 0.5,
-        llc_remote_miss_weight: 0.0,
-        background_lines_per_line: 0.0,
-    };
+    /// The published and measured values, with the fitted ones at `fit`.
+    pub fn with_fit(fit: &Fitted) -> CostModel {
+        CostModel {
+            alloc_hit_ns: 30,
+            free_hit_ns: 15,
+            lock_ns: 20,
+            hold_per_block_ns: 40.0,
+            merge_ns: 50,
+            handoff_socket_ns: 70,
+            handoff_cross_socket_ns: 180,
+            lock_lines: fit.lock_lines,
+            touch_l2_ns: 80,
+            touch_llc_ns: 200,
+            touch_cold_ns: 400,
+            llc_share: 0.5,
+            llc_remote_miss_weight: 0.0,
+            background_refs_per_us: fit.background_refs_per_us,
+        }
+    }
 
-    /// Zone-lock hold for moving `blocks` blocks with `merges` buddy merge levels:
-    /// `c_lock + n · h_page + merges · h_merge` (§3.1).
+    /// The model every run uses unless a sensitivity run changes a parameter: the
+    /// committed calibration.
+    pub fn calibrated() -> CostModel {
+        CostModel::with_fit(&calibrated_fit())
+    }
+
+    /// Zone-lock hold for moving `blocks` blocks with `merges` buddy merge or split
+    /// levels: `c_lock + n · h_page + merges · h_merge` (§3.1).
     pub fn hold_ns(&self, blocks: u64, merges: u64) -> u64 {
-        self.lock_ns + blocks * self.hold_per_block_ns + merges * self.merge_ns
+        self.lock_ns
+            + (blocks as f64 * self.hold_per_block_ns).round() as u64
+            + merges * self.merge_ns
+    }
+
+    /// The hand-off of the lock and its zone lines to a new holder `line_ns` away.
+    pub fn handoff_ns(&self, line_ns: u64) -> u64 {
+        ((1.0 + self.lock_lines) * line_ns as f64).round() as u64
     }
 }
 
 impl Default for CostModel {
     fn default() -> CostModel {
-        CostModel::SERVER
+        CostModel::calibrated()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_field_has_a_source() {
+        let json = serde_json::to_value(CostModel::calibrated()).unwrap();
+        let fields: Vec<&String> = json.as_object().unwrap().keys().collect();
+        for field in fields {
+            assert!(
+                PARAMETERS.iter().any(|p| p.name == field),
+                "{field} has no source"
+            );
+        }
+    }
+
+    #[test]
+    fn committed_calibration_parses() {
+        let fit = calibrated_fit();
+        assert!(fit.lock_lines >= 0.0 && fit.kbuild_faults_per_s > 0.0);
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! The engine drives the real [`PageAllocator`]; it never decides what the allocator does.
 //! It reads what the allocator did from the zone's event counters, as deltas around each
-//! call, and charges time for it (`workloads.md` §3.1–3.2):
+//! call, and charges time for it (`docs/reference/workloads.md` §3.1–3.2):
 //!
 //! - a PCP hit costs `alloc_hit_ns` / `free_hit_ns`;
 //! - a refill of n blocks (`pcp_refills`, `pcp_refill_pages`), a drain of n blocks
@@ -111,6 +111,9 @@ pub trait Workload {
     fn progress(&self, sim: &Sim) -> f64;
     /// A fixed virtual duration, or `None` to run until every CPU is done.
     fn end_ns(&self) -> Option<u64>;
+    /// Units of work done so far (messages, processes, loops): what a fixed-work
+    /// benchmark's counts are divided by.
+    fn work_done(&self) -> u64;
 }
 
 /// Totals the engine keeps.
@@ -132,10 +135,103 @@ pub struct SimStats {
     pub lock_contended: u64,
     /// Blocks moved under zone locks.
     pub lock_blocks: u64,
-    /// Time CPUs were busy (allocator, page touching, spinning, workload work).
+    /// Time CPUs spent in PCP drains (`free_pcppages_bulk`): their zone-lock holds and the
+    /// spin before them, what a call-graph profile counts as that function's children.
+    pub drain_ns: u64,
+    /// Time CPUs were busy (allocator, page touching, spinning, workload work): the
+    /// unhalted cycles a `cycles` profile samples, the denominator of lock contend%.
     pub busy_ns: u64,
+    /// Time CPUs spent in the workload's own work ([`Sim::work`]), part of `busy_ns`.
+    pub work_ns: u64,
+    /// Zone-lock requests made at a virtual time later than another pending event, which
+    /// could have asked first: each is a causality error of a workload or of the engine
+    /// (it books the lock ahead of CPUs that are processed later). Must stay 0; the
+    /// tests check it for every workload.
+    pub requests_ahead: u64,
     /// Steps run.
     pub steps: u64,
+    /// vmstat ticks run (each may decay a pageset's `high` and drain it).
+    pub vmstat_ticks: u64,
+}
+
+impl SimStats {
+    /// What happened between `earlier` and `self` (both taken from one run).
+    pub fn since(&self, earlier: &SimStats) -> SimStats {
+        SimStats {
+            alloc_calls: self.alloc_calls - earlier.alloc_calls,
+            free_calls: self.free_calls - earlier.free_calls,
+            pages_allocated: self.pages_allocated - earlier.pages_allocated,
+            spin_ns: self.spin_ns - earlier.spin_ns,
+            lock_hold_ns: self.lock_hold_ns - earlier.lock_hold_ns,
+            lock_acquisitions: self.lock_acquisitions - earlier.lock_acquisitions,
+            lock_contended: self.lock_contended - earlier.lock_contended,
+            lock_blocks: self.lock_blocks - earlier.lock_blocks,
+            drain_ns: self.drain_ns - earlier.drain_ns,
+            busy_ns: self.busy_ns - earlier.busy_ns,
+            work_ns: self.work_ns - earlier.work_ns,
+            requests_ahead: self.requests_ahead - earlier.requests_ahead,
+            steps: self.steps - earlier.steps,
+            vmstat_ticks: self.vmstat_ticks - earlier.vmstat_ticks,
+        }
+    }
+}
+
+/// What the run had done when its measurement window opened: the warm-up's share, which
+/// the results leave out.
+#[derive(Clone, Debug, Default)]
+pub struct Warmup {
+    /// When the window opened.
+    pub t_ns: u64,
+    /// The engine's totals then.
+    pub stats: SimStats,
+    /// The cache model's counts then.
+    pub cache: crate::cache::CacheCounts,
+    /// The workload's units of work done then.
+    pub work_done: u64,
+    /// Per simulated zone: its event counters then, as [`ZoneTotals`].
+    pub zones: Vec<ZoneTotals>,
+}
+
+/// The zone event counters a run reports, read at one time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ZoneTotals {
+    /// Drains by reason.
+    pub pcp_drains: [u64; DrainReason::COUNT],
+    /// Pages drained by reason.
+    pub pcp_drain_pages: [u64; DrainReason::COUNT],
+    /// Pages taken off the buddy lists.
+    pub alloc_zone: u64,
+    /// Pages allocated.
+    pub pgalloc: u64,
+    /// PCP refills.
+    pub pcp_refills: u64,
+}
+
+impl ZoneTotals {
+    /// `zone`'s counters now.
+    pub fn read(zone: &Zone) -> ZoneTotals {
+        let e = zone.events();
+        ZoneTotals {
+            pcp_drains: core::array::from_fn(|r| e.pcp_drains[r].load(Relaxed)),
+            pcp_drain_pages: core::array::from_fn(|r| e.pcp_drain_pages[r].load(Relaxed)),
+            alloc_zone: e.alloc_zone_locked.load(Relaxed),
+            pgalloc: zone.pgalloc(),
+            pcp_refills: e.pcp_refills.load(Relaxed),
+        }
+    }
+
+    /// What happened between `earlier` and `self`.
+    pub fn since(&self, earlier: &ZoneTotals) -> ZoneTotals {
+        ZoneTotals {
+            pcp_drains: core::array::from_fn(|r| self.pcp_drains[r] - earlier.pcp_drains[r]),
+            pcp_drain_pages: core::array::from_fn(|r| {
+                self.pcp_drain_pages[r] - earlier.pcp_drain_pages[r]
+            }),
+            alloc_zone: self.alloc_zone - earlier.alloc_zone,
+            pgalloc: self.pgalloc - earlier.pgalloc,
+            pcp_refills: self.pcp_refills - earlier.pcp_refills,
+        }
+    }
 }
 
 /// Samples taken at a fixed virtual interval.
@@ -145,6 +241,8 @@ pub struct Series {
     pub t_ns: Vec<u64>,
     /// Pages on all pagesets.
     pub pcp_pages: Vec<u64>,
+    /// Pages the workload holds (its used memory besides the pagesets).
+    pub held_pages: Vec<u64>,
     /// Cumulative zone-lock spin time.
     pub spin_ns: Vec<u64>,
     /// CPUs whose `high` is sampled.
@@ -168,6 +266,7 @@ struct AllocCounters {
     zone_blocks: u64,
     refills: u64,
     refill_pages: u64,
+    splits: u64,
 }
 
 fn read_alloc_counters(zone: &Zone) -> AllocCounters {
@@ -176,6 +275,7 @@ fn read_alloc_counters(zone: &Zone) -> AllocCounters {
         zone_blocks: e.alloc_zone_locked_events.load(Relaxed),
         refills: e.pcp_refills.load(Relaxed),
         refill_pages: e.pcp_refill_pages.load(Relaxed),
+        splits: e.buddy_splits.load(Relaxed),
     }
 }
 
@@ -250,6 +350,9 @@ pub struct SimOptions {
     pub verify_every: Option<u64>,
     /// CPUs whose `high` is sampled.
     pub high_cpus: Vec<u32>,
+    /// Open the measurement window at the first sample at or after this time: what
+    /// happened before is the warm-up (pagesets filling, `high` finding its level).
+    pub measure_from_ns: u64,
 }
 
 /// The simulator: the allocator, virtual CPUs, zone locks, cache model and statistics.
@@ -283,6 +386,14 @@ pub struct Sim {
     free_high: u64,
     options: SimOptions,
     tick_ns: u64,
+    /// Per CPU: when its next vmstat tick is due. A tick that finds its CPU busy past that
+    /// time waits for it (the timer fires, the work runs when the CPU gets to it), but
+    /// the next one is due a `tick_ns` after this one, as `round_jiffies` keeps the phase.
+    tick_due: Vec<u64>,
+    /// A CPU's step is running (zone-lock requests are checked against the queue).
+    in_step: bool,
+    /// The state when the measurement window opened, once it has.
+    pub warmup: Option<Warmup>,
 }
 
 impl Sim {
@@ -304,7 +415,7 @@ impl Sim {
             "{} zones with memory are too many to simulate",
             zones.len()
         );
-        let cost = CostModel::SERVER;
+        let cost = CostModel::calibrated();
         let nr_cpus = machine.nr_cpus();
         assert!(
             nr_cpus <= MAX_CPUS,
@@ -343,6 +454,9 @@ impl Sim {
             free_high: 0,
             options,
             tick_ns,
+            tick_due: vec![0; nr_cpus as usize],
+            in_step: false,
+            warmup: None,
         };
         sim.alloc_seen = sim.alloc_snapshot();
         sim
@@ -398,8 +512,16 @@ impl Sim {
         self.schedule(cpu, at);
     }
 
-    /// `cpu` computes for `ns`.
+    /// `cpu` computes for `ns`: the workload's own work (protocol, copy set-up, user
+    /// code), which the cache model's background references are counted against.
     pub fn work(&mut self, cpu: u32, ns: u64) {
+        self.charge(cpu, ns);
+        self.stats.work_ns += ns;
+    }
+
+    /// `cpu` is busy for `ns` in the allocator or touching pages.
+    #[inline]
+    fn charge(&mut self, cpu: u32, ns: u64) {
         self.clock[cpu as usize] += ns;
         self.stats.busy_ns += ns;
     }
@@ -426,7 +548,7 @@ impl Sim {
         let ns = self
             .cache
             .touch(cpu, slot, offset, order.pages(), lines, &self.cost);
-        self.work(cpu, ns);
+        self.charge(cpu, ns);
     }
 
     /// Prefetch the page descriptors and the cache stamps of the blocks at `pfns`, which
@@ -460,18 +582,21 @@ impl Sim {
         self.cache.prefetch(slot, pfn.0.wrapping_sub(start));
     }
 
-    fn acquire(&mut self, slot: usize, cpu: u32, hold_ns: u64, blocks: u64) {
+    /// Take zone `slot`'s lock for `hold_ns` on `cpu` at its clock, moving `blocks`
+    /// blocks; returns the time spun waiting for it.
+    fn acquire(&mut self, slot: usize, cpu: u32, hold_ns: u64, blocks: u64) -> u64 {
         let t = self.clock[cpu as usize];
+        self.check_request(cpu, t);
         let lock = &mut self.locks[slot];
         let contended = t < lock.free_at;
         let handoff = match lock.last_cpu {
-            Some(last) if last != cpu => {
+            Some(last) if last != cpu => self.cost.handoff_ns(
                 if self.machine.socket_of(last) == self.machine.socket_of(cpu) {
                     self.cost.handoff_socket_ns
                 } else {
                     self.cost.handoff_cross_socket_ns
-                }
-            }
+                },
+            ),
             _ => 0,
         };
         let grant = t.max(lock.free_at) + handoff;
@@ -488,6 +613,26 @@ impl Sim {
         let end = grant + hold_ns;
         self.stats.busy_ns += end - t;
         self.clock[cpu as usize] = end;
+        if contended {
+            grant - t
+        } else {
+            0
+        }
+    }
+
+    /// Count a zone-lock request at `t` that comes after another pending event: the CPU
+    /// that owns that event could have asked first, and the FIFO server would have served
+    /// it first. Only a running CPU's steps are checked (a tick runs at the CPU's own
+    /// time, see [`Self::run`]).
+    #[inline]
+    fn check_request(&mut self, cpu: u32, t: u64) {
+        if !self.in_step {
+            return;
+        }
+        let (others_t, _, _) = event_parts(self.queue.others_first(cpu as usize));
+        if t > others_t {
+            self.stats.requests_ahead += 1;
+        }
     }
 
     /// The simulated zone in `slot`.
@@ -554,7 +699,8 @@ impl Sim {
         // round trip each.
         let merges = after.merges - before.merges;
         let hold = self.cost.hold_ns(drained, merges) + (drains - 1) * self.cost.lock_ns;
-        self.acquire(slot, cpu, hold, drained);
+        let spin = self.acquire(slot, cpu, hold, drained);
+        self.stats.drain_ns += hold + spin;
     }
 
     /// Allocate a block of `order` on `cpu` (`Caller::task(cpu)`), charging its cost.
@@ -605,9 +751,6 @@ impl Sim {
         self.stats.alloc_calls += 1;
         self.stats.pages_allocated += order.pages();
         let pcp_order = pcp_allowed_order(order);
-        if pcp_order {
-            self.work(cpu, self.cost.alloc_hit_ns);
-        }
         // Most allocations are PCP hits that move no zone counter: find the first zone
         // whose counters moved, if any, in one pass over the zones and their snapshots.
         let zones = self.allocator.zones();
@@ -620,10 +763,12 @@ impl Sim {
                 events.alloc_zone_locked_events.load(Relaxed) != seen.zone_blocks
                     || events.pcp_refills.load(Relaxed) != seen.refills
             });
+        // The zone lock is requested at the call's time, then the PCP path's own cost.
         if let Some(first) = moved {
             self.charge_zone_counters(first, cpu, order);
         }
         if pcp_order {
+            self.charge(cpu, self.cost.alloc_hit_ns);
             let held = &mut self.pcp_blocks[slot][cpu as usize];
             *held = held.saturating_sub(1);
         }
@@ -660,18 +805,23 @@ impl Sim {
         after: &AllocCounters,
     ) {
         let refill_blocks = (after.refill_pages - before.refill_pages) >> order.get();
+        // Split levels cost as merge levels do (a cold descriptor written under the lock);
+        // the call's splits go to its first hold.
+        let mut splits = after.splits - before.splits;
         if after.refills > before.refills {
-            self.acquire(
+            let _ = self.acquire(
                 slot,
                 cpu,
-                self.cost.hold_ns(refill_blocks, 0),
+                self.cost.hold_ns(refill_blocks, splits),
                 refill_blocks,
             );
+            splits = 0;
             self.pcp_blocks[slot][cpu as usize] += refill_blocks;
         }
         let direct = after.zone_blocks - before.zone_blocks - refill_blocks;
         for _ in 0..direct {
-            self.acquire(slot, cpu, self.cost.hold_ns(1, 0), 1);
+            let _ = self.acquire(slot, cpu, self.cost.hold_ns(1, splits), 1);
+            splits = 0;
         }
     }
 
@@ -689,29 +839,29 @@ impl Sim {
         let offset = pfn.0 - self.zones[slot].1;
         self.cache.stamp(cpu, slot, offset, order.pages());
         if pcp_allowed_order(order) {
-            self.work(cpu, self.cost.free_hit_ns);
+            // A drain's zone-lock request is made at the call's time, then the PCP
+            // path's own cost.
             self.charge_drains(slot, cpu, &before, 1);
+            self.charge(cpu, self.cost.free_hit_ns);
         } else {
             let merges = self.zone(slot).events().buddy_merges.load(Relaxed);
             let hold = self.cost.hold_ns(1, merges - before.merges);
-            self.acquire(slot, cpu, hold, 1);
+            let _ = self.acquire(slot, cpu, hold, 1);
         }
         Ok(())
     }
 
     fn vmstat_tick(&mut self, cpu: u32) {
-        let c = cpu as usize;
-        let t = self.clock[c];
         let before = self.drain_snapshot();
+        self.stats.vmstat_ticks += 1;
         self.allocator.vmstat_tick(cpu);
         for (slot, before) in before[..self.zones.len()].iter().enumerate() {
             self.charge_drains(slot, cpu, before, 0);
         }
-        // The tick's work is charged to the CPU only if it was busy past the tick time.
-        self.clock[c] = self.clock[c].max(t);
     }
 
-    fn sample(&mut self, t: u64) {
+    fn sample(&mut self, t: u64, held_pages: u64) {
+        self.series.held_pages.push(held_pages);
         let zones = self.allocator.zones();
         let pcp: u64 = self
             .zones
@@ -732,6 +882,23 @@ impl Sim {
             };
             self.series.high[k].push(high);
         }
+    }
+
+    fn warmup_state(&self, t_ns: u64, work_done: u64) -> Warmup {
+        Warmup {
+            t_ns,
+            stats: self.stats,
+            cache: self.cache.counts,
+            work_done,
+            zones: self.zone_totals(),
+        }
+    }
+
+    /// Every simulated zone's event counters now, in slot order.
+    pub fn zone_totals(&self) -> Vec<ZoneTotals> {
+        (0..self.zones.len())
+            .map(|slot| ZoneTotals::read(self.zone(slot)))
+            .collect()
     }
 
     fn check<W: Workload + ?Sized>(&self, workload: &W) -> Result<(), SimError> {
@@ -775,9 +942,13 @@ impl Sim {
         let end = workload.end_ns();
         let nr_cpus = self.machine.nr_cpus();
         for cpu in 0..nr_cpus {
-            let skew = (cpu as u64 * 3_000_000) % self.tick_ns;
+            // Spread evenly over one interval: in a long run each CPU's timer has its own
+            // phase, and every CPU ticks once in any interval-long window.
+            let skew = cpu as u64 * self.tick_ns / nr_cpus as u64;
+            let due = self.tick_ns - skew;
+            self.tick_due[cpu as usize] = due;
             self.queue
-                .set_tick(cpu as usize, event_key(self.tick_ns - skew, KIND_TICK, cpu));
+                .set_tick(cpu as usize, event_key(due, KIND_TICK, cpu));
         }
         self.queue.set_sample(event_key(0, KIND_SAMPLE, 0));
         let mut last_progress = 0;
@@ -795,13 +966,24 @@ impl Sim {
             match kind {
                 KIND_TICK => {
                     let c = cpu as usize;
-                    self.clock[c] = self.clock[c].max(t);
-                    self.vmstat_tick(cpu);
-                    self.queue
-                        .set_tick(c, event_key(t + self.tick_ns, KIND_TICK, cpu));
+                    if self.clock[c] > t {
+                        // Busy past the tick: the work runs when the CPU gets to it, not
+                        // at a time ahead of the CPUs in between.
+                        self.queue
+                            .set_tick(c, event_key(self.clock[c], KIND_TICK, cpu));
+                    } else {
+                        self.clock[c] = t;
+                        self.vmstat_tick(cpu);
+                        self.tick_due[c] += self.tick_ns;
+                        let next = self.tick_due[c].max(t + 1);
+                        self.queue.set_tick(c, event_key(next, KIND_TICK, cpu));
+                    }
                 }
                 KIND_SAMPLE => {
-                    self.sample(t);
+                    if self.warmup.is_none() && t >= self.options.measure_from_ns {
+                        self.warmup = Some(self.warmup_state(t, workload.work_done()));
+                    }
+                    self.sample(t, workload.held_pages());
                     self.queue
                         .set_sample(event_key(t + self.options.sample_ns, KIND_SAMPLE, 0));
                 }
@@ -816,7 +998,7 @@ impl Sim {
             }
         }
         let wall = end.unwrap_or_else(|| self.max_clock().max(now));
-        self.sample(wall);
+        self.sample(wall, workload.held_pages());
         if self.options.verify_every.is_some() {
             self.check(workload)?;
         }
@@ -841,6 +1023,21 @@ impl Sim {
         self.clock[c] = self.clock[c].max(t);
         self.nr_scheduled -= 1;
         self.queue.run(c);
+        self.in_step = true;
+        let result = self.run_steps(workload, cpu, end);
+        self.in_step = false;
+        result
+    }
+
+    /// The steps of one run of `cpu` (see [`Self::run_cpu`]).
+    #[inline]
+    fn run_steps<W: Workload + ?Sized>(
+        &mut self,
+        workload: &mut W,
+        cpu: u32,
+        end: Option<u64>,
+    ) -> Result<(), SimError> {
+        let c = cpu as usize;
         let verify = self.options.verify_every;
         // The end as a bound that every clock of a run without one is below.
         let end_ns = end.unwrap_or(u64::MAX);

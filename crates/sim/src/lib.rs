@@ -1,23 +1,25 @@
 //! mmkit-sim: a deterministic discrete-event simulator that runs mmkit's page allocator
 //! ([`mmkit_core::PageAllocator`], the same code the runtime uses) on hundreds of virtual
-//! CPUs, with the cost model and the workloads of `workloads.md` §2–3, so that the PCP
-//! tables of seed 000 ("mm: PCP high auto-tuning") can be reproduced on a laptop.
+//! CPUs, with the cost model and the workloads of `docs/reference/workloads.md` §2–3, so that the PCP
+//! tables of Huang 2023 ("mm: PCP high auto-tuning") can be reproduced on a laptop.
 //!
 //! | module | holds |
 //! |---|---|
-//! | [`machine`] | the simulated machine and how its zones get the seed's pageset limits |
+//! | [`machine`] | the simulated machine and how its zones get the published pageset limits |
 //! | [`cost`] | the cost model's parameters, one struct, with sources |
+//! | [`calibrate`] | the fit of the cost model's free parameters against the base rows |
 //! | [`cache`] | reuse-distance classification of touched pages (L2 / LLC / memory) |
 //! | [`engine`] | virtual CPUs, the zone-lock FIFO servers, vmstat ticks, sampling |
 //! | `queue` | the engine's pending events: a winner tree with one leaf per CPU |
 //! | `prefetch` | a cache-line prefetch hint: the crate's one `unsafe` block |
 //! | [`workload`] | kbuild, netperf, unix, pagealloc, pageout |
-//! | [`mod@run`] | one run → the seed metrics; the relative table |
+//! | [`mod@run`] | one run → the published metrics; the relative table |
 //! | [`plot`] | SVG plots of the series |
+//! | [`published`] | the published tables and the tolerance rule of each cell |
 //! | [`rng`] | the seeded SplitMix64 streams |
 //!
 //! Linux has no counterpart: this is the measuring instrument. Nothing here decides what
-//! the allocator does; the engine only reads the allocator's event counters to charge time.
+//! the allocator does; the engine only reads what the allocator did to charge time.
 //! Same inputs and seed ⇒ byte-identical results (no hash-map order, no host time).
 //! `unsafe` is denied but for one prefetch intrinsic, which cannot change a result.
 
@@ -25,10 +27,12 @@
 #![deny(missing_docs)]
 
 pub mod cache;
+pub mod calibrate;
 pub mod cost;
 pub mod engine;
 pub mod machine;
 pub mod plot;
+pub mod published;
 mod prefetch;
 mod queue;
 pub mod rng;

@@ -1,12 +1,12 @@
 //! The simulated machine: sockets (one NUMA node each), CPUs, memory per node, caches, and
-//! how its zones are sized so that the pagesets get the seed machine's limits.
+//! how its zones are sized so that the pagesets get the published machine's limits.
 //!
-//! The seed machines had 256 GB, and we simulate that memory, 128 GiB per node:
+//! The published runs' machines had 256 GB, and we simulate that memory, 128 GiB per node:
 //! `high_max` (`managed / 8 / CPUs`) caps how much a pageset holds from patch 7 on, and
 //! kbuild's exit bursts depend on it (1 GiB of descriptors per run, built in ≈ 0.2 s).
 //! Both machines set `vm.min_free_kbytes` explicitly so that the low watermark — from
 //! which v6.6 sizes `pcp->high` (`high = low / CPUs of the node`) and v6.7 `high_min` —
-//! equals what the seed machine had. `batch` (63) depends only on the zone being
+//! equals what the published machine had. `batch` (63) depends only on the zone being
 //! ≥ 688 MiB.
 
 use mmkit_core::page_alloc::watermark;
@@ -30,7 +30,7 @@ pub struct MachineSpec {
     pub llc_bytes: u64,
     /// Private L2 per CPU, in bytes.
     pub l2_bytes: u64,
-    /// Low watermark per node the seed machine had, in pages; `None`: Linux's default
+    /// Low watermark per node the published machine had, in pages; `None`: Linux's default
     /// formula on the simulated memory.
     pub low_wmark_pages: Option<u64>,
 }
@@ -42,7 +42,7 @@ impl MachineSpec {
     /// The kbuild machine: 2-socket Sapphire Rapids, 224 CPUs, 105 MiB LLC and 2 MiB L2
     /// per core. The seed says its pagesets had `high` 367 with batch 63, so the low
     /// watermark per node is 367 × 112 + 56 = 41,160 pages (the middle of the range that
-    /// divides to 367). Simulated memory: the seed machine's, 128 GiB per node.
+    /// divides to 367). Simulated memory: the published machine's, 128 GiB per node.
     pub fn spr_224() -> MachineSpec {
         MachineSpec {
             name: "spr-2s-224".into(),

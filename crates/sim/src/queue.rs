@@ -150,6 +150,25 @@ impl EventQueue {
         false
     }
 
+    /// The least pending key other than the running `cpu`'s step: the earliest time at
+    /// which anything else can happen. The engine checks every zone-lock request against
+    /// it: a request made later than this would be booked ahead of a CPU that could
+    /// have asked first.
+    #[inline]
+    pub fn others_first(&mut self, cpu: usize) -> u64 {
+        debug_assert_eq!(cpu, self.running, "only the running CPU asks");
+        match self.others {
+            Some(others) => others,
+            None => {
+                // The walk leaves the running CPU's leaf at its earlier key, which the
+                // invariant allows; `others` known means `runs_first` takes its short path.
+                let others = self.walk(cpu);
+                self.others = Some(others);
+                others
+            }
+        }
+    }
+
     /// Recompute `cpu`'s leaf and the path from it to the root. Returns the least key
     /// other than `cpu`'s step: its tick, the sample and the siblings on the path (every
     /// other leaf is under exactly one of them).

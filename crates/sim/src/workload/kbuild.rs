@@ -1,4 +1,4 @@
-//! kbuild: 8 × `make -j28` on 224 CPUs as process churn (`workloads.md` §2.1).
+//! kbuild: 8 × `make -j28` on 224 CPUs as process churn (`docs/reference/workloads.md` §2.1).
 //!
 //! Each CPU is a job slot; the slots take processes from one queue (make's job server)
 //! of `jobs_per_cpu × CPUs` processes, drawn up front so that every policy runs the same
@@ -17,12 +17,12 @@ use serde::Serialize;
 use crate::engine::{Sim, SimError, Step, Workload};
 use crate::rng::{Geometric, Rng};
 
-/// kbuild's parameters. Defaults are the seed's scale; sources in `workloads.md` §2.1.
+/// kbuild's parameters. Defaults are the published run's scale; sources in `docs/reference/workloads.md` §2.1.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct KbuildParams {
     /// Processes in the build per CPU (the build's size). A kernel build runs thousands
     /// per CPU; each CPU's pageset fills once at the start (from patch 7 up to `high_max`),
-    /// and a short build cannot amortise that fill as the seed's did: 12 per CPU left
+    /// and a short build cannot amortise that fill as the published build's did: 12 per CPU left
     /// patch 7's alloc_zone at 44 % of base where 48 gives 21 % (EXPERIMENTS.md). 48 is
     /// what the demo's two-minute budget allows.
     pub jobs_per_cpu: u32,
@@ -40,10 +40,21 @@ pub struct KbuildParams {
     pub burst_mean: f64,
     /// Page-table pages at process start (5–30).
     pub page_tables: (u64, u64),
-    /// PGD order: 1 with page-table isolation (the seed machine), 0 without.
+    /// PGD order: 1 with page-table isolation (the published kbuild machine), 0 without.
     pub pgd_order: u8,
-    /// Share of a process's pages freed while it runs (5–10 %).
+    /// Share of a process's pages freed while it runs (5–10 %). They go in bursts
+    /// (`munmap`, a large `realloc`, a shrinking heap), not one page at a time between
+    /// faults: a free halves the pageset's `alloc_factor` (patch 5), and a burst of
+    /// faults with no free between lets it grow.
     pub midlife_free_share: f64,
+    /// Mean pages of one mid-life free burst (geometric): a 256 KiB `munmap`.
+    pub unmap_mean_pages: f64,
+    /// Kernel blocks of orders 1–3 per page fault (slab pages of the task's kernel
+    /// objects, `kmalloc` of 8–32 KiB), by order: measured on the measuring VM, 2 s of two
+    /// gcc loops: 10 order-1, 616 order-2 and 4 order-3 allocations among 274,297
+    /// (`docs/reference/workloads.md` §4.3). Each is freed at a random point of the
+    /// process's later life, among its other frees.
+    pub kernel_blocks_per_fault: [f64; 3],
     /// Share of frees done on another CPU of the socket (measured 7.1 %).
     pub cross_cpu_free_share: f64,
     /// Mean idle gap between processes on a slot (fork/exec, make's scheduling), in µs.
@@ -63,6 +74,8 @@ impl Default for KbuildParams {
             page_tables: (5, 30),
             pgd_order: 1,
             midlife_free_share: 0.07,
+            unmap_mean_pages: 64.0,
+            kernel_blocks_per_fault: [10.0 / 274_297.0, 616.0 / 274_297.0, 4.0 / 274_297.0],
             cross_cpu_free_share: 0.07,
             exit_gap_us: 200.0,
         }
@@ -103,6 +116,11 @@ struct Slot {
     pgd: Option<Pfn>,
     to_fault: u64,
     burst_left: u64,
+    /// Pages left to free in the current mid-life free burst.
+    unmap_left: u64,
+    /// Kernel blocks of orders 1–3 the process holds, with the fault count left at which
+    /// each is freed.
+    kernel: Vec<(Pfn, Order, u64)>,
     remote: Vec<(Pfn, Order)>,
 }
 
@@ -111,6 +129,8 @@ pub struct Kbuild {
     params: KbuildParams,
     /// Faults per burst: `params.burst_mean`'s distribution, drawn once per burst.
     burst: Geometric,
+    /// Pages per mid-life free burst.
+    unmap: Geometric,
     slots: Vec<Slot>,
     cpus_per_socket: u32,
     held: u64,
@@ -124,6 +144,11 @@ const ANON: Gfp = Gfp::HIGHUSER_MOVABLE;
 const KERNEL: Gfp = Gfp::KERNEL;
 
 impl Kbuild {
+    /// Processes that have exited.
+    pub fn jobs_done(&self) -> u64 {
+        self.jobs_done
+    }
+
     /// kbuild on `cpus` CPUs, `cpus_per_socket` to a socket.
     pub fn new(params: KbuildParams, cpus: u32, cpus_per_socket: u32, seed: u64) -> Kbuild {
         let slots = (0..cpus)
@@ -135,12 +160,15 @@ impl Kbuild {
                 pgd: None,
                 to_fault: 0,
                 burst_left: 0,
+                unmap_left: 0,
+                kernel: Vec::new(),
                 remote: Vec::new(),
             })
             .collect();
         Kbuild {
             jobs_total: params.jobs_per_cpu as u64 * cpus as u64,
             burst: Geometric::new(params.burst_mean),
+            unmap: Geometric::new(params.unmap_mean_pages),
             params,
             slots,
             cpus_per_socket,
@@ -189,6 +217,7 @@ impl Kbuild {
         let life_s = slot.rng.lognormal(median, p.lifetime_sigma) / 1000.0;
         slot.to_fault = ((life_s * p.faults_per_s).round() as u64).max(1);
         slot.burst_left = 0;
+        slot.unmap_left = 0;
         slot.phase = Phase::Start;
     }
 }
@@ -243,6 +272,10 @@ impl Workload for Kbuild {
                 slot.phase = Phase::PageTables(left - 1);
             }
             Phase::Run => self.run_step(sim, cpu)?,
+            Phase::Exit if !self.slots[c].kernel.is_empty() => {
+                let (pfn, order, _) = self.slots[c].kernel.pop().expect("not empty");
+                self.free(sim, cpu, pfn, order)?
+            }
             Phase::Exit => match self.slots[c].pages.pop() {
                 Some(pfn) => {
                     prefetch_ahead(sim, &self.slots[c].pages);
@@ -282,6 +315,10 @@ impl Workload for Kbuild {
         self.jobs_done as f64 / self.jobs_total.max(1) as f64
     }
 
+    fn work_done(&self) -> u64 {
+        self.jobs_done
+    }
+
     fn end_ns(&self) -> Option<u64> {
         None
     }
@@ -292,6 +329,17 @@ impl Kbuild {
         let c = cpu as usize;
         let p = &self.params;
         let slot = &mut self.slots[c];
+        // A kernel block due at this point of the process's life goes first.
+        if let Some(i) = slot.kernel.iter().position(|k| k.2 >= slot.to_fault) {
+            let (pfn, order, _) = slot.kernel.swap_remove(i);
+            return self.free(sim, cpu, pfn, order);
+        }
+        if slot.unmap_left > 0 {
+            slot.unmap_left -= 1;
+            let index = slot.rng.below(slot.pages.len() as u64) as usize;
+            let old = slot.pages.swap_remove(index);
+            return self.free(sim, cpu, old, Order::ZERO);
+        }
         if slot.burst_left == 0 {
             if slot.to_fault == 0 {
                 slot.phase = Phase::Exit;
@@ -300,24 +348,36 @@ impl Kbuild {
             let burst = slot.rng.sample_geometric(&self.burst).min(slot.to_fault);
             let compute_ns = slot.rng.exp(burst as f64 / p.faults_per_s * 1e9) as u64;
             slot.burst_left = burst;
+            // A free burst after this compute phase, as often as keeps the mid-life share:
+            // `share` pages freed per fault, `unmap_mean_pages` per burst.
+            let unmap_chance = p.midlife_free_share * burst as f64 / p.unmap_mean_pages;
+            if slot.pages.len() > 1 && slot.rng.chance(unmap_chance.min(1.0)) {
+                let pages = slot.rng.sample_geometric(&self.unmap);
+                slot.unmap_left = pages.min(slot.pages.len() as u64 - 1);
+            }
             sim.work(cpu, compute_ns);
             return Ok(());
         }
         slot.burst_left -= 1;
         slot.to_fault -= 1;
-        let midlife_free = slot.pages.len() > 1 && slot.rng.chance(p.midlife_free_share);
-        let victim = midlife_free.then(|| slot.rng.below(slot.pages.len() as u64) as usize);
-        if let Some(index) = victim {
-            // Its descriptor is cold: let the miss overlap with the allocation.
-            sim.prefetch(&slot.pages[index..index + 1]);
+        let mut kernel_order = None;
+        let mut x = slot.rng.unit();
+        for (i, &share) in p.kernel_blocks_per_fault.iter().enumerate() {
+            if x < share {
+                kernel_order = Some(i as u8 + 1);
+                break;
+            }
+            x -= share;
+        }
+        if let Some(order) = kernel_order {
+            let order = Order::new(order).expect("orders 1-3");
+            let free_at = slot.rng.below(slot.to_fault + 1);
+            let pfn = self.alloc(sim, cpu, KERNEL, order)?;
+            self.slots[c].kernel.push((pfn, order, free_at));
+            return Ok(());
         }
         let pfn = self.alloc(sim, cpu, ANON, Order::ZERO)?;
-        let slot = &mut self.slots[c];
-        slot.pages.push(pfn);
-        if let Some(index) = victim {
-            let old = slot.pages.swap_remove(index);
-            self.free(sim, cpu, old, Order::ZERO)?;
-        }
+        self.slots[c].pages.push(pfn);
         Ok(())
     }
 }

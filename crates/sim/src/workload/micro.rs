@@ -1,9 +1,9 @@
-//! Two small workloads: seed 001's single-CPU `pagealloc` benchmark (`workloads.md` §2.7)
+//! Two small workloads: Gorman 2017's single-CPU `pagealloc` benchmark (`docs/reference/workloads.md` §2.7)
 //! and Yin Fengwei's MADV_PAGEOUT loop (§2.6).
 //!
 //! `pagealloc` allocates N order-0 pages and frees them, for N = 1, 2, 4 … `max_batch`,
 //! and reports the simulated cost per page: the jump where N exceeds `pcp->high` (frees
-//! drain under the zone lock) is the seed's observation. `pageout` runs one process per
+//! drain under the zone lock) is Gorman 2017's observation. `pageout` runs one process per
 //! CPU, each faulting 512 pages at a steady rate and then freeing all of them in one burst,
 //! over and over; score = loops per second.
 
@@ -24,7 +24,7 @@ pub struct PageallocParams {
 }
 
 impl PageallocParams {
-    /// Seed 001's sizes; `scale` multiplies the repetitions.
+    /// Gorman 2017's sizes; `scale` multiplies the repetitions.
     pub fn scaled(scale: f64) -> PageallocParams {
         PageallocParams {
             max_batch: if scale < 0.1 { 1024 } else { 16384 },
@@ -118,6 +118,10 @@ impl Workload for Pagealloc {
         (self.batch as f64).log2() / (self.params.max_batch as f64).log2().max(1.0)
     }
 
+    fn work_done(&self) -> u64 {
+        self.sums.iter().map(|s| s.3).sum()
+    }
+
     fn end_ns(&self) -> Option<u64> {
         None
     }
@@ -137,7 +141,7 @@ pub struct PageoutParams {
 }
 
 impl PageoutParams {
-    /// The seed's shape; `scale` multiplies the loops.
+    /// The published shape; `scale` multiplies the loops.
     pub fn scaled(scale: f64) -> PageoutParams {
         PageoutParams {
             pages: 512,
@@ -153,6 +157,8 @@ struct Process {
     pages: Vec<Pfn>,
     loops_left: u32,
     freeing: bool,
+    /// The work before the next fault is done.
+    worked: bool,
 }
 
 /// The `pageout` workload: one process per CPU.
@@ -173,6 +179,7 @@ impl Pageout {
                     pages: Vec::new(),
                     loops_left: params.loops,
                     freeing: false,
+                    worked: false,
                 })
                 .collect(),
             params,
@@ -218,8 +225,15 @@ impl Workload for Pageout {
             proc.freeing = true;
             return Ok(Step::Continue);
         }
-        let gap = p.fault_interval_us * (1.0 + p.fault_cv * proc.rng.normal()).max(0.1);
-        sim.work(cpu, (gap * 1000.0) as u64);
+        if !proc.worked {
+            // The work before a fault is a step of its own, so that the fault's zone-lock
+            // request (if any) is made at its own virtual time.
+            let gap = p.fault_interval_us * (1.0 + p.fault_cv * proc.rng.normal()).max(0.1);
+            sim.work(cpu, (gap * 1000.0) as u64);
+            proc.worked = true;
+            return Ok(Step::Continue);
+        }
+        proc.worked = false;
         let pfn = sim.alloc_touch(cpu, Gfp::HIGHUSER_MOVABLE, Order::ZERO, 64)?;
         self.procs[cpu as usize].pages.push(pfn);
         self.held += 1;
@@ -232,6 +246,10 @@ impl Workload for Pageout {
 
     fn progress(&self, _sim: &Sim) -> f64 {
         self.loops_done as f64 / (self.procs.len() as u64 * self.params.loops as u64).max(1) as f64
+    }
+
+    fn work_done(&self) -> u64 {
+        self.loops_done
     }
 
     fn end_ns(&self) -> Option<u64> {

@@ -1,17 +1,17 @@
-//! The seed experiments as page-event generators (`workloads.md` §2): each is a
+//! The seed experiments as page-event generators (`docs/reference/workloads.md` §2): each is a
 //! [`Workload`](crate::engine::Workload) with documented parameters whose defaults are the
-//! seed's scale, and a `scale` knob for small runs.
+//! published runs' scale, and a `scale` knob for small runs.
 
 pub mod kbuild;
 pub mod micro;
 pub mod stream;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::machine::MachineSpec;
 
 /// The workloads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WorkloadKind {
     /// 8 × `make -j28` on 224 CPUs (§2.1).
@@ -20,7 +20,7 @@ pub enum WorkloadKind {
     Netperf,
     /// lmbench3 AF_UNIX bandwidth, 16 pairs on 128 CPUs (§2.3).
     Unix,
-    /// Seed 001's single-CPU alloc N / free N (§2.7).
+    /// Gorman 2017's single-CPU alloc N / free N (§2.7).
     Pagealloc,
     /// N processes each faulting 512 pages then freeing them in one burst (§2.6).
     Pageout,
@@ -52,7 +52,7 @@ impl WorkloadKind {
         WorkloadKind::ALL.into_iter().find(|w| w.name() == name)
     }
 
-    /// The seed's machine, with its CPU count.
+    /// The published run's machine, with its CPU count.
     pub fn machine(self) -> MachineSpec {
         match self {
             WorkloadKind::Kbuild => MachineSpec::spr_224(),
@@ -69,6 +69,13 @@ impl WorkloadKind {
             WorkloadKind::Netperf | WorkloadKind::Unix => 2,
             WorkloadKind::Kbuild | WorkloadKind::Pagealloc | WorkloadKind::Pageout => 1,
         }
+    }
+
+    /// Whether the benchmark does a fixed amount of work (lmbench's bw_unix moves a fixed
+    /// number of bytes), so that its event counts compare per unit of work; the others
+    /// run for a fixed time (netperf) or to the end of a fixed build.
+    pub fn fixed_work(self) -> bool {
+        matches!(self, WorkloadKind::Unix)
     }
 
     /// What the score measures and whether higher is better.

@@ -1,0 +1,385 @@
+//! `mmkit sim calibrate`: fit the cost model's free parameters against a declared
+//! training set — the **base rows** of the published tables (absolute lock contend% and
+//! cache miss rate%) and the published profile figures — and nothing else. The patch rows
+//! are never a target: they are the held-out test the demo scores.
+//!
+//! The fit runs in three stages, each on the parameters the targets of that stage depend
+//! on most, so that every stage is a small, well-posed problem:
+//!
+//! 1. `lock_lines` (the zone lines that follow the lock to each new holder: the
+//!    zone-lock work per acquisition) against the stream workloads' lock targets:
+//!    Gauss–Newton on ln(1 + lines) and the logarithm of every ratio simulated /
+//!    published, with a finite-difference derivative and backtracking. The work per block
+//!    moved (`hold_per_block_ns`) is published (Huang 2023 timed it) and not fitted;
+//! 2. kbuild's fault rate against kbuild's base lock contend% (a secant on logarithms:
+//!    contention grows with the rate);
+//! 3. `background_refs_per_us` against the base miss rates, in closed form from the
+//!    last stage-1 runs' line counts (no run).
+//!
+//! Every run is a base run with a fixed seed, so the fit is deterministic: the same
+//! targets, scale and seed give the same `calibration.json`.
+
+use mmkit_core::Policy;
+use serde::{Deserialize, Serialize};
+
+use crate::cost::{CostModel, Fitted};
+use crate::engine::SimError;
+use crate::run::{RunResult, RunSpec};
+use crate::workload::WorkloadKind;
+
+/// What a target measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    /// lock contend% (spin over busy time).
+    LockContendPct,
+    /// cache miss rate%.
+    CacheMissPct,
+    /// Time in PCP drains (hold and spin) over busy time, % (perf's `free_pcppages_bulk`
+    /// with its children).
+    DrainPct,
+}
+
+/// One published figure of a base row that the fit aims at.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Target {
+    /// The workload.
+    pub workload: WorkloadKind,
+    /// What is measured.
+    pub metric: Metric,
+    /// The published value.
+    pub value: f64,
+    /// Where it is published.
+    pub source: String,
+}
+
+/// The declared training set, as a file holds it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Targets {
+    /// The policy every target was measured under: only `base` is accepted.
+    pub policy: String,
+    /// The targets.
+    pub targets: Vec<Target>,
+}
+
+/// A target with what the fitted model gives.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Fit {
+    /// The target.
+    pub target: Target,
+    /// The fitted model's value.
+    pub simulated: f64,
+}
+
+/// What `mmkit sim calibrate` writes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// The fitted values.
+    pub fitted: Fitted,
+    /// Each target and where the fitted model lands.
+    pub fits: Vec<Fit>,
+    /// The runs' scale.
+    pub scale: f64,
+    /// The runs' seed.
+    pub seed: u64,
+    /// The command that reproduces this file.
+    pub command: String,
+}
+
+/// Runs a batch of (spec, policy) and returns results in order: the CLI runs them on
+/// its threads (or shards), a test runs them one by one.
+pub type Runner<'a> = dyn FnMut(&[(RunSpec, Policy)]) -> Result<Vec<RunResult>, SimError> + 'a;
+
+impl Targets {
+    /// Refuse a training set that names a patch row or a metric a workload does not have.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.policy != "base" {
+            return Err(format!(
+                "targets are for policy {:?}: only base rows may be fitted, the patch rows are the held-out test",
+                self.policy
+            ));
+        }
+        if self.targets.is_empty() {
+            return Err("no targets".into());
+        }
+        for t in &self.targets {
+            if !matches!(
+                t.workload,
+                WorkloadKind::Kbuild | WorkloadKind::Netperf | WorkloadKind::Unix
+            ) {
+                return Err(format!("{} has no published base row", t.workload));
+            }
+            if !(t.value.is_finite() && t.value > 0.0) {
+                return Err(format!("target {} {:?} must be > 0", t.workload, t.metric));
+            }
+        }
+        Ok(())
+    }
+
+    fn of(&self, workload: WorkloadKind, metric: Metric) -> Vec<&Target> {
+        self.targets
+            .iter()
+            .filter(|t| t.workload == workload && t.metric == metric)
+            .collect()
+    }
+}
+
+/// The value of `metric` in `result`.
+pub fn metric_of(result: &RunResult, metric: Metric, cost: &CostModel) -> f64 {
+    match metric {
+        Metric::LockContendPct => result.lock_contend_pct,
+        Metric::DrainPct => result.drain_pct,
+        Metric::CacheMissPct => result.cache.miss_rate_pct(cost, result.stats.work_ns),
+    }
+}
+
+fn base_spec(workload: WorkloadKind, scale: f64, seed: u64, fit: &Fitted) -> RunSpec {
+    RunSpec {
+        seed,
+        scale,
+        cost: CostModel::with_fit(fit),
+        kbuild_faults_per_s: fit.kbuild_faults_per_s,
+        ..RunSpec::new(workload)
+    }
+}
+
+/// Σ over `targets` of (ln simulated − ln published)², and the residual vector.
+fn residuals(targets: &[&Target], results: &[RunResult], cost: &CostModel) -> Vec<f64> {
+    targets
+        .iter()
+        .map(|t| {
+            let r = results
+                .iter()
+                .find(|r| r.workload == t.workload)
+                .expect("a run of every target's workload");
+            (metric_of(r, t.metric, cost).max(1e-6) / t.value).ln()
+        })
+        .collect()
+}
+
+/// Fit the model against `targets` with runs at `scale` and `seed`; `runner` runs each
+/// batch; `log` hears about each stage.
+pub fn calibrate(
+    targets: &Targets,
+    scale: f64,
+    seed: u64,
+    start: Fitted,
+    runner: &mut Runner<'_>,
+    log: &mut dyn FnMut(&str),
+) -> Result<Calibration, SimError> {
+    targets.validate().map_err(SimError::Invalid)?;
+    let mut fit = start;
+
+    // Stage 1: the zone lock's work, on the stream workloads.
+    let stream_targets: Vec<&Target> = targets
+        .targets
+        .iter()
+        .filter(|t| {
+            t.workload != WorkloadKind::Kbuild && t.metric != Metric::CacheMissPct
+        })
+        .collect();
+    let streams: Vec<WorkloadKind> = {
+        let mut w: Vec<_> = stream_targets.iter().map(|t| t.workload).collect();
+        w.sort();
+        w.dedup();
+        w
+    };
+    let mut last_stream_runs = Vec::new();
+    if !stream_targets.is_empty() {
+        let eval = |fit: &Fitted, runner: &mut Runner<'_>| -> Result<Vec<RunResult>, SimError> {
+            let jobs: Vec<(RunSpec, Policy)> = streams
+                .iter()
+                .map(|&w| (base_spec(w, scale, seed, fit), Policy::BASE))
+                .collect();
+            runner(&jobs)
+        };
+        // x = ln(1 + lock_lines): a line count of 0 is the boundary.
+        let mut x = (fit.lock_lines + 1.0).ln();
+        let set = |fit: &mut Fitted, x: f64| fit.lock_lines = (x.exp() - 1.0).max(0.0);
+        let sse_at = |x: f64, runner: &mut Runner<'_>| -> Result<(f64, Vec<f64>, Vec<RunResult>), SimError> {
+            let mut f = fit;
+            set(&mut f, x);
+            let runs = eval(&f, runner)?;
+            let r = residuals(&stream_targets, &runs, &CostModel::with_fit(&f));
+            Ok((r.iter().map(|r| r * r).sum(), r, runs))
+        };
+        let (mut sse, mut r0, mut runs) = sse_at(x, runner)?;
+        for iteration in 0..6 {
+            log(&format!(
+                "stage 1, iteration {iteration}: lock_lines {:.3}: Σ ln² {:.4}",
+                (x.exp() - 1.0).max(0.0),
+                sse
+            ));
+            // Gauss–Newton in one dimension, with a finite-difference derivative.
+            let h = 0.1;
+            let (_, rh, _) = sse_at(x + h, runner)?;
+            let slope: Vec<f64> = rh.iter().zip(&r0).map(|(a, b)| (a - b) / h).collect();
+            let jj: f64 = slope.iter().map(|d| d * d).sum();
+            if jj < 1e-12 {
+                break;
+            }
+            let step = (slope.iter().zip(&r0).map(|(d, r)| d * r).sum::<f64>() / jj).clamp(-1.0, 1.0);
+            // Backtracking: halve the step until the fit improves (at most three times).
+            let mut accepted = false;
+            let mut scale_step = 1.0;
+            for _ in 0..4 {
+                let trial = (x - scale_step * step).max(0.0);
+                let (st, rt, runs_t) = sse_at(trial, runner)?;
+                if st < sse {
+                    (x, sse, r0, runs) = (trial, st, rt, runs_t);
+                    accepted = true;
+                    break;
+                }
+                scale_step /= 2.0;
+            }
+            if !accepted || step.abs() * scale_step < 0.01 {
+                break;
+            }
+        }
+        set(&mut fit, x);
+        last_stream_runs = runs;
+    }
+
+    // Stage 2: kbuild's fault rate on its base lock contend%.
+    if let Some(target) = targets.of(WorkloadKind::Kbuild, Metric::LockContendPct).first() {
+        let mut rate = fit.kbuild_faults_per_s.ln();
+        let mut previous: Option<(f64, f64)> = None;
+        for iteration in 0..6 {
+            fit.kbuild_faults_per_s = rate.exp();
+            let run = runner(&[(
+                base_spec(WorkloadKind::Kbuild, scale, seed, &fit),
+                Policy::BASE,
+            )])?;
+            let value = run[0].lock_contend_pct.max(1e-6);
+            let error = (value / target.value).ln();
+            log(&format!(
+                "stage 2, iteration {iteration}: kbuild faults/s {:.0}: lock contend% {value:.2} (target {})",
+                fit.kbuild_faults_per_s, target.value
+            ));
+            if error.abs() < 0.02 {
+                break;
+            }
+            // Secant on logarithms; the first step assumes contention ∝ rate².
+            let slope = match previous {
+                Some((r, e)) if (rate - r).abs() > 1e-9 => ((error - e) / (rate - r)).max(0.2),
+                _ => 2.0,
+            };
+            previous = Some((rate, error));
+            rate -= (error / slope).clamp(-1.0, 1.0);
+        }
+        fit.kbuild_faults_per_s = rate.exp();
+    }
+
+    // Stage 3: background references, in closed form from the stream runs' line counts:
+    // the value that makes the geometric mean of simulated / published miss rates 1.
+    let miss_targets: Vec<&Target> = targets
+        .targets
+        .iter()
+        .filter(|t| t.metric == Metric::CacheMissPct)
+        .collect();
+    if !miss_targets.is_empty() {
+        let mut missing: Vec<WorkloadKind> = miss_targets
+            .iter()
+            .map(|t| t.workload)
+            .filter(|w| !last_stream_runs.iter().any(|r: &RunResult| r.workload == *w))
+            .collect();
+        missing.sort();
+        missing.dedup();
+        if !missing.is_empty() {
+            let jobs: Vec<_> = missing
+                .iter()
+                .map(|&w| (base_spec(w, scale, seed, &fit), Policy::BASE))
+                .collect();
+            last_stream_runs.extend(runner(&jobs)?);
+        }
+        let sse = |b: f64| {
+            let mut f = fit;
+            f.background_refs_per_us = b;
+            let cost = CostModel::with_fit(&f);
+            residuals(&miss_targets, &last_stream_runs, &cost)
+                .iter()
+                .map(|r| r * r)
+                .sum::<f64>()
+        };
+        // Golden-section search on ln(b) over [1, 1e6] references per µs.
+        let (mut lo, mut hi) = (0.0f64, 1e6f64.ln());
+        let phi = (5f64.sqrt() - 1.0) / 2.0;
+        for _ in 0..80 {
+            let a = hi - phi * (hi - lo);
+            let b = lo + phi * (hi - lo);
+            if sse(a.exp()) < sse(b.exp()) {
+                hi = b;
+            } else {
+                lo = a;
+            }
+        }
+        fit.background_refs_per_us = ((lo + hi) / 2.0).exp();
+        log(&format!(
+            "stage 3: background_refs_per_us {:.1}",
+            fit.background_refs_per_us
+        ));
+    }
+
+    // The fitted model on every target's workload, for the record.
+    let mut workloads: Vec<WorkloadKind> = targets.targets.iter().map(|t| t.workload).collect();
+    workloads.sort();
+    workloads.dedup();
+    let jobs: Vec<_> = workloads
+        .iter()
+        .map(|&w| (base_spec(w, scale, seed, &fit), Policy::BASE))
+        .collect();
+    let runs = runner(&jobs)?;
+    let cost = CostModel::with_fit(&fit);
+    let fits = targets
+        .targets
+        .iter()
+        .map(|t| Fit {
+            target: t.clone(),
+            simulated: metric_of(
+                runs.iter()
+                    .find(|r| r.workload == t.workload)
+                    .expect("a run of every workload"),
+                t.metric,
+                &cost,
+            ),
+        })
+        .collect();
+    Ok(Calibration {
+        fitted: fit,
+        fits,
+        scale,
+        seed,
+        command: String::new(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn targets(policy: &str) -> Targets {
+        Targets {
+            policy: policy.into(),
+            targets: vec![Target {
+                workload: WorkloadKind::Unix,
+                metric: Metric::LockContendPct,
+                value: 10.0,
+                source: "test".into(),
+            }],
+        }
+    }
+
+    #[test]
+    fn a_patch_row_is_never_a_target() {
+        let err = targets("patch3").validate().unwrap_err();
+        assert!(err.contains("held-out"), "{err}");
+        assert!(targets("base").validate().is_ok());
+    }
+
+    #[test]
+    fn the_committed_targets_are_base_rows() {
+        let file: Targets =
+            serde_json::from_str(include_str!("../calibration-targets.json")).unwrap();
+        file.validate().unwrap();
+    }
+}
