@@ -75,6 +75,7 @@ struct Counters {
     drains: [u64; DrainReason::COUNT],
     drain_pages: [u64; DrainReason::COUNT],
     merges: u64,
+    splits: u64,
     free_pages: i64,
 }
 
@@ -90,6 +91,7 @@ impl Counters {
             drains: std::array::from_fn(|r| load(&e.pcp_drains[r])),
             drain_pages: std::array::from_fn(|r| load(&e.pcp_drain_pages[r])),
             merges: load(&e.buddy_merges),
+            splits: load(&e.buddy_splits),
             free_pages: zone.free_pages(),
         }
     }
@@ -104,6 +106,7 @@ impl Counters {
             drains: std::array::from_fn(|r| after.drains[r] - self.drains[r]),
             drain_pages: std::array::from_fn(|r| after.drain_pages[r] - self.drain_pages[r]),
             merges: after.merges - self.merges,
+            splits: after.splits - self.splits,
             free_pages: after.free_pages - self.free_pages,
         }
     }
@@ -113,6 +116,7 @@ impl Counters {
         let mut c = Counters::default();
         for hold in holds.iter().filter(|h| h.zone == zone) {
             c.merges += hold.merges;
+            c.splits += hold.splits;
             match hold.kind {
                 HoldKind::Refill | HoldKind::BuddyAlloc => {
                     c.zone_locked_pages += hold.pages;
@@ -696,7 +700,8 @@ fn each_path_reports_its_kind_of_hold() {
             kind: HoldKind::BuddyAlloc,
             blocks: 1,
             pages: 1024,
-            merges: 0
+            merges: 0,
+            splits: 0
         }]
     );
     let mut rec = Recorder::default();

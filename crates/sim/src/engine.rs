@@ -25,8 +25,8 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use mmkit_core::page_alloc::pcp::{pcp_allowed_order, NR_PCP_LISTS};
-use mmkit_core::page_alloc::{Caller, DrainReason, Gfp, Zone};
+use mmkit_core::page_alloc::pcp::pcp_allowed_order;
+use mmkit_core::page_alloc::{Caller, DrainReason, Gfp, HoldKind, LockEvents, Zone, ZoneLockHold};
 use mmkit_core::{Order, PageAllocator, Pfn, Policy};
 use serde::Serialize;
 
@@ -257,53 +257,16 @@ struct ZoneLock {
     last_cpu: Option<u32>,
 }
 
-/// The zone counters an allocation's cost depends on. Only allocations move them (blocks
-/// leave the buddy lists in `rmqueue_smallest`, refills are `rmqueue_bulk`), and only
-/// [`Sim::alloc`] allocates, so the engine keeps the last values it read instead of
-/// reading them again before each call.
-#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
-struct AllocCounters {
-    zone_blocks: u64,
-    refills: u64,
-    refill_pages: u64,
-    splits: u64,
+/// The zone-lock holds of one allocator call, as the core reports them
+/// ([`LockEvents`]): what the engine charges. Reused from call to call.
+#[derive(Default)]
+struct CallReport {
+    holds: Vec<ZoneLockHold>,
 }
 
-fn read_alloc_counters(zone: &Zone) -> AllocCounters {
-    let e = zone.events();
-    AllocCounters {
-        zone_blocks: e.alloc_zone_locked_events.load(Relaxed),
-        refills: e.pcp_refills.load(Relaxed),
-        refill_pages: e.pcp_refill_pages.load(Relaxed),
-        splits: e.buddy_splits.load(Relaxed),
-    }
-}
-
-/// The zone counters a free's or a tick's cost depends on: drains (summed over reasons,
-/// since every drain costs the same; `free_high` kept apart for the table) and merges.
-#[derive(Clone, Copy, Default)]
-struct DrainCounters {
-    drains: u64,
-    free_high: u64,
-    merges: u64,
-}
-
-fn read_drain_counters(zone: &Zone) -> DrainCounters {
-    let e = zone.events();
-    // Named rather than iterated: five plain loads and adds, where the iterator's sum cost
-    // six times that on every free. A new reason fails to compile here, a reordered one
-    // at the assertion below.
-    const _: () = assert!(DrainReason::FreeHigh as usize == 1);
-    let [free, free_high, decay, numa_expire, explicit] = &e.pcp_drains;
-    let free_high = free_high.load(Relaxed);
-    DrainCounters {
-        drains: free.load(Relaxed)
-            + free_high
-            + decay.load(Relaxed)
-            + numa_expire.load(Relaxed)
-            + explicit.load(Relaxed),
-        free_high,
-        merges: e.buddy_merges.load(Relaxed),
+impl LockEvents for CallReport {
+    fn hold(&mut self, hold: &ZoneLockHold) {
+        self.holds.push(*hold);
     }
 }
 
@@ -372,11 +335,10 @@ pub struct Sim {
     /// Allocator zone indices of zones with memory, and their pfn ranges.
     zones: Vec<(usize, u64, u64)>,
     locks: Vec<ZoneLock>,
-    /// Every simulated zone's allocation counters as the end of the last allocation left
-    /// them, in slot order: what the next allocation's deltas start from.
-    alloc_seen: [AllocCounters; MAX_ZONES],
-    /// Blocks on each pageset: `[zone][cpu]`.
-    pcp_blocks: Vec<Vec<u64>>,
+    /// Allocator zone index → simulated slot.
+    slot_of_zone: Vec<usize>,
+    /// The current call's zone-lock holds.
+    report: CallReport,
     /// The cache model.
     pub cache: CacheModel,
     /// Totals.
@@ -415,6 +377,11 @@ impl Sim {
             "{} zones with memory are too many to simulate",
             zones.len()
         );
+        // A zone without memory never reports a hold; its entry is never read.
+        let mut slot_of_zone = vec![usize::MAX; allocator.zones().len()];
+        for (slot, &(zone, _, _)) in zones.iter().enumerate() {
+            slot_of_zone[zone] = slot;
+        }
         let cost = CostModel::calibrated();
         let nr_cpus = machine.nr_cpus();
         assert!(
@@ -434,7 +401,7 @@ impl Sim {
             ..Series::default()
         };
         series.high = vec![Vec::new(); options.high_cpus.len()];
-        let mut sim = Sim {
+        Sim {
             allocator,
             cost,
             machine: machine.clone(),
@@ -445,8 +412,8 @@ impl Sim {
             nr_scheduled: 0,
             queue: EventQueue::new(nr_cpus as usize),
             locks: vec![ZoneLock::default(); zones.len()],
-            alloc_seen: [AllocCounters::default(); MAX_ZONES],
-            pcp_blocks: vec![vec![0; nr_cpus as usize]; zones.len()],
+            slot_of_zone,
+            report: CallReport::default(),
             zones,
             cache,
             stats: SimStats::default(),
@@ -457,9 +424,7 @@ impl Sim {
             tick_due: vec![0; nr_cpus as usize],
             in_step: false,
             warmup: None,
-        };
-        sim.alloc_seen = sim.alloc_snapshot();
-        sim
+        }
     }
 
     /// Replace the cost model (before the run: the cache model's sizes follow it).
@@ -640,67 +605,23 @@ impl Sim {
         &self.allocator.zones()[self.zones[slot].0]
     }
 
-    /// Every simulated zone's allocation counters, in slot order.
-    fn alloc_snapshot(&self) -> [AllocCounters; MAX_ZONES] {
-        let zones = self.allocator.zones();
-        let mut snapshot = [AllocCounters::default(); MAX_ZONES];
-        for (counters, &(i, _, _)) in snapshot.iter_mut().zip(&self.zones) {
-            *counters = read_alloc_counters(&zones[i]);
+    /// Charge the zone-lock holds the last call reported, in the order it made them, to
+    /// `cpu`: each one acquisition of the zone's lock, held for
+    /// `c_lock + blocks · h_page + (merges + splits) · h_merge`.
+    fn charge_report(&mut self, cpu: u32) {
+        for i in 0..self.report.holds.len() {
+            let hold = self.report.holds[i];
+            let slot = self.slot_of_zone[hold.zone];
+            let ns = self.cost.hold_ns(hold.blocks, hold.merges + hold.splits);
+            let spin = self.acquire(slot, cpu, ns, hold.blocks);
+            if let HoldKind::Drain(reason) = hold.kind {
+                self.stats.drain_ns += ns + spin;
+                if reason == DrainReason::FreeHigh {
+                    self.free_high += 1;
+                }
+            }
         }
-        snapshot
-    }
-
-    /// Every simulated zone's drain counters, in slot order.
-    fn drain_snapshot(&self) -> [DrainCounters; MAX_ZONES] {
-        let zones = self.allocator.zones();
-        let mut snapshot = [DrainCounters::default(); MAX_ZONES];
-        for (counters, &(i, _, _)) in snapshot.iter_mut().zip(&self.zones) {
-            *counters = read_drain_counters(&zones[i]);
-        }
-        snapshot
-    }
-
-    fn pageset_blocks(&self, slot: usize, cpu: u32) -> u64 {
-        let zone = self.zone(slot);
-        let pcp = zone.pageset(cpu).expect("every CPU has a pageset");
-        (0..NR_PCP_LISTS).map(|p| pcp.list_len(p)).sum()
-    }
-
-    /// Charge the drains zone `slot` did since `before`, resynchronising the pageset's
-    /// block count; `added` blocks were put on the pageset by the call. Always inlined:
-    /// every free ends here, and most only add a block.
-    #[inline(always)]
-    fn charge_drains(&mut self, slot: usize, cpu: u32, before: &DrainCounters, added: u64) {
-        let after = read_drain_counters(self.zone(slot));
-        if after.drains == before.drains {
-            self.pcp_blocks[slot][cpu as usize] += added;
-            return;
-        }
-        self.charge_drained(slot, cpu, before, &after, added);
-    }
-
-    /// [`Self::charge_drains`] when there were drains. Kept out of line: most frees drain
-    /// nothing, and their path stays short.
-    #[inline(never)]
-    fn charge_drained(
-        &mut self,
-        slot: usize,
-        cpu: u32,
-        before: &DrainCounters,
-        after: &DrainCounters,
-        added: u64,
-    ) {
-        let drains = after.drains - before.drains;
-        self.free_high += after.free_high - before.free_high;
-        let now = self.pageset_blocks(slot, cpu);
-        let drained = (self.pcp_blocks[slot][cpu as usize] + added).saturating_sub(now);
-        self.pcp_blocks[slot][cpu as usize] = now;
-        // Several drains in one call are charged as one hold of all their blocks plus a lock
-        // round trip each.
-        let merges = after.merges - before.merges;
-        let hold = self.cost.hold_ns(drained, merges) + (drains - 1) * self.cost.lock_ns;
-        let spin = self.acquire(slot, cpu, hold, drained);
-        self.stats.drain_ns += hold + spin;
+        self.report.holds.clear();
     }
 
     /// Allocate a block of `order` on `cpu` (`Caller::task(cpu)`), charging its cost.
@@ -726,15 +647,16 @@ impl Sim {
     /// [`Self::alloc`], returning the block's zone slot too.
     #[inline]
     fn alloc_in(&mut self, cpu: u32, gfp: Gfp, order: Order) -> Result<(Pfn, usize), SimError> {
-        debug_assert!(
-            self.alloc_seen == self.alloc_snapshot(),
-            "an allocator call other than alloc_pages moved the allocation counters"
+        debug_assert!(self.report.holds.is_empty());
+        let result = self.allocator.alloc_pages_peek_next_report(
+            Caller::task(cpu),
+            gfp,
+            order,
+            &mut self.report,
         );
-        let result = self
-            .allocator
-            .alloc_pages_peek_next(Caller::task(cpu), gfp, order);
+        // The zone lock is requested at the call's time, then the PCP path's own cost.
+        self.charge_report(cpu);
         let Ok((pfn, next)) = result else {
-            self.alloc_seen = self.alloc_snapshot();
             return Err(SimError::OutOfMemory {
                 cpu,
                 order: order.get(),
@@ -750,79 +672,10 @@ impl Sim {
         }
         self.stats.alloc_calls += 1;
         self.stats.pages_allocated += order.pages();
-        let pcp_order = pcp_allowed_order(order);
-        // Most allocations are PCP hits that move no zone counter: find the first zone
-        // whose counters moved, if any, in one pass over the zones and their snapshots.
-        let zones = self.allocator.zones();
-        let moved = self
-            .zones
-            .iter()
-            .zip(&self.alloc_seen)
-            .position(|(&(i, _, _), seen)| {
-                let events = zones[i].events();
-                events.alloc_zone_locked_events.load(Relaxed) != seen.zone_blocks
-                    || events.pcp_refills.load(Relaxed) != seen.refills
-            });
-        // The zone lock is requested at the call's time, then the PCP path's own cost.
-        if let Some(first) = moved {
-            self.charge_zone_counters(first, cpu, order);
-        }
-        if pcp_order {
+        if pcp_allowed_order(order) {
             self.charge(cpu, self.cost.alloc_hit_ns);
-            let held = &mut self.pcp_blocks[slot][cpu as usize];
-            *held = held.saturating_sub(1);
         }
         Ok((pfn, slot))
-    }
-
-    /// Charge what an allocation of `order` did to the zones from slot `first` on (the
-    /// zones before it moved no counter), and take their new counters as the next
-    /// allocation's starting point.
-    #[inline(never)]
-    fn charge_zone_counters(&mut self, first: usize, cpu: u32, order: Order) {
-        for slot in first..self.zones.len() {
-            let after = read_alloc_counters(self.zone(slot));
-            let seen = self.alloc_seen[slot];
-            if after.zone_blocks != seen.zone_blocks {
-                self.alloc_seen[slot] = after;
-                self.charge_zone_blocks(slot, cpu, order, &seen, &after);
-            } else if after.refills != seen.refills {
-                // A refill that found nothing: no block moved, nothing to charge (as when
-                // the counters were read around each call), but the next delta starts here.
-                self.alloc_seen[slot] = after;
-            }
-        }
-    }
-
-    /// Charge the blocks an allocation of `order` took from zone `slot`: a refill's, in one
-    /// hold, and each direct buddy allocation's, in a hold of its own.
-    fn charge_zone_blocks(
-        &mut self,
-        slot: usize,
-        cpu: u32,
-        order: Order,
-        before: &AllocCounters,
-        after: &AllocCounters,
-    ) {
-        let refill_blocks = (after.refill_pages - before.refill_pages) >> order.get();
-        // Split levels cost as merge levels do (a cold descriptor written under the lock);
-        // the call's splits go to its first hold.
-        let mut splits = after.splits - before.splits;
-        if after.refills > before.refills {
-            let _ = self.acquire(
-                slot,
-                cpu,
-                self.cost.hold_ns(refill_blocks, splits),
-                refill_blocks,
-            );
-            splits = 0;
-            self.pcp_blocks[slot][cpu as usize] += refill_blocks;
-        }
-        let direct = after.zone_blocks - before.zone_blocks - refill_blocks;
-        for _ in 0..direct {
-            let _ = self.acquire(slot, cpu, self.cost.hold_ns(1, splits), 1);
-            splits = 0;
-        }
     }
 
     /// Free the block at `pfn` on `cpu`, charging its cost. The simulator runs on one
@@ -831,33 +684,31 @@ impl Sim {
     /// `free_pages` does.
     pub fn free(&mut self, cpu: u32, pfn: Pfn, order: Order) -> Result<(), SimError> {
         let slot = self.zone_slot(pfn);
-        let before = read_drain_counters(self.zone(slot));
-        self.allocator
-            .free_pages_exclusive(Caller::task(cpu), pfn, order)
-            .map_err(|e| SimError::BadFree(e.to_string()))?;
+        debug_assert!(self.report.holds.is_empty());
+        let result = self.allocator.free_pages_exclusive_report(
+            Caller::task(cpu),
+            pfn,
+            order,
+            &mut self.report,
+        );
+        // A drain's (or a buddy free's) zone-lock request is made at the call's time,
+        // then the PCP path's own cost.
+        self.charge_report(cpu);
+        result.map_err(|e| SimError::BadFree(e.to_string()))?;
         self.stats.free_calls += 1;
         let offset = pfn.0 - self.zones[slot].1;
         self.cache.stamp(cpu, slot, offset, order.pages());
         if pcp_allowed_order(order) {
-            // A drain's zone-lock request is made at the call's time, then the PCP
-            // path's own cost.
-            self.charge_drains(slot, cpu, &before, 1);
             self.charge(cpu, self.cost.free_hit_ns);
-        } else {
-            let merges = self.zone(slot).events().buddy_merges.load(Relaxed);
-            let hold = self.cost.hold_ns(1, merges - before.merges);
-            let _ = self.acquire(slot, cpu, hold, 1);
         }
         Ok(())
     }
 
     fn vmstat_tick(&mut self, cpu: u32) {
-        let before = self.drain_snapshot();
         self.stats.vmstat_ticks += 1;
-        self.allocator.vmstat_tick(cpu);
-        for (slot, before) in before[..self.zones.len()].iter().enumerate() {
-            self.charge_drains(slot, cpu, before, 0);
-        }
+        debug_assert!(self.report.holds.is_empty());
+        self.allocator.vmstat_tick_report(cpu, &mut self.report);
+        self.charge_report(cpu);
     }
 
     fn sample(&mut self, t: u64, held_pages: u64) {
@@ -913,15 +764,6 @@ impl Sim {
                 census: allocated,
                 held,
             });
-        }
-        for slot in 0..self.zones.len() {
-            for cpu in 0..self.machine.nr_cpus() {
-                debug_assert_eq!(
-                    self.pcp_blocks[slot][cpu as usize],
-                    self.pageset_blocks(slot, cpu),
-                    "block count of CPU {cpu}'s pageset"
-                );
-            }
         }
         Ok(())
     }

@@ -30,6 +30,9 @@ const PAGEBLOCK: Order = match Order::new(PAGEBLOCK_ORDER) {
 pub struct ZoneLocked<'a> {
     zone: &'a Zone,
     area: SpinLockGuard<'a, FreeArea>,
+    /// Split levels done since the last [`ZoneLocked::report`] of this hold: the report
+    /// says them. A plain field of the guard: when no sink reads it, nothing does.
+    splits: core::cell::Cell<u64>,
 }
 
 /// Publish the free lists' `FreeArea::free_block_bits` for lockless watermark checks as
@@ -47,7 +50,11 @@ impl Drop for ZoneLocked<'_> {
 
 impl<'a> ZoneLocked<'a> {
     pub(crate) fn new(zone: &'a Zone, area: SpinLockGuard<'a, FreeArea>) -> ZoneLocked<'a> {
-        ZoneLocked { zone, area }
+        ZoneLocked {
+            zone,
+            area,
+            splits: core::cell::Cell::new(0),
+        }
     }
 
     /// The zone.
@@ -75,8 +82,9 @@ impl<'a> ZoneLocked<'a> {
     }
 
     /// Report this hold to `events`: `kind` done for `cpu`, moving `blocks` blocks of
-    /// `pages` pages in all, with `merges` buddy merge levels. Called before the lock is
-    /// released, where Linux's tracepoints fire.
+    /// `pages` pages in all, with `merges` buddy merge levels and the split levels done
+    /// since the last report. Called before the lock is released, where Linux's
+    /// tracepoints fire.
     #[inline(always)]
     pub(crate) fn report<E: LockEvents>(
         &self,
@@ -94,6 +102,7 @@ impl<'a> ZoneLocked<'a> {
             blocks,
             pages,
             merges,
+            splits: self.splits.replace(0),
         });
     }
 
@@ -284,6 +293,7 @@ impl<'a> ZoneLocked<'a> {
         let later = taken.saturating_sub(1);
         let splits = (high.get() - order.get()) as u64 + later - later.count_ones() as u64;
         Self::count_locked(&events.buddy_splits, splits);
+        self.splits.set(self.splits.get() + splits);
         Self::count_locked(&events.alloc_zone_locked, taken << order.get());
         Self::count_locked(&events.alloc_zone_locked_events, taken);
         Some(taken)
@@ -293,10 +303,9 @@ impl<'a> ZoneLocked<'a> {
     /// its list (`expand`).
     fn expand(&mut self, pfn: Pfn, low: Order, high: Order, mt: MigrateType) {
         if high > low {
-            Self::count_locked(
-                &self.zone.events.buddy_splits,
-                (high.get() - low.get()) as u64,
-            );
+            let levels = (high.get() - low.get()) as u64;
+            Self::count_locked(&self.zone.events.buddy_splits, levels);
+            self.splits.set(self.splits.get() + levels);
         }
         let mut high = high;
         while high > low {

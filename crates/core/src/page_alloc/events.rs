@@ -76,6 +76,9 @@ pub struct ZoneLockHold {
     pub pages: u64,
     /// Buddy merge levels done by the blocks freed (`__free_one_page`'s loop iterations).
     pub merges: u64,
+    /// Buddy split levels done for the blocks taken (`expand`'s loop iterations): each
+    /// writes the freed half's cold descriptor, as a merge level reads its buddy's.
+    pub splits: u64,
 }
 
 /// Receives what an allocator call did, as it does it. Both methods default to doing
