@@ -155,11 +155,9 @@ pub fn render_score(cells: &[Cell]) -> String {
 /// `mmkit demo`.
 pub fn run_demo(args: &DemoArgs) -> Result<(), CliError> {
     crate::output::check_dir("--out", &args.out)?;
-    if !(args.scale > 0.0 && args.scale <= 100.0) {
-        return Err(CliError::usage(format!(
-            "scale {} is invalid: use a number in (0, 100]",
-            args.scale
-        )));
+    crate::sim_cmd::check_scale(args.scale)?;
+    if args.threads == Some(0) {
+        return Err(CliError::usage("--threads must be at least 1"));
     }
     let workloads = [
         WorkloadKind::Kbuild,

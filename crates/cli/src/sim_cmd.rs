@@ -118,12 +118,7 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<(), CliError> {
     targets
         .validate()
         .map_err(|e| CliError::usage(format!("{}: {e}", args.targets.display())))?;
-    if !(args.scale > 0.0 && args.scale <= 100.0) {
-        return Err(CliError::usage(format!(
-            "--scale {} is invalid: use a number in (0, 100]",
-            args.scale
-        )));
-    }
+    check_scale(args.scale)?;
     crate::output::check_optional_file("--out", args.out.as_deref())?;
     let start = mmkit_sim::cost::calibrated_fit();
     let threads = args.threads;
@@ -154,6 +149,22 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<(), CliError> {
         None => println!("{json}"),
     }
     Ok(())
+}
+
+/// Refuse a `--scale` outside (0, 100], naming the flag and the value as it was given
+/// in spirit (1e300, not three hundred digits).
+pub fn check_scale(scale: f64) -> Result<(), CliError> {
+    if scale > 0.0 && scale <= 100.0 {
+        return Ok(());
+    }
+    let shown = if scale.is_finite() && scale.abs() >= 1e6 {
+        format!("{scale:e}")
+    } else {
+        format!("{scale}")
+    };
+    Err(CliError::usage(format!(
+        "--scale {shown} is invalid: use a number in (0, 100]"
+    )))
 }
 
 /// Parse a workload name.
@@ -323,6 +334,7 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
         .as_deref()
         .ok_or_else(|| CliError::usage("--workload is required"))?;
     let workload = workload(name)?;
+    check_scale(args.scale)?;
     let policies: Vec<Policy> = args
         .policies
         .iter()

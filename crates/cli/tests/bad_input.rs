@@ -439,7 +439,12 @@ fn sim_and_demo_check_their_output_folder_before_simulating() {
 }
 
 #[test]
-#[ignore = "crates/sim's RunSpec::validate says \"scale\" (not --scale) and prints 1e300 in full: for the lead"]
+fn demo_refuses_zero_threads_before_it_prints_anything() {
+    refused(&["demo", "--threads", "0"], "--threads");
+    refused(&["demo", "--scale", "0"], "--scale 0");
+}
+
+#[test]
 fn sim_names_scale_flag_for_huge_scales() {
     refused(
         &[

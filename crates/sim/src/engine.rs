@@ -2,21 +2,26 @@
 //! lock, the vmstat tick, sampling, and the calls a workload makes.
 //!
 //! The engine drives the real [`PageAllocator`]; it never decides what the allocator does.
-//! It reads what the allocator did from the zone's event counters, as deltas around each
-//! call, and charges time for it (`docs/reference/workloads.md` §3.1–3.2):
+//! It charges time for what the allocator reports it did in each call — one
+//! [`ZoneLockHold`] per zone-lock hold, through the core's `_report` entry points, as Linux
+//! fires a tracepoint at each — with the one cost model (`docs/reference/workloads.md`
+//! §3.1–3.2, [`CostModel`]):
 //!
 //! - a PCP hit costs `alloc_hit_ns` / `free_hit_ns`;
-//! - a refill of n blocks (`pcp_refills`, `pcp_refill_pages`), a drain of n blocks
-//!   (`pcp_drains[reason]`), a direct buddy allocation (`alloc_zone_locked_events`) or a
-//!   free of an order the PCP does not cache is one zone-lock hold of `c_lock + n · h_page`;
+//! - each reported hold (a refill, a drain and its reason, a direct buddy allocation or
+//!   free) is one acquisition of its zone's lock, held
+//!   `c_lock + blocks · h_page + (merges + splits) · h_merge`;
 //! - the zone lock is a FIFO server: a request at `t` is granted at
-//!   `max(t, free_at) + t_xfer` (the hand-off, if the last holder was another CPU), and the
-//!   CPU spins from `t` to the grant when the lock was busy.
+//!   `max(t, free_at) + t_xfer · (1 + lock_lines)` (the lock word and the zone lines that
+//!   follow it, if the last holder was another CPU), and the CPU spins from `t` to the
+//!   grant when the lock was busy.
 //!
-//! Drained blocks are not counted by the core (it counts drained pages); the engine keeps
-//! the number of blocks each pageset holds, updated by the same counter deltas, and reads
-//! the pageset's list lengths after a drain: blocks drained = blocks before + 1 − blocks
-//! after. (`docs/EXPERIMENTS.md` lists this as a core API that would make it simpler.)
+//! A request is made at the virtual time it happens: a workload's step does one thing
+//! that takes time, the lock is requested at the call's start (the PCP path's own cost
+//! comes after), and every request is checked against the other CPUs' pending events
+//! ([`SimStats::requests_ahead`] counts one made later than an event of a CPU that could
+//! have asked first; a call that takes a second zone's lock after the first makes one).
+//! A vmstat tick that finds its CPU busy waits for it.
 //!
 //! CPUs run in time order: the CPU with the earliest clock runs its next step; it keeps
 //! running while its clock stays before every other pending event (a lookahead that
@@ -26,7 +31,9 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use mmkit_core::page_alloc::pcp::pcp_allowed_order;
-use mmkit_core::page_alloc::{Caller, DrainReason, Gfp, HoldKind, LockEvents, Zone, ZoneLockHold};
+use mmkit_core::page_alloc::{
+    Caller, DrainReason, Gfp, HoldKind, LockEvents, Zone, ZoneLockHold,
+};
 use mmkit_core::{Order, PageAllocator, Pfn, Policy};
 use serde::Serialize;
 
