@@ -9,7 +9,7 @@
 //! and cold otherwise (Mattson's LRU stack distance against the cache size). Counters are
 //! in lines (64 B) so that partial touches count exactly.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::cost::CostModel;
 
@@ -95,7 +95,7 @@ impl Default for Stamp {
 }
 
 /// Lines touched by class, summed over a run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CacheCounts {
     /// Lines found in L2.
     pub l2_lines: u64,

@@ -35,7 +35,7 @@ use mmkit_core::page_alloc::{
     Caller, DrainReason, Gfp, HoldKind, LockEvents, Zone, ZoneLockHold,
 };
 use mmkit_core::{Order, PageAllocator, Pfn, Policy};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::cache::CacheModel;
 use crate::cost::CostModel;
@@ -124,7 +124,7 @@ pub trait Workload {
 }
 
 /// Totals the engine keeps.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SimStats {
     /// Allocation calls.
     pub alloc_calls: u64,
@@ -242,7 +242,7 @@ impl ZoneTotals {
 }
 
 /// Samples taken at a fixed virtual interval.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Series {
     /// Sample times.
     pub t_ns: Vec<u64>,

@@ -13,10 +13,10 @@ use mmkit_core::page_alloc::watermark;
 use mmkit_core::settings::MinFreeKbytes;
 use mmkit_core::topology::{CacheInfo, ZoneSize};
 use mmkit_core::{Settings, Topology, ZoneType};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A machine to simulate.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MachineSpec {
     /// A short name (e.g. `spr-2s-224`).
     pub name: String,

@@ -3,7 +3,7 @@
 
 use mmkit_core::page_alloc::DrainReason;
 use mmkit_core::Policy;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::cache::CacheCounts;
 use crate::cost::CostModel;
@@ -95,7 +95,7 @@ impl RunSpec {
 }
 
 /// A pageset's limits (CPU 0, its local zone).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PagesetLimits {
     /// `batch`.
     pub batch: u64,
@@ -105,8 +105,10 @@ pub struct PagesetLimits {
     pub high_max: u64,
 }
 
-/// Everything a run measured.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// Everything a run measured. It reads back from its JSON unchanged (a sharded sweep
+/// carries results between processes that way), so it holds no host time and no value
+/// JSON cannot carry (a NaN or an infinity would come back as `null`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunResult {
     /// The workload.
     pub workload: WorkloadKind,

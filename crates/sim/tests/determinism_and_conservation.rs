@@ -1,9 +1,10 @@
 //! Every workload at small scale under two presets: the allocator's walker and the page
 //! conservation check (census allocated == pages the workload holds) run every 500 steps
-//! and at the end, and a second run with the same seed gives byte-identical JSON.
+//! and at the end, a second run with the same seed gives byte-identical JSON, and the result
+//! reads back from that JSON unchanged (what a sharded sweep's merge relies on).
 
 use mmkit_core::Policy;
-use mmkit_sim::{run, RunSpec, WorkloadKind};
+use mmkit_sim::{run, RunResult, RunSpec, WorkloadKind};
 
 fn small(workload: WorkloadKind) -> RunSpec {
     let (cpus, scale) = match workload {
@@ -34,6 +35,11 @@ fn check(workload: WorkloadKind) {
         let a = serde_json::to_string(&first).unwrap();
         let b = serde_json::to_string(&second).unwrap();
         assert!(a == b, "{workload}/{preset}: same seed, different output");
+        let back: RunResult = serde_json::from_str(&a).unwrap();
+        assert!(
+            back == first,
+            "{workload}/{preset}: the JSON does not read back"
+        );
         let other = run(&RunSpec { seed: 8, ..spec }, policy, &mut |_| {}).unwrap();
         if workload != WorkloadKind::Pagealloc {
             assert_ne!(
