@@ -10,6 +10,7 @@ use mmkit_core::Policy;
 use mmkit_sim::published::{self, Cell, Column};
 use mmkit_sim::{table, RunResult, RunSpec, WorkloadKind};
 
+use crate::shard::{Shard, Sweep};
 use crate::sim_cmd::{render_json, run_all};
 use crate::CliError;
 
@@ -31,6 +32,19 @@ pub struct DemoArgs {
     /// Also write each workload's runs as JSON into the folder.
     #[arg(long)]
     pub json: bool,
+    /// Run one shard of the demo's runs (`--shard I/N`, or a Slurm array's or a Kubernetes
+    /// Indexed Job's index) and write a shard file for `--merge`.
+    #[command(flatten)]
+    pub shard: crate::shard::ShardArgs,
+    /// Merge these shard files of one demo (`mmkit demo --shard I/N`), checking that they
+    /// hold every run exactly once, and print and write what the single run does.
+    #[arg(
+        long,
+        num_args = 1..,
+        value_name = "FILE",
+        conflicts_with_all = ["shard", "shards", "shard_out", "seed", "scale", "threads"]
+    )]
+    pub merge: Vec<PathBuf>,
 }
 
 /// The presets the published tables compare.
@@ -152,6 +166,31 @@ pub fn render_score(cells: &[Cell]) -> String {
     )
 }
 
+/// `mmkit demo --shard I/N`: run the shard's jobs and write its shard file (default:
+/// OUT/shard-I-of-N.json); tables, plots and JSON are the merge's.
+fn run_shard(args: &DemoArgs, jobs: &[(RunSpec, Policy)], shard: &Shard) -> Result<(), CliError> {
+    let out = match &args.shard.shard_out {
+        Some(file) => {
+            crate::output::check_file("--shard-out", file)?;
+            file.clone()
+        }
+        None => {
+            std::fs::create_dir_all(&args.out)
+                .map_err(|e| CliError::failed(format!("{}: {e}", args.out.display())))?;
+            let name = format!("shard-{}-of-{}.json", shard.index, shard.count);
+            args.out.join(name)
+        }
+    };
+    crate::shard::run_shard(Sweep::Demo, jobs, shard, args.threads, Some(&out), false)?;
+    println!(
+        "mmkit demo: shard {}/{} written to {}",
+        shard.index,
+        shard.count,
+        out.display()
+    );
+    Ok(())
+}
+
 /// `mmkit demo`.
 pub fn run_demo(args: &DemoArgs) -> Result<(), CliError> {
     crate::output::check_dir("--out", &args.out)?;
@@ -177,16 +216,34 @@ pub fn run_demo(args: &DemoArgs) -> Result<(), CliError> {
         };
         jobs.extend(policies.iter().map(|p| (spec.clone(), *p)));
     }
+    let merged = if args.merge.is_empty() {
+        None
+    } else {
+        Some(crate::shard::merge(Sweep::Demo, &args.merge)?)
+    };
+    if merged.is_none() {
+        if let Some(shard) = crate::shard::select(&args.shard, &crate::shard::process_env)? {
+            return run_shard(args, &jobs, &shard);
+        }
+    }
+    // A merge prints what the single run printed: its run count, seed and scale.
+    let (runs, seed, scale) = match merged.as_deref() {
+        Some(results @ [first, ..]) => (results.len(), first.seed, first.scale),
+        _ => (jobs.len(), args.seed, args.scale),
+    };
     println!(
         "mmkit demo: the PCP experiments of Huang 2023 (\"mm: PCP high auto-tuning\") in the simulator ({} runs; random seed {}, scale {})",
-        jobs.len(),
-        args.seed,
-        args.scale
+        runs,
+        seed,
+        scale
     );
     println!(
         "values relative to base = 100, except lock contend% and cache miss rate% (absolute); ✓ within tolerance, ✗ not, t: a base-row training target of `mmkit sim calibrate`\n"
     );
-    let results = run_all(&jobs, args.threads, false)?;
+    let results = match merged {
+        Some(results) => results,
+        None => run_all(&jobs, args.threads, false)?,
+    };
     std::fs::create_dir_all(&args.out)
         .map_err(|e| CliError::failed(format!("{}: {e}", args.out.display())))?;
     let mut plots = 0;

@@ -12,6 +12,7 @@ mod output;
 mod pcp_script;
 mod percpu_cmd;
 mod reclaim_cmd;
+mod shard;
 mod sim_cmd;
 mod size;
 mod stress;

@@ -2,7 +2,9 @@
 //! mmkit-sim; prints a table in the form of Huang 2023's (or JSON) and writes SVG plots.
 //!
 //! Runs are independent simulations, so they run on parallel threads; each is
-//! deterministic, and results are printed in the order the policies were given.
+//! deterministic, and results are printed in the order the policies were given. A sweep
+//! also splits into shards run by separate processes or machines (`--shard I/N`, see
+//! `shard`) whose files `mmkit sim merge` prints as this one process would.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -77,6 +79,10 @@ pub struct SimArgs {
     /// (managed / 8 / CPUs of the node) follows the memory.
     #[arg(long, value_name = "GIB")]
     pub node_gib: Option<u64>,
+    /// Run one shard of the sweep (`--shard I/N`, or a Slurm array's or a Kubernetes
+    /// Indexed Job's index) and write a shard file for `mmkit sim merge`.
+    #[command(flatten)]
+    pub shard: crate::shard::ShardArgs,
 }
 
 /// Subcommands of `mmkit sim`.
@@ -86,6 +92,30 @@ pub enum SimCommand {
     /// figures (never a patch row) and write the calibration as JSON
     /// (`crates/sim/calibration.json` is what this wrote).
     Calibrate(CalibrateArgs),
+    /// Merge the shard files of one sweep (`mmkit sim --shard I/N`), checking that they
+    /// hold every run exactly once, and print what the single run prints.
+    Merge(MergeArgs),
+}
+
+/// Arguments of `mmkit sim merge`.
+#[derive(Args, Debug)]
+pub struct MergeArgs {
+    /// The shard files, in any order.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Write SVG plots into this folder.
+    #[arg(long, value_name = "DIR")]
+    pub plot: Option<PathBuf>,
+}
+
+/// `mmkit sim merge`.
+fn run_merge(args: &MergeArgs) -> Result<(), CliError> {
+    crate::output::check_optional_dir("--plot", args.plot.as_deref())?;
+    let results = crate::shard::merge(crate::shard::Sweep::Sim, &args.files)?;
+    report(&results, args.json, args.plot.as_deref())
 }
 
 /// Arguments of `mmkit sim calibrate`.
@@ -141,8 +171,8 @@ fn run_calibrate(args: &CalibrateArgs) -> Result<(), CliError> {
         args.scale,
         args.seed
     );
-    let json = serde_json::to_string_pretty(&calibration)
-        .map_err(|e| CliError::failed(e.to_string()))?;
+    let json =
+        serde_json::to_string_pretty(&calibration).map_err(|e| CliError::failed(e.to_string()))?;
     match &args.out {
         Some(out) => std::fs::write(out, json + "\n")
             .map_err(|e| CliError::failed(format!("{}: {e}", out.display())))?,
@@ -325,8 +355,10 @@ pub fn render_json(results: &[RunResult]) -> Result<String, CliError> {
 
 /// `mmkit sim`.
 pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
-    if let Some(SimCommand::Calibrate(calibrate)) = &args.command {
-        return run_calibrate(calibrate);
+    match &args.command {
+        Some(SimCommand::Calibrate(calibrate)) => return run_calibrate(calibrate),
+        Some(SimCommand::Merge(merge)) => return run_merge(merge),
+        None => {}
     }
     crate::output::check_optional_dir("--plot", args.plot.as_deref())?;
     let name = args
@@ -392,16 +424,48 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
         spec.node_bytes = Some(gib << 30);
     }
     let jobs: Vec<(RunSpec, Policy)> = policies.iter().map(|p| (spec.clone(), *p)).collect();
-    let results = run_all(&jobs, args.threads, args.json)?;
-    if args.json {
-        println!("{}", render_json(&results)?);
-    } else {
-        print!("{}", render_table(&results));
+    if let Some(shard) = crate::shard::select(&args.shard, &crate::shard::process_env)? {
+        return run_shard(args, &jobs, &shard);
     }
+    let results = run_all(&jobs, args.threads, args.json)?;
+    report(&results, args.json, args.plot.as_deref())
+}
+
+/// `mmkit sim --shard I/N`: run the shard's jobs and write its shard file (stdout unless
+/// `--shard-out`); plots are the merge's.
+fn run_shard(
+    args: &SimArgs,
+    jobs: &[(RunSpec, Policy)],
+    shard: &crate::shard::Shard,
+) -> Result<(), CliError> {
     if let Some(dir) = &args.plot {
-        let files = mmkit_sim::plot::write_plots(&results, dir, workload.name())
+        return Err(CliError::usage(format!(
+            "--plot {}: a shard writes no plots; give --plot to `mmkit sim merge`",
+            dir.display()
+        )));
+    }
+    let out = args.shard.shard_out.as_deref();
+    crate::output::check_optional_file("--shard-out", out)?;
+    let sweep = crate::shard::Sweep::Sim;
+    crate::shard::run_shard(sweep, jobs, shard, args.threads, out, args.json)
+}
+
+/// Print the runs of one workload as a table or JSON and write the plots: what `mmkit sim`
+/// and `mmkit sim merge` print.
+fn report(
+    results: &[RunResult],
+    json: bool,
+    plot: Option<&std::path::Path>,
+) -> Result<(), CliError> {
+    if json {
+        println!("{}", render_json(results)?);
+    } else {
+        print!("{}", render_table(results));
+    }
+    if let (Some(dir), Some(first)) = (plot, results.first()) {
+        let files = mmkit_sim::plot::write_plots(results, dir, first.workload.name())
             .map_err(CliError::failed)?;
-        if !args.json {
+        if !json {
             println!("plots: {}", files.len());
             for f in files {
                 println!("  {}", f.display());

@@ -4,9 +4,25 @@ use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
 
-/// The `mmkit` binary of this build.
+/// The variables from which `mmkit sim` and `mmkit demo` take a shard when no `--shard`
+/// is given: Slurm job arrays' and Kubernetes Indexed Jobs'.
+pub const SHARD_ENV: [&str; 6] = [
+    "SLURM_ARRAY_TASK_ID",
+    "SLURM_ARRAY_TASK_MIN",
+    "SLURM_ARRAY_TASK_STEP",
+    "SLURM_ARRAY_TASK_COUNT",
+    "JOB_COMPLETION_INDEX",
+    "MMKIT_SHARDS",
+];
+
+/// The `mmkit` binary of this build, without the scheduler's shard variables, so that a
+/// test run inside a Slurm array or an Indexed Job still runs whole sweeps.
 pub fn mmkit() -> Command {
-    Command::cargo_bin("mmkit").expect("the mmkit binary is built")
+    let mut command = Command::cargo_bin("mmkit").expect("the mmkit binary is built");
+    for name in SHARD_ENV {
+        command.env_remove(name);
+    }
+    command
 }
 
 /// A folder of its own under the temp dir for one test, removed when dropped.
