@@ -174,9 +174,7 @@ pub fn calibrate(
     let stream_targets: Vec<&Target> = targets
         .targets
         .iter()
-        .filter(|t| {
-            t.workload != WorkloadKind::Kbuild && t.metric != Metric::CacheMissPct
-        })
+        .filter(|t| t.workload != WorkloadKind::Kbuild && t.metric != Metric::CacheMissPct)
         .collect();
     let streams: Vec<WorkloadKind> = {
         let mut w: Vec<_> = stream_targets.iter().map(|t| t.workload).collect();
@@ -196,7 +194,9 @@ pub fn calibrate(
         // x = ln(1 + lock_lines): a line count of 0 is the boundary.
         let mut x = (fit.lock_lines + 1.0).ln();
         let set = |fit: &mut Fitted, x: f64| fit.lock_lines = (x.exp() - 1.0).max(0.0);
-        let sse_at = |x: f64, runner: &mut Runner<'_>| -> Result<(f64, Vec<f64>, Vec<RunResult>), SimError> {
+        let sse_at = |x: f64,
+                      runner: &mut Runner<'_>|
+         -> Result<(f64, Vec<f64>, Vec<RunResult>), SimError> {
             let mut f = fit;
             set(&mut f, x);
             let runs = eval(&f, runner)?;
@@ -218,7 +218,8 @@ pub fn calibrate(
             if jj < 1e-12 {
                 break;
             }
-            let step = (slope.iter().zip(&r0).map(|(d, r)| d * r).sum::<f64>() / jj).clamp(-1.0, 1.0);
+            let step =
+                (slope.iter().zip(&r0).map(|(d, r)| d * r).sum::<f64>() / jj).clamp(-1.0, 1.0);
             // Backtracking: halve the step until the fit improves (at most three times).
             let mut accepted = false;
             let mut scale_step = 1.0;
@@ -241,7 +242,10 @@ pub fn calibrate(
     }
 
     // Stage 2: kbuild's fault rate on its base lock contend%.
-    if let Some(target) = targets.of(WorkloadKind::Kbuild, Metric::LockContendPct).first() {
+    if let Some(target) = targets
+        .of(WorkloadKind::Kbuild, Metric::LockContendPct)
+        .first()
+    {
         let mut rate = fit.kbuild_faults_per_s.ln();
         let mut previous: Option<(f64, f64)> = None;
         for iteration in 0..6 {
@@ -281,7 +285,11 @@ pub fn calibrate(
         let mut missing: Vec<WorkloadKind> = miss_targets
             .iter()
             .map(|t| t.workload)
-            .filter(|w| !last_stream_runs.iter().any(|r: &RunResult| r.workload == *w))
+            .filter(|w| {
+                !last_stream_runs
+                    .iter()
+                    .any(|r: &RunResult| r.workload == *w)
+            })
             .collect();
         missing.sort();
         missing.dedup();

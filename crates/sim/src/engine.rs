@@ -31,9 +31,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use mmkit_core::page_alloc::pcp::pcp_allowed_order;
-use mmkit_core::page_alloc::{
-    Caller, DrainReason, Gfp, HoldKind, LockEvents, Zone, ZoneLockHold,
-};
+use mmkit_core::page_alloc::{Caller, DrainReason, Gfp, HoldKind, LockEvents, Zone, ZoneLockHold};
 use mmkit_core::{Order, PageAllocator, Pfn, Policy};
 use serde::{Deserialize, Serialize};
 

@@ -151,13 +151,37 @@ pub fn score(workload: WorkloadKind, rows: &[TableRow]) -> Vec<Cell> {
     for (i, (sim, publ)) in rows.iter().zip(&published).enumerate() {
         let policy = POLICIES[i];
         if i == 0 {
-            cell(policy, Column::LockContend, sim.lock_contend_pct, publ.lock_contend_pct, true);
+            cell(
+                policy,
+                Column::LockContend,
+                sim.lock_contend_pct,
+                publ.lock_contend_pct,
+                true,
+            );
             continue;
         }
         cell(policy, Column::Score, sim.score, publ.score, false);
-        cell(policy, Column::LockContend, sim.lock_contend_pct, publ.lock_contend_pct, false);
-        cell(policy, Column::FreeHigh, sim.free_high, publ.free_high, false);
-        cell(policy, Column::AllocZone, sim.alloc_zone, publ.alloc_zone, false);
+        cell(
+            policy,
+            Column::LockContend,
+            sim.lock_contend_pct,
+            publ.lock_contend_pct,
+            false,
+        );
+        cell(
+            policy,
+            Column::FreeHigh,
+            sim.free_high,
+            publ.free_high,
+            false,
+        );
+        cell(
+            policy,
+            Column::AllocZone,
+            sim.alloc_zone,
+            publ.alloc_zone,
+            false,
+        );
     }
     // The published cache directions: patch 7 against patch 5, patch 9 against patch 7.
     let directions: &[(usize, usize)] = match workload {
@@ -201,10 +225,14 @@ mod tests {
 
     #[test]
     fn the_published_tables_score_66_of_66_against_themselves() {
-        let cells: Vec<Cell> = [WorkloadKind::Kbuild, WorkloadKind::Netperf, WorkloadKind::Unix]
-            .into_iter()
-            .flat_map(|w| score(w, &rows_of(w)))
-            .collect();
+        let cells: Vec<Cell> = [
+            WorkloadKind::Kbuild,
+            WorkloadKind::Netperf,
+            WorkloadKind::Unix,
+        ]
+        .into_iter()
+        .flat_map(|w| score(w, &rows_of(w)))
+        .collect();
         assert_eq!(cells.len(), 66);
         assert!(cells.iter().all(|c| c.within), "{cells:?}");
         assert_eq!(cells.iter().filter(|c| c.trained).count(), 3);
@@ -217,7 +245,10 @@ mod tests {
         assert!(!within(Kbuild, Column::Score, 97.2, 95.1));
         assert!(within(Unix, Column::Score, 180.0, 199.1));
         assert!(!within(Unix, Column::Score, 178.0, 199.1));
-        assert!(within(Kbuild, Column::LockContend, 0.9, 0.5), "±0.5 absolute");
+        assert!(
+            within(Kbuild, Column::LockContend, 0.9, 0.5),
+            "±0.5 absolute"
+        );
         assert!(within(Unix, Column::LockContend, 66.0, 51.4), "±30 %");
         assert!(!within(Unix, Column::LockContend, 67.0, 51.4));
         assert!(within(Kbuild, Column::FreeHigh, 5.5, 2.8), "±3 points");

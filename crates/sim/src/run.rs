@@ -227,22 +227,18 @@ pub fn run(
             machine.cpus_per_socket,
             spec.seed,
         )),
-        WorkloadKind::Netperf => {
-            Built::Stream(Stream::new(
-                StreamParams::netperf(scale),
-                cpus,
-                machine.cpus_per_socket,
-                spec.seed,
-            ))
-        }
-        WorkloadKind::Unix => {
-            Built::Stream(Stream::new(
-                StreamParams::unix(scale),
-                cpus,
-                machine.cpus_per_socket,
-                spec.seed,
-            ))
-        }
+        WorkloadKind::Netperf => Built::Stream(Stream::new(
+            StreamParams::netperf(scale),
+            cpus,
+            machine.cpus_per_socket,
+            spec.seed,
+        )),
+        WorkloadKind::Unix => Built::Stream(Stream::new(
+            StreamParams::unix(scale),
+            cpus,
+            machine.cpus_per_socket,
+            spec.seed,
+        )),
         WorkloadKind::Pagealloc => Built::Pagealloc(Pagealloc::new(PageallocParams::scaled(scale))),
         WorkloadKind::Pageout => {
             Built::Pageout(Pageout::new(PageoutParams::scaled(scale), cpus, spec.seed))
@@ -299,7 +295,10 @@ struct Window {
     work_done: u64,
 }
 
-#[expect(clippy::too_many_arguments, reason = "one call site, each argument a different part of the run")]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one call site, each argument a different part of the run"
+)]
 fn result(
     spec: &RunSpec,
     policy: Policy,
@@ -430,8 +429,14 @@ pub fn table(results: &[RunResult]) -> Vec<TableRow> {
             policy: r.policy.clone(),
             score: rel(r.score, first.score),
             lock_contend_pct: r.lock_contend_pct,
-            free_high: rel(r.free_high as f64 / per(r), first.free_high as f64 / per(first)),
-            alloc_zone: rel(r.alloc_zone as f64 / per(r), first.alloc_zone as f64 / per(first)),
+            free_high: rel(
+                r.free_high as f64 / per(r),
+                first.free_high as f64 / per(first),
+            ),
+            alloc_zone: rel(
+                r.alloc_zone as f64 / per(r),
+                first.alloc_zone as f64 / per(first),
+            ),
             cache_miss_pct: r.cache_miss_pct,
             pcp_pages_mean: rel(r.pcp_pages_mean, first.pcp_pages_mean),
             pcp_pages_peak: rel(r.pcp_pages_peak as f64, first.pcp_pages_peak as f64),

@@ -19,7 +19,7 @@ fn run_preset(spec: &RunSpec, preset: &str) -> RunResult {
         .unwrap_or_else(|e| panic!("{} / {preset}: {e}", spec.workload))
 }
 
-/// 1. A zone-lock request is made at the virtual time it happens: no CPU books the lock
+/// Item 1: A zone-lock request is made at the virtual time it happens: no CPU books the lock
 /// while another CPU has an earlier pending event (a stream sender used to compute and
 /// then allocate in one step, asking for the lock 1.5–6 µs ahead of its time).
 #[test]
@@ -32,7 +32,10 @@ fn no_zone_lock_request_is_booked_ahead_of_an_earlier_event() {
     ] {
         for preset in ["base", "patch3", "patch7"] {
             let r = run_preset(&small(workload, cpus, scale), preset);
-            assert!(r.stats.lock_acquisitions > 0, "{workload}/{preset} took the lock");
+            assert!(
+                r.stats.lock_acquisitions > 0,
+                "{workload}/{preset} took the lock"
+            );
             assert_eq!(
                 r.stats.requests_ahead, 0,
                 "{workload}/{preset}: zone-lock requests booked ahead of their time"
@@ -41,7 +44,7 @@ fn no_zone_lock_request_is_booked_ahead_of_an_earlier_event() {
     }
 }
 
-/// 2. lock contend% is spin over busy (unhalted) time, not over CPUs × wall time: with
+/// Item 2: lock contend% is spin over busy (unhalted) time, not over CPUs × wall time: with
 /// 16 pairs on 64 CPUs, half the machine idles, and the share of busy time is the larger.
 #[test]
 fn lock_contend_is_a_share_of_busy_time() {
@@ -57,7 +60,7 @@ fn lock_contend_is_a_share_of_busy_time() {
     );
 }
 
-/// 3. lmbench does a fixed amount of work: its free_high and alloc_zone compare per
+/// Item 3: lmbench does a fixed amount of work: its free_high and alloc_zone compare per
 /// message; netperf runs for a fixed time and compares totals.
 #[test]
 fn fixed_work_benchmarks_compare_counts_per_message() {
@@ -76,7 +79,7 @@ fn fixed_work_benchmarks_compare_counts_per_message() {
     assert!((rows[1].alloc_zone - expected).abs() < 1e-9);
 }
 
-/// 4. kbuild frees in bursts, so patch 5's allocation batch grows between them: patch 5
+/// Item 4: kbuild frees in bursts, so patch 5's allocation batch grows between them: patch 5
 /// refills fewer times than patch 3 for the same build.
 #[test]
 fn patch5_grows_kbuilds_refill_batch() {
@@ -92,7 +95,7 @@ fn patch5_grows_kbuilds_refill_batch() {
     );
 }
 
-/// 5. Decay runs in the stream workloads: every CPU's first vmstat tick falls inside the
+/// Item 5: Decay runs in the stream workloads: every CPU's first vmstat tick falls inside the
 /// first second (the ticks' phases are spread over one interval), and the measurement
 /// window, which opens after the warm-up, holds a tick of every CPU.
 #[test]
@@ -107,7 +110,7 @@ fn every_cpu_ticks_inside_a_stream_runs_window() {
     );
 }
 
-/// 6. kbuild frees kernel blocks of orders 1–3 besides the PGD.
+/// Item 6: kbuild frees kernel blocks of orders 1–3 besides the PGD.
 #[test]
 fn kbuild_frees_high_order_kernel_blocks() {
     let spec = small(WorkloadKind::Kbuild, 8, 0.2);

@@ -207,7 +207,10 @@ impl Stream {
                     [rest.next(), rest.next()]
                 }
             };
-            placed.push([pair[0].expect("two CPUs a pair"), pair[1].expect("two CPUs a pair")]);
+            placed.push([
+                pair[0].expect("two CPUs a pair"),
+                pair[1].expect("two CPUs a pair"),
+            ]);
         }
         let mut pair_of = vec![None; cpus as usize];
         let pairs = placed
