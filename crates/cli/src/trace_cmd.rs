@@ -74,6 +74,10 @@ struct ReplayArgs {
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
+    /// Replay a trace whose file ends early (gzip stream cut, or no end marker) instead
+    /// of refusing it; the end of the run is then missing from every count.
+    #[arg(long)]
+    allow_truncated: bool,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -145,7 +149,14 @@ fn run_record(args: &RecordArgs) -> Result<(), CliError> {
 fn run_replay(args: &ReplayArgs) -> Result<(), CliError> {
     let bytes = std::fs::read(&args.file)
         .map_err(|e| CliError::usage(format!("cannot read {}: {e}", args.file.display())))?;
-    let trace = parse::load(&bytes).map_err(|e| CliError::usage(e.to_string()))?;
+    let trace = parse::load(&bytes)
+        .map_err(|e| CliError::usage(format!("{}: {e}", args.file.display())))?;
+    if let Some(why) = trace.truncation().filter(|_| !args.allow_truncated) {
+        return Err(CliError::usage(format!(
+            "{} is truncated: {why}; replay what is left with --allow-truncated",
+            args.file.display()
+        )));
+    }
     if trace.events.is_empty() {
         return Err(CliError::usage(format!(
             "{}: no kmem page events found ({} lines, {} problems)",
@@ -168,7 +179,7 @@ fn run_replay(args: &ReplayArgs) -> Result<(), CliError> {
         .map(|name| policy_preset(name))
         .collect::<Result<_, _>>()?;
     let result = replay::replay(&trace, &machine, &policies, args.seed_lists.into())
-        .map_err(CliError::usage)?;
+        .map_err(|e| CliError::usage(format!("{}: {e}", args.file.display())))?;
     if args.json {
         println!("{}", report::json(&result));
     } else {
