@@ -40,9 +40,9 @@ pub struct TscClock {
 
 impl TscClock {
     /// Measure the TSC rate over `window` of busy waiting (50 ms gives four significant
-    /// digits), and the overhead of a reading. Each end of the window is a [`paired`]
-    /// reading of both clocks, so a preemption anywhere (a busy machine) lengthens the
-    /// window on both clocks alike instead of skewing the rate.
+    /// digits), and the overhead of a reading. Each end of the window reads both clocks
+    /// together (the TSC between two close `Instant`s), so a preemption anywhere (a busy
+    /// machine) lengthens the window on both clocks alike instead of skewing the rate.
     pub fn calibrate(window: Duration) -> TscClock {
         let (start, tsc_start) = paired();
         while start.elapsed() < window {
