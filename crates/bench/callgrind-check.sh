@@ -14,7 +14,9 @@
 #
 # Instruction counts are exact and repeatable for one binary whatever the machine is
 # doing; a different rustc or valgrind changes them (the baseline records both), so after
-# a toolchain upgrade, look at the difference and run --update.
+# a toolchain upgrade, look at the difference and run --update. So does the profile: the
+# example is built with `release-lto` (fat LTO, one codegen unit; Cargo.toml), the build
+# the benchmarks are measured with, not with the faster-building `release`.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -40,9 +42,9 @@ if [[ -z "$pairs" || -z "$tolerance" ]]; then
 fi
 
 cd "$root"
-cargo build --release --locked --quiet -p mmkit-bench --no-default-features \
+cargo build --profile release-lto --locked --quiet -p mmkit-bench --no-default-features \
     --example callgrind_fastpath
-bin="${CARGO_TARGET_DIR:-$root/target}/release/examples/callgrind_fastpath"
+bin="${CARGO_TARGET_DIR:-$root/target}/release-lto/examples/callgrind_fastpath"
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT

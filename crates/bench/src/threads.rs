@@ -122,11 +122,14 @@ impl Sampler {
         }
     }
 
-    /// Run `op`, timing it if its turn has come.
+    /// Run `op`, timing it if its turn has come: the first operation, then one in
+    /// `every`. With the first batch of every thread run whatever the clock says, each
+    /// thread's result has pages and samples however late the scheduler started it, so a
+    /// short run on a loaded machine still reports (a test's 0.05 s run once had none).
     #[inline(always)]
     fn run<R>(&mut self, op: impl FnOnce() -> R) -> R {
         self.count += 1;
-        if self.count % self.every != 0 || self.cycles.len() >= SAMPLES_MAX {
+        if (self.count - 1) % self.every != 0 || self.cycles.len() >= SAMPLES_MAX {
             return op();
         }
         let t0 = tsc::now();
@@ -237,10 +240,14 @@ fn local_worker<C: Contestant>(
     };
     let mut blocks = Vec::with_capacity(config.batch);
     barrier.wait();
-    while !stop.load(Relaxed) {
+    // The first batch goes whatever `stop` says (see `Sampler::run`).
+    loop {
         allocate_batch(contestant, bulk, config, &mut result.alloc, &mut blocks);
         result.pages += blocks.len() as u64;
         result.intact &= free_batch(contestant, bulk, config, &mut result.free, &mut blocks);
+        if stop.load(Relaxed) {
+            break;
+        }
     }
     result
 }
@@ -360,7 +367,11 @@ fn producer<'a, C: Contestant>(
     contestant.enter_thread(thread);
     let mut sampler = Sampler::new(config);
     barrier.wait();
-    while let Some(mut blocks) = receive(&empty, Some(stop)) {
+    // The first batch goes whatever `stop` says (see `Sampler::run`): the channel of
+    // empty vectors starts full, so it is there at once.
+    let mut first = true;
+    while let Some(mut blocks) = receive(&empty, (!first).then_some(stop)) {
+        first = false;
         allocate_batch(contestant, bulk, config, &mut sampler, &mut blocks);
         if !send(&full, blocks) {
             break;

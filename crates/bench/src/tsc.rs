@@ -40,16 +40,16 @@ pub struct TscClock {
 
 impl TscClock {
     /// Measure the TSC rate over `window` of busy waiting (50 ms gives four significant
-    /// digits), and the overhead of a reading.
+    /// digits), and the overhead of a reading. Each end of the window reads both clocks
+    /// together (the TSC between two close `Instant`s), so a preemption anywhere (a busy
+    /// machine) lengthens the window on both clocks alike instead of skewing the rate.
     pub fn calibrate(window: Duration) -> TscClock {
-        let start = Instant::now();
-        let tsc_start = now();
+        let (start, tsc_start) = paired();
         while start.elapsed() < window {
             std::hint::spin_loop();
         }
-        let tsc_end = now();
-        let elapsed = start.elapsed().as_secs_f64();
-        let hz = (tsc_end - tsc_start) as f64 / elapsed;
+        let (end, tsc_end) = paired();
+        let hz = (tsc_end - tsc_start) as f64 / (end - start).as_secs_f64();
         TscClock {
             hz,
             overhead_cycles: overhead_cycles(),
@@ -65,6 +65,22 @@ impl TscClock {
     pub fn cycles(&self, seconds: f64) -> u64 {
         (seconds * self.hz) as u64
     }
+}
+
+/// An `Instant` and a TSC reading of the same moment: the TSC read between two
+/// `Instant`s, the tightest of 16 tries, stamped with their midpoint. A try the scheduler
+/// interrupted has a wide bracket and loses to one it did not.
+fn paired() -> (Instant, u64) {
+    (0..16)
+        .map(|_| {
+            let before = Instant::now();
+            let tsc = now();
+            let after = Instant::now();
+            (after - before, before + (after - before) / 2, tsc)
+        })
+        .min_by_key(|&(bracket, _, _)| bracket)
+        .map(|(_, at, tsc)| (at, tsc))
+        .expect("16 tries")
 }
 
 /// Median of 1001 empty regions.

@@ -1,6 +1,11 @@
 //! `mmkit bench`: the page-allocator micro-benchmark of Gorman 2017 (`pagealloc`) and the
 //! multi-thread patterns (`threads`), mmkit against peer allocators in one run. The
 //! measuring is `mmkit-bench`'s; this module parses flags, shows progress and prints.
+//!
+//! The C/C++ peers (mimalloc, jemalloc, snmalloc) are built only with the cargo feature
+//! `peers`: compiling them takes minutes that a user of the demo should not wait for.
+//! Without it the Rust peers run, and one line on stderr names the peers that were not
+//! built and the command that builds them.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -76,7 +81,8 @@ struct PageallocArgs {
     touch: TouchArg,
     /// Only these allocators, comma-separated (mmkit, mmkit-bulk, mmkit-handle,
     /// mmkit-cache, buddy, talc, mimalloc, jemalloc, snmalloc, system), and the reference
-    /// rows "floor: spinlock", "floor: lifo" (on by default, order 0 only).
+    /// rows "floor: spinlock", "floor: lifo" (on by default, order 0 only). mimalloc,
+    /// jemalloc and snmalloc need a build with `--features peers`.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Print JSON instead of tables.
@@ -127,7 +133,7 @@ struct ThreadsArgs {
     /// What the benchmark writes into each page and reads back.
     #[arg(long, value_enum, default_value = "page")]
     touch: TouchArg,
-    /// Only these allocators, comma-separated.
+    /// Only these allocators, comma-separated (as for `pagealloc`, without the floors).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Print JSON instead of a table.
@@ -144,6 +150,43 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
         BenchCommand::Pagealloc(args) => pagealloc(args),
         BenchCommand::Threads(args) => threads(args),
     }
+}
+
+/// The command that builds `mmkit` with the C/C++ peers.
+const BUILD_WITH_PEERS: &str = "cargo build --release -p mmkit-cli --features peers";
+
+/// The peers this build left out, as one line for stderr (`None` when all are built).
+fn not_built_note() -> Option<String> {
+    let missing = peers::not_built();
+    if missing.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "mmkit bench: not built: {} (C/C++ peers); build them with `{BUILD_WITH_PEERS}`",
+        missing.join(", ")
+    ))
+}
+
+/// Which contestants run: `--only`'s, or every one this build has (and then a note on
+/// stderr names the peers it lacks). Asking for a peer that is not built is a usage error
+/// that says how to build it.
+fn choose(
+    only: &[String],
+    select: fn(&[String]) -> Result<Vec<&'static str>, mmkit_bench::BenchError>,
+) -> Result<Vec<&'static str>, CliError> {
+    let missing = peers::not_built();
+    if let Some(name) = only.iter().find(|n| missing.contains(&n.as_str())) {
+        return Err(CliError::usage(format!(
+            "{name} is not in this build: build mmkit with `{BUILD_WITH_PEERS}`"
+        )));
+    }
+    let names = select(only).map_err(|e| CliError::usage(e.to_string()))?;
+    if only.is_empty() {
+        if let Some(note) = not_built_note() {
+            eprintln!("{note}");
+        }
+    }
+    Ok(names)
 }
 
 fn build(names: &[&str], params: &BuildParams) -> Result<Vec<Box<dyn Runner>>, CliError> {
@@ -188,7 +231,7 @@ fn pagealloc(args: &PageallocArgs) -> Result<(), CliError> {
         &format!("--repeat {} samples of {} cells", args.repeat, cells.len()),
         limits::product(&[args.repeat as u128, cells.len() as u128, 16, 16]),
     )?;
-    let names = peers::select_pagealloc(&args.only).map_err(|e| CliError::usage(e.to_string()))?;
+    let names = choose(&args.only, peers::select_pagealloc)?;
     let params = BuildParams {
         arena_bytes: config.arena_bytes(),
         cpus: 1,
@@ -248,7 +291,7 @@ fn threads(args: &ThreadsArgs) -> Result<(), CliError> {
             "the remote patterns need --threads 2 or more",
         ));
     }
-    let names = peers::select(&args.only).map_err(|e| CliError::usage(e.to_string()))?;
+    let names = choose(&args.only, peers::select)?;
     let params = BuildParams {
         arena_bytes: ARENA_BYTES,
         cpus: threads,

@@ -347,13 +347,18 @@ fn pageout_run(
             .map(|&(mm, start)| {
                 let backend = &backend;
                 scope.spawn(move || -> Result<u64, MmError> {
+                    // At least one loop, however late the thread starts: the per-loop
+                    // counts are then defined on any machine.
                     let mut loops = 0;
-                    while started.elapsed() < deadline {
+                    loop {
                         for page in 0..file_pages {
                             backend.touch(mm, start + page)?;
                         }
                         backend.pageout(mm, start, file_pages)?;
                         loops += 1;
+                        if started.elapsed() >= deadline {
+                            break;
+                        }
                     }
                     Ok(loops)
                 })

@@ -38,7 +38,7 @@ pub struct StressArgs {
     /// Threads to run.
     #[arg(long, default_value_t = 2)]
     pub threads: u32,
-    /// How long to run, in seconds.
+    /// How long to run, in seconds (every thread takes at least 1,000 steps).
     #[arg(long, default_value_t = 10.0)]
     pub seconds: f64,
     /// What the threads do.
@@ -304,11 +304,18 @@ struct Worker<'p> {
     pattern: Pattern,
 }
 
+/// Steps every thread takes whatever `--seconds` says: a short run on a busy machine,
+/// whose threads the scheduler starts late, still exercises every path (a test's 1 s run
+/// did almost nothing under a parallel build). A few milliseconds on an idle machine.
+const MIN_STEPS: u64 = 1000;
+
 impl<'p> Worker<'p> {
     fn run(mut self, tx: &Mailbox<'p>, rx: &Inbox<'p>) {
         let mut held: Vec<(PageBlock<'p>, u64)> = Vec::new();
         let mut generation = (self.thread as u64) << 48;
-        while !self.stop.load(Relaxed) {
+        let mut steps = 0u64;
+        while steps < MIN_STEPS || !self.stop.load(Relaxed) {
+            steps += 1;
             generation += 1;
             match self.pattern {
                 Pattern::Random => self.random_step(&mut held, generation),

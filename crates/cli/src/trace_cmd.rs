@@ -4,8 +4,10 @@
 //! The work is in the `mmkit-trace` crate; this module parses arguments and prints.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
 use mmkit_core::policy::Policy;
 use mmkit_trace::parse;
 use mmkit_trace::record::{self, RecordError, RecordOptions};
@@ -74,6 +76,10 @@ struct ReplayArgs {
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
+    /// Replay a trace whose file ends early (gzip stream cut, or no end marker) instead
+    /// of refusing it; the end of the run is then missing from every count.
+    #[arg(long)]
+    allow_truncated: bool,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -121,7 +127,10 @@ fn run_record(args: &RecordArgs) -> Result<(), CliError> {
         buffer_kb: args.buffer_kb,
         command: args.command.clone(),
     };
-    match record::record(&options) {
+    let mut bar = RecordBar::new();
+    let result = record::record_with_progress(&options, &mut |p| bar.show(p));
+    bar.finish();
+    match result {
         Ok(summary) => {
             eprintln!(
                 "mmkit trace: {:.2} s{} traced, {} lines, {} bytes compressed in {}",
@@ -142,10 +151,111 @@ fn run_record(args: &RecordArgs) -> Result<(), CliError> {
     }
 }
 
+/// `trace record`'s progress on stderr: the warm-up and a time limit as bars, tracing
+/// without one as a spinner, with the events recorded so far, then the lines written.
+/// indicatif draws nothing when stderr is not a terminal, so logs and pipes get only the
+/// summary line.
+struct RecordBar {
+    bar: ProgressBar,
+    /// The style shown, so it is set only when the phase changes.
+    phase: Option<Phase>,
+}
+
+/// Which style [`RecordBar`] shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    WarmingUp,
+    TracingUntil,
+    TracingUntilExit,
+    Writing,
+}
+
+impl RecordBar {
+    fn new() -> RecordBar {
+        let bar = ProgressBar::new(0);
+        if let Ok(style) = ProgressStyle::with_template("{spinner} setting up tracefs") {
+            bar.set_style(style);
+        }
+        bar.enable_steady_tick(Duration::from_millis(200));
+        RecordBar { bar, phase: None }
+    }
+
+    fn phase(&mut self, phase: Phase) {
+        if self.phase == Some(phase) {
+            return;
+        }
+        self.phase = Some(phase);
+        let template = match phase {
+            Phase::WarmingUp => "{spinner} warm-up, not tracing [{bar:30}] {msg}",
+            Phase::TracingUntil => "{spinner} tracing [{bar:30}] {msg}",
+            Phase::TracingUntilExit => "{spinner} tracing until the command exits: {msg}",
+            Phase::Writing => "{spinner} writing [{bar:30}] {msg}",
+        };
+        if let Ok(style) = ProgressStyle::with_template(template) {
+            self.bar.set_style(style.progress_chars("=> "));
+        }
+    }
+
+    fn show(&mut self, progress: record::Progress) {
+        // Bars count milliseconds (and lines), so a fraction of a second still moves them.
+        // The values go in before the style, so a new style never shows the old phase's.
+        let ms = |s: f64| (s * 1e3) as u64;
+        let (phase, length, position, message) = match progress {
+            record::Progress::WarmingUp { elapsed, warmup } => (
+                Phase::WarmingUp,
+                ms(warmup),
+                ms(elapsed),
+                format!("{elapsed:.1} of {warmup} s"),
+            ),
+            record::Progress::Tracing {
+                elapsed,
+                limit: Some(limit),
+                events,
+            } => (
+                Phase::TracingUntil,
+                ms(limit),
+                ms(elapsed),
+                format!("{elapsed:.1} of {limit} s, {events} events"),
+            ),
+            record::Progress::Tracing {
+                elapsed,
+                limit: None,
+                events,
+            } => (
+                Phase::TracingUntilExit,
+                0,
+                0,
+                format!("{elapsed:.1} s, {events} events"),
+            ),
+            record::Progress::Writing { lines, total } => (
+                Phase::Writing,
+                total.max(lines),
+                lines,
+                format!("{lines} of {total} lines"),
+            ),
+        };
+        self.bar.set_length(length);
+        self.bar.set_position(position);
+        self.bar.set_message(message);
+        self.phase(phase);
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
 fn run_replay(args: &ReplayArgs) -> Result<(), CliError> {
     let bytes = std::fs::read(&args.file)
         .map_err(|e| CliError::usage(format!("cannot read {}: {e}", args.file.display())))?;
-    let trace = parse::load(&bytes).map_err(|e| CliError::usage(e.to_string()))?;
+    let trace = parse::load(&bytes)
+        .map_err(|e| CliError::usage(format!("{}: {e}", args.file.display())))?;
+    if let Some(why) = trace.truncation().filter(|_| !args.allow_truncated) {
+        return Err(CliError::usage(format!(
+            "{} is truncated: {why}; replay what is left with --allow-truncated",
+            args.file.display()
+        )));
+    }
     if trace.events.is_empty() {
         return Err(CliError::usage(format!(
             "{}: no kmem page events found ({} lines, {} problems)",
@@ -168,7 +278,7 @@ fn run_replay(args: &ReplayArgs) -> Result<(), CliError> {
         .map(|name| policy_preset(name))
         .collect::<Result<_, _>>()?;
     let result = replay::replay(&trace, &machine, &policies, args.seed_lists.into())
-        .map_err(CliError::usage)?;
+        .map_err(|e| CliError::usage(format!("{}: {e}", args.file.display())))?;
     if args.json {
         println!("{}", report::json(&result));
     } else {

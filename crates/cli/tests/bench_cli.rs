@@ -1,5 +1,6 @@
 //! `mmkit bench`, short: the pagealloc sweep and a threads pattern run and emit JSON with
-//! a result for every allocator.
+//! a result for every allocator; a build without the `peers` feature says which peers it
+//! lacks and how to build them.
 
 use assert_cmd::Command;
 use predicates::prelude::*;
@@ -104,4 +105,68 @@ fn unknown_allocator_is_a_usage_error() {
         .assert()
         .code(2)
         .stderr(predicate::str::contains("unknown allocator"));
+}
+
+/// The C/C++ peers come with the cargo feature `peers` only. Without it every run of all
+/// allocators names them and the command that builds them, on one line of stderr (stdout
+/// stays JSON), and asking for one of them is a usage error; with it they run.
+#[test]
+fn a_run_names_the_peers_this_build_lacks_and_how_to_build_them() {
+    let output = Command::cargo_bin("mmkit")
+        .unwrap()
+        .args([
+            "bench",
+            "threads",
+            "--threads",
+            "2",
+            "--seconds",
+            "0.01",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let names = names(&report);
+    let note = "mmkit bench: not built: mimalloc, jemalloc, snmalloc (C/C++ peers); \
+                build them with `cargo build --release -p mmkit-cli --features peers`";
+    if cfg!(feature = "peers") {
+        assert!(!stderr.contains("not built"), "{stderr}");
+        for peer in ["mimalloc", "jemalloc", "snmalloc"] {
+            assert!(names.iter().any(|n| n == peer), "{peer} missing: {names:?}");
+        }
+    } else {
+        assert_eq!(
+            stderr.lines().filter(|l| l.contains("not built")).count(),
+            1,
+            "{stderr}"
+        );
+        assert!(stderr.contains(note), "{stderr}");
+        assert_eq!(
+            names,
+            [
+                "mmkit",
+                "mmkit-bulk",
+                "mmkit-handle",
+                "mmkit-cache",
+                "buddy",
+                "talc",
+                "system"
+            ]
+        );
+        Command::cargo_bin("mmkit")
+            .unwrap()
+            .args(["bench", "pagealloc", "--only", "mmkit,jemalloc"])
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(
+                "jemalloc is not in this build: build mmkit with \
+                 `cargo build --release -p mmkit-cli --features peers`",
+            ));
+    }
 }

@@ -87,3 +87,60 @@ fn bad_input_exits_2() {
         .code(2);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A scratch folder of this test process.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("mmkit-trace-cli-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// With a zoneinfo cut in half, most pfns of the committed trace lie outside every zone:
+/// an error naming the count and the cause (exit 2), not a table of zeros.
+#[test]
+fn a_replay_that_would_skip_most_events_is_refused() {
+    let dir = scratch("half");
+    let zoneinfo = std::fs::read_to_string(data("compile.zoneinfo.txt")).unwrap();
+    let lines: Vec<&str> = zoneinfo.lines().collect();
+    let half = dir.join("half.zoneinfo.txt");
+    std::fs::write(&half, lines[..lines.len() / 2].join("\n") + "\n").unwrap();
+    mmkit()
+        .args(["trace", "replay", &data("compile.mmkit.gz"), "--zoneinfo"])
+        .arg(&half)
+        .assert()
+        .code(2)
+        .stdout(predicate::str::is_empty())
+        .stderr(predicate::str::contains(
+            "compile.mmkit.gz: the replay would skip",
+        ))
+        .stderr(predicate::str::contains(
+            "with a pfn outside every zone of --zoneinfo file",
+        ))
+        .stderr(predicate::str::contains("more than 50 %"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The committed trace cut in half: refused (exit 2) with the reason and the flag that
+/// overrides it; with `--allow-truncated` the events before the cut replay.
+#[test]
+fn a_truncated_trace_is_refused_unless_allowed() {
+    let dir = scratch("cut");
+    let bytes = std::fs::read(data("compile.mmkit.gz")).unwrap();
+    let cut = dir.join("cut.mmkit.gz");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    mmkit()
+        .args(["trace", "replay"])
+        .arg(&cut)
+        .assert()
+        .code(2)
+        .stdout(predicate::str::is_empty())
+        .stderr(predicate::str::contains("cut.mmkit.gz is truncated"))
+        .stderr(predicate::str::contains("--allow-truncated"));
+    mmkit()
+        .args(["trace", "replay", "--allow-truncated"])
+        .arg(&cut)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("kernel (trace)"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

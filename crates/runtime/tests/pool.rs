@@ -12,6 +12,20 @@ use mmkit_core::views::zoneinfo;
 use mmkit_core::{Order, Pfn, Settings};
 use mmkit_runtime::{cpu, FaultConfig, PageBlock, PagePool, PoolError, Reclaim, ReclaimContext};
 
+/// A bound on waits for a background thread that end within milliseconds on any machine;
+/// reaching it means the thread does not do its work. No test asserts on how long a wait
+/// took, so a loaded machine only makes them slower.
+const HANG: Duration = Duration::from_secs(600);
+
+/// Call `step` until `done` holds; a hang (see [`HANG`]) fails the test with `what`.
+fn wait_until(what: &str, done: impl Fn() -> bool, mut step: impl FnMut()) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < HANG, "{what} after {HANG:?}");
+        step();
+    }
+}
+
 /// A 16 MiB pool on `cpus` CPUs without background threads, so that nothing but the test
 /// moves pages.
 fn quiet_pool(cpus: u32) -> PagePool {
@@ -237,10 +251,11 @@ fn the_vmstat_thread_decays_pageset_high() {
     drop(blocks);
     let high_min = zone.pageset(0).unwrap().high_min;
     assert!(grown > high_min, "allocations grew high above high_min");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while zone.pageset(0).unwrap().high > high_min && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until(
+        "pageset high never decayed to high_min",
+        || zone.pageset(0).unwrap().high <= high_min,
+        || std::thread::sleep(Duration::from_millis(5)),
+    );
     let pcp = zone.pageset(0).unwrap();
     assert_eq!(pcp.high, high_min, "decayed to high_min");
     assert!(pcp.count <= pcp.high);
@@ -306,18 +321,17 @@ fn kswapd_reclaims_through_the_hook_until_balanced() {
         let pfn = pool.alloc_raw(Gfp::KERNEL, Order::ZERO).unwrap();
         cache.blocks.lock().unwrap().push(pfn);
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
     let balanced = || {
         // SAFETY: `pgdat_balanced` only reads the zones' free pages and watermarks.
         let allocator = unsafe { pool.allocator() };
         allocator.pgdat_balanced(0, Order::ZERO, ZoneType::Movable)
     };
-    while !balanced() && Instant::now() < deadline {
+    wait_until("kswapd never balanced the node", balanced, || {
         let _ = pool
             .alloc_raw(Gfp::KERNEL, Order::ZERO)
             .map(|pfn| cache.blocks.lock().unwrap().push(pfn));
         std::thread::sleep(Duration::from_millis(20));
-    }
+    });
     assert!(pool.stats().kswapd_runs > 0, "kswapd ran");
     assert!(cache.calls.load(Relaxed) > 0, "the hook was called");
     assert!(
@@ -325,9 +339,12 @@ fn kswapd_reclaims_through_the_hook_until_balanced() {
         "RECLAIM_ACTIVE was set while reclaiming"
     );
     assert!(balanced());
-    // RECLAIM_ACTIVE is cleared once kswapd is done (give it a moment to finish the run).
-    std::thread::sleep(Duration::from_millis(200));
-    assert!(!zone.flags().contains(ZoneFlags::RECLAIM_ACTIVE));
+    // RECLAIM_ACTIVE is cleared once kswapd has finished the run that balanced the node.
+    wait_until(
+        "RECLAIM_ACTIVE still set",
+        || !zone.flags().contains(ZoneFlags::RECLAIM_ACTIVE),
+        || std::thread::sleep(Duration::from_millis(5)),
+    );
 }
 
 struct CacheRef(&'static Cache<'static>);

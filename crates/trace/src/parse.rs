@@ -186,6 +186,28 @@ pub struct Trace {
     pub decompress_error: Option<String>,
 }
 
+impl Trace {
+    /// Why the file ends early, if it does: its gzip stream is cut or corrupt, or the
+    /// recorder's container has no end marker. A replay of what is left sees the end of
+    /// the run missing, so `mmkit trace replay` refuses it unless `--allow-truncated`.
+    /// Plain tracefs text carries no end marker: it is never known to be cut.
+    pub fn truncation(&self) -> Option<String> {
+        if let Some(error) = &self.decompress_error {
+            return Some(format!(
+                "the gzip stream ends early or is corrupt ({error}); {} trace lines before the cut",
+                self.lines
+            ));
+        }
+        if self.recording.as_ref().is_some_and(|r| !r.complete) {
+            return Some(format!(
+                "the recording has no end marker; {} trace lines before the cut",
+                self.lines
+            ));
+        }
+        None
+    }
+}
+
 /// A file that cannot be read as a trace at all.
 #[derive(Debug)]
 pub struct LoadError(pub String);

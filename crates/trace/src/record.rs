@@ -6,9 +6,15 @@
 //! file is written, and our own pid is filtered out, so the recorder never traces its own
 //! writing (the feedback pitfall). A run whose per-CPU `stats` show dropped or overwritten
 //! events is refused: no file is written. [`TracefsGuard`] records every tracefs value
-//! before changing it and restores them all in `Drop` (also on errors and on Ctrl-C, which
-//! the recorder catches to stop the command first), clears the ring buffers and unmounts
-//! tracefs if it mounted it.
+//! before changing it and restores them all in `Drop` (also on errors and on Ctrl-C,
+//! SIGTERM or SIGHUP, which the recorder catches to stop the command's process group
+//! first), clears the ring buffers and unmounts tracefs if it mounted it.
+//!
+//! The recording ends when the command exits, at `--seconds`, or at a signal, whichever
+//! comes first, also during the warm-up: a command that exits before tracing began is an
+//! error, not a wait for the rest of the warm-up. A signal while the file is written stops
+//! the writing and removes the file. [`record_with_progress`] reports where it is
+//! (warm-up, tracing with the events so far, writing) for a progress display.
 
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, BufWriter, Write};
@@ -67,7 +73,7 @@ pub enum RecordError {
     Setup(String),
     /// The ring buffer lost events.
     Dropped(String),
-    /// Ctrl-C.
+    /// Ctrl-C, SIGTERM or SIGHUP.
     Interrupted,
     /// Reading or writing failed.
     Io(String),
@@ -214,6 +220,11 @@ impl Drop for TracefsGuard {
     }
 }
 
+/// Set when SIGINT (Ctrl-C), SIGTERM (`timeout`, `kill`, a service manager) or SIGHUP (a
+/// closed terminal or SSH session) arrives: ctrlc's `termination` feature catches all
+/// three, so each ends a recording the same way, with the command's process group stopped
+/// and tracefs restored. Left to their default action, the last two would kill the
+/// recorder with the events enabled, a 64 MiB ring per CPU and the command still running.
 fn interrupted() -> &'static AtomicBool {
     static FLAG: OnceLock<&'static AtomicBool> = OnceLock::new();
     FLAG.get_or_init(|| {
@@ -278,28 +289,48 @@ fn llc_section() -> String {
     )
 }
 
-/// Events lost per CPU (`dropped events` + `overrun` of `per_cpu/cpuN/stats`).
-fn lost_events(guard: &TracefsGuard) -> Result<Vec<(u32, u64)>, RecordError> {
-    let mut lost = Vec::new();
+/// Each CPU's `per_cpu/cpuN/stats`, as a reader of one `key:` of it.
+fn cpu_stats(guard: &TracefsGuard) -> Result<Vec<(u32, String)>, RecordError> {
+    let mut out = Vec::new();
     for cpu in 0.. {
         let path = format!("per_cpu/cpu{cpu}/stats");
         if !guard.path(&path).exists() {
             break;
         }
-        let stats = guard.read(&path)?;
-        let count = |key: &str| {
-            stats
-                .lines()
-                .find_map(|l| l.strip_prefix(key))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        let n = count("dropped events:") + count("overrun:");
-        if n > 0 {
-            lost.push((cpu, n));
-        }
+        out.push((cpu, guard.read(&path)?));
     }
-    Ok(lost)
+    Ok(out)
+}
+
+/// The number after `key` in a `stats` text, 0 if absent.
+fn stat(stats: &str, key: &str) -> u64 {
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
+/// Events lost per CPU (`dropped events` + `overrun` of `per_cpu/cpuN/stats`).
+fn lost_events(guard: &TracefsGuard) -> Result<Vec<(u32, u64)>, RecordError> {
+    Ok(cpu_stats(guard)?
+        .into_iter()
+        .map(|(cpu, stats)| {
+            (
+                cpu,
+                stat(&stats, "dropped events:") + stat(&stats, "overrun:"),
+            )
+        })
+        .filter(|&(_, n)| n > 0)
+        .collect())
+}
+
+/// Events in the ring buffers now, all CPUs (`entries` of the stats): progress only, so
+/// a tracefs that cannot say counts as none.
+fn buffered_events(guard: &TracefsGuard) -> u64 {
+    cpu_stats(guard)
+        .map(|all| all.iter().map(|(_, s)| stat(s, "entries:")).sum())
+        .unwrap_or(0)
 }
 
 /// Drop the `page=` field: a hashed pointer that the replay does not use and that does not
@@ -311,8 +342,54 @@ fn compact_line(line: &str) -> String {
         .join(" ")
 }
 
+/// Where a recording is, for a progress display ([`record_with_progress`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Progress {
+    /// The command runs untraced: `elapsed` of `warmup` seconds.
+    WarmingUp {
+        /// Seconds since the command started.
+        elapsed: f64,
+        /// The warm-up asked for.
+        warmup: f64,
+    },
+    /// Tracing: `elapsed` seconds of at most `limit`, `events` in the ring buffers.
+    Tracing {
+        /// Seconds since tracing began.
+        elapsed: f64,
+        /// `--seconds`, if given.
+        limit: Option<f64>,
+        /// Events recorded so far, all CPUs.
+        events: u64,
+    },
+    /// Writing the file: `lines` of about `total` trace lines written.
+    Writing {
+        /// Lines written so far.
+        lines: u64,
+        /// Events in the ring buffers when tracing stopped.
+        total: u64,
+    },
+}
+
+/// How often the loops look at the command, the clock and the signal flag.
+const POLL: Duration = Duration::from_millis(10);
+
+/// Progress is reported every this many polls (≈ 4 times a second): counting the events
+/// reads one stats file per CPU.
+const POLLS_PER_REPORT: u32 = 25;
+
+/// Trace lines written between two [`Progress::Writing`] reports.
+const LINES_PER_REPORT: u64 = 1 << 16;
+
 /// Record `options.command` (needs root). See the module documentation.
 pub fn record(options: &RecordOptions) -> Result<RecordSummary, RecordError> {
+    record_with_progress(options, &mut |_| {})
+}
+
+/// [`record`], calling `progress` a few times a second with where it is.
+pub fn record_with_progress(
+    options: &RecordOptions,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<RecordSummary, RecordError> {
     if options.command.is_empty() {
         return Err(RecordError::Setup(
             "no command given: mmkit trace record -- CMD …".into(),
@@ -326,16 +403,7 @@ pub fn record(options: &RecordOptions) -> Result<RecordSummary, RecordError> {
     let flag = interrupted();
     flag.store(false, Ordering::SeqCst);
     let mut guard = TracefsGuard::open()?;
-    guard.set("tracing_on", "0")?;
-    guard.clear()?;
-    guard.set("buffer_size_kb", &options.buffer_kb.to_string())?;
-    guard.set("options/overwrite", "0")?;
-    guard.set("trace_clock", "mono")?;
-    let own_pid = format!("common_pid != {}", std::process::id());
-    for event in EVENTS {
-        guard.set(&format!("events/kmem/{event}/filter"), &own_pid)?;
-        guard.set(&format!("events/kmem/{event}/enable"), "1")?;
-    }
+    prepare(&mut guard, options.buffer_kb)?;
     let mut command = Command::new(&options.command[0]);
     command.args(&options.command[1..]);
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
@@ -343,45 +411,30 @@ pub fn record(options: &RecordOptions) -> Result<RecordSummary, RecordError> {
     if options.warmup <= 0.0 {
         guard.set("tracing_on", "1")?;
     }
-    let mut child = match command.spawn() {
-        Ok(child) => child,
-        Err(e) => {
-            return Err(RecordError::Setup(format!(
-                "cannot run {:?}: {e}",
-                options.command[0]
-            )))
-        }
-    };
+    let mut child = command
+        .spawn()
+        .map_err(|e| RecordError::Setup(format!("cannot run {:?}: {e}", options.command[0])))?;
     if options.warmup > 0.0 {
-        let warm = Instant::now() + Duration::from_secs_f64(options.warmup);
-        while Instant::now() < warm && !flag.load(Ordering::SeqCst) {
-            std::thread::sleep(Duration::from_millis(10));
+        warm_up(&mut child, options, flag, progress)?;
+        if flag.load(Ordering::SeqCst) {
+            kill_group(&mut child);
+            return Err(RecordError::Interrupted);
         }
         before = Snapshot::take();
         guard.set("tracing_on", "1")?;
     }
     let started = Instant::now();
-    let deadline = options
-        .seconds
-        .map(|s| started + Duration::from_secs_f64(s));
-    let mut stopped = false;
-    loop {
-        if let Ok(Some(_)) = child.try_wait() {
-            break;
-        }
-        if flag.load(Ordering::SeqCst) {
-            guard.set("tracing_on", "0")?;
+    let end = trace_until_end(&mut child, &guard, options.seconds, flag, progress);
+    guard.set("tracing_on", "0")?;
+    let seconds = started.elapsed().as_secs_f64();
+    let stopped = match end {
+        End::Exited => false,
+        End::TimeLimit => true,
+        End::Interrupted => {
             kill_group(&mut child);
             return Err(RecordError::Interrupted);
         }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            stopped = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    guard.set("tracing_on", "0")?;
-    let seconds = started.elapsed().as_secs_f64();
+    };
     // Before the kill: the exit of a stopped command frees memory that was not traced.
     let after = Snapshot::take();
     if stopped {
@@ -396,7 +449,10 @@ pub fn record(options: &RecordOptions) -> Result<RecordSummary, RecordError> {
             options.buffer_kb
         )));
     }
-    let result = write_file(&guard, options, &before, &after, seconds);
+    let total = buffered_events(&guard);
+    let result = write_file(&guard, options, (&before, &after), seconds, &mut |lines| {
+        progress(Progress::Writing { lines, total })
+    });
     if result.is_err() {
         let _ = fs::remove_file(&options.out);
     }
@@ -407,6 +463,99 @@ pub fn record(options: &RecordOptions) -> Result<RecordSummary, RecordError> {
         seconds,
         stopped,
     })
+}
+
+/// Tracing off, buffers empty and sized, no overwriting, the `mono` clock, and the five
+/// events enabled with our own pid filtered out.
+fn prepare(guard: &mut TracefsGuard, buffer_kb: u64) -> Result<(), RecordError> {
+    guard.set("tracing_on", "0")?;
+    guard.clear()?;
+    guard.set("buffer_size_kb", &buffer_kb.to_string())?;
+    guard.set("options/overwrite", "0")?;
+    guard.set("trace_clock", "mono")?;
+    let own_pid = format!("common_pid != {}", std::process::id());
+    for event in EVENTS {
+        guard.set(&format!("events/kmem/{event}/filter"), &own_pid)?;
+        guard.set(&format!("events/kmem/{event}/enable"), "1")?;
+    }
+    Ok(())
+}
+
+/// Let the command run untraced for `options.warmup` seconds. A command that exits first
+/// leaves nothing to trace: an error (its process group is stopped), not a wait for the
+/// rest of the warm-up. A signal ends the warm-up early too (the caller checks the flag).
+fn warm_up(
+    child: &mut Child,
+    options: &RecordOptions,
+    flag: &AtomicBool,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<(), RecordError> {
+    let started = Instant::now();
+    let warm = started + Duration::from_secs_f64(options.warmup);
+    let mut polls = 0u32;
+    while Instant::now() < warm && !flag.load(Ordering::SeqCst) {
+        if let Ok(Some(status)) = child.try_wait() {
+            kill_group(child);
+            return Err(RecordError::Setup(format!(
+                "{:?} exited ({status}) after {:.2} s of the {} s warm-up, before tracing began: nothing recorded, no file written (give a shorter --warmup)",
+                options.command[0],
+                started.elapsed().as_secs_f64(),
+                options.warmup
+            )));
+        }
+        if polls % POLLS_PER_REPORT == 0 {
+            progress(Progress::WarmingUp {
+                elapsed: started.elapsed().as_secs_f64(),
+                warmup: options.warmup,
+            });
+        }
+        polls += 1;
+        std::thread::sleep(POLL);
+    }
+    Ok(())
+}
+
+/// Why tracing ended.
+enum End {
+    /// The command exited by itself.
+    Exited,
+    /// `--seconds` ran out while the command still ran.
+    TimeLimit,
+    /// Ctrl-C, SIGTERM or SIGHUP.
+    Interrupted,
+}
+
+/// Wait, tracing, until the command exits, the time limit passes or a signal arrives.
+fn trace_until_end(
+    child: &mut Child,
+    guard: &TracefsGuard,
+    limit: Option<f64>,
+    flag: &AtomicBool,
+    progress: &mut dyn FnMut(Progress),
+) -> End {
+    let started = Instant::now();
+    let deadline = limit.map(|s| started + Duration::from_secs_f64(s));
+    let mut polls = 0u32;
+    loop {
+        if let Ok(Some(_)) = child.try_wait() {
+            return End::Exited;
+        }
+        if flag.load(Ordering::SeqCst) {
+            return End::Interrupted;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return End::TimeLimit;
+        }
+        if polls % POLLS_PER_REPORT == 0 {
+            progress(Progress::Tracing {
+                elapsed: started.elapsed().as_secs_f64(),
+                limit,
+                events: buffered_events(guard),
+            });
+        }
+        polls += 1;
+        std::thread::sleep(POLL);
+    }
 }
 
 /// The machine state around a run.
@@ -424,12 +573,14 @@ impl Snapshot {
     }
 }
 
+/// Write the container: header, snapshots, the trace and the end marker. `written` hears
+/// the line count every [`LINES_PER_REPORT`] lines; a signal stops the writing there.
 fn write_file(
     guard: &TracefsGuard,
     options: &RecordOptions,
-    before: &Snapshot,
-    after: &Snapshot,
+    (before, after): (&Snapshot, &Snapshot),
     seconds: f64,
+    written: &mut dyn FnMut(u64),
 ) -> Result<(u64, u64), RecordError> {
     let file = File::create(&options.out).map_err(io("create the output file"))?;
     let mut gz = GzEncoder::new(BufWriter::new(file), Compression::best());
@@ -471,6 +622,13 @@ fn write_file(
         gz.write_all(line.as_bytes()).map_err(&w)?;
         gz.write_all(b"\n").map_err(&w)?;
         lines += 1;
+        if lines % LINES_PER_REPORT == 0 {
+            // A signal now means the user gave up on the file: the caller removes it.
+            if interrupted().load(Ordering::SeqCst) {
+                return Err(RecordError::Interrupted);
+            }
+            written(lines);
+        }
     }
     gz.write_all(format!("{END_MARKER}\n").as_bytes())
         .map_err(&w)?;

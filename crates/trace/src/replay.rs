@@ -32,6 +32,12 @@
 //! requests use the traced zone (by pfn) and migratetype; a free whose order differs from
 //! its traced allocation, or that falls inside a larger live block (`split_page` users),
 //! is counted and skipped.
+//!
+//! A replay that skips more than half of the trace's events ([`SKIPPED_SHARE_MAX`]) is an
+//! error, not a table: events outside the snapshot's zones or on a CPU without a pageset
+//! (the snapshot is of another machine, or cut short), plus the worst policy's frees and
+//! allocations it could not apply. Its counts would describe some other workload than the
+//! one traced. The error names how many were skipped and why.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering::Relaxed;
@@ -228,6 +234,70 @@ pub struct Setup {
     pub ballast_pages: u64,
 }
 
+/// The largest share of a trace's events a replay may skip (see the module
+/// documentation): half. Past it, most of what the kernel did is missing from the replay.
+/// The committed traces skip under 1 %; a zoneinfo of another machine skips nearly all.
+pub const SKIPPED_SHARE_MAX: f64 = 0.5;
+
+/// Events set aside before any policy runs.
+#[derive(Clone, Copy, Default, Debug)]
+struct Excluded {
+    /// A pfn in no zone of the snapshot.
+    outside_zones: u64,
+    /// A CPU the snapshot has no pageset for.
+    no_pageset: u64,
+}
+
+/// Refuse a replay that skips more than [`SKIPPED_SHARE_MAX`] of `total` events: the
+/// `excluded` ones, plus `under`'s skips (the worst policy's) once the policies ran.
+fn check_skipped_share(
+    total: usize,
+    excluded: Excluded,
+    under: Option<&Predicted>,
+    machine: &Machine,
+) -> Result<(), String> {
+    let in_run = under.map_or(0, |p| p.skipped.total());
+    let skipped = excluded.outside_zones + excluded.no_pageset + in_run;
+    if (skipped as f64) <= SKIPPED_SHARE_MAX * total as f64 {
+        return Ok(());
+    }
+    let zoneinfo = machine
+        .sources
+        .iter()
+        .find_map(|s| s.strip_prefix("zoneinfo: "))
+        .unwrap_or("the zoneinfo snapshot");
+    let mut why = Vec::new();
+    if excluded.outside_zones > 0 {
+        why.push(format!(
+            "{} with a pfn outside every zone of {zoneinfo}",
+            excluded.outside_zones
+        ));
+    }
+    if excluded.no_pageset > 0 {
+        why.push(format!(
+            "{} on a CPU without a pageset in {zoneinfo}",
+            excluded.no_pageset
+        ));
+    }
+    if let Some(p) = under.filter(|_| in_run > 0) {
+        why.push(format!(
+            "{in_run} that {} could not apply ({})",
+            p.policy,
+            p.skipped.describe()
+        ));
+    }
+    let hint = if excluded.outside_zones + excluded.no_pageset > in_run {
+        ": the zoneinfo does not describe the machine the trace was recorded on"
+    } else {
+        ""
+    };
+    Err(format!(
+        "the replay would skip {skipped} of {total} events, more than {:.0} %: {}{hint}",
+        SKIPPED_SHARE_MAX * 100.0,
+        why.join("; ")
+    ))
+}
+
 /// Events the replay could not apply.
 #[derive(Clone, Default, Debug, Serialize)]
 pub struct Skipped {
@@ -243,6 +313,37 @@ pub struct Skipped {
     pub alloc_failed: u64,
     /// Frees the simulated allocator refused.
     pub free_failed: u64,
+}
+
+impl Skipped {
+    /// Events not applied. An allocation of a live pfn is applied (the earlier block is
+    /// abandoned), so `realloc_live` does not count.
+    pub fn total(&self) -> u64 {
+        self.order_mismatch
+            + self.inside_live_block
+            + self.unmatched_free
+            + self.alloc_failed
+            + self.free_failed
+    }
+
+    /// The non-zero counts, in words.
+    fn describe(&self) -> String {
+        [
+            (
+                self.order_mismatch,
+                "frees of another order than their allocation",
+            ),
+            (self.inside_live_block, "frees inside a live block"),
+            (self.unmatched_free, "frees of a block already freed"),
+            (self.alloc_failed, "allocations refused"),
+            (self.free_failed, "frees refused"),
+        ]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| format!("{n} {what}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+    }
 }
 
 /// One policy's prediction.
@@ -491,14 +592,17 @@ pub fn replay(
         );
     }
     let mut events: Vec<&Event> = Vec::with_capacity(trace.events.len());
+    let mut excluded = Excluded::default();
     for event in &trace.events {
         if machine.zone_of(event.pfn).is_none() {
+            excluded.outside_zones += 1;
             problems.add(
                 event.line,
                 ProblemKind::PfnOutsideZones,
                 &format!("pfn {:#x}", event.pfn),
             );
         } else if event.cpu >= machine.nr_cpus() {
+            excluded.no_pageset += 1;
             problems.add(
                 event.line,
                 ProblemKind::BadField,
@@ -508,6 +612,8 @@ pub fn replay(
             events.push(event);
         }
     }
+    // Before the policies run: a snapshot of another machine is refused at once.
+    check_skipped_share(trace.events.len(), excluded, None, machine)?;
     let pretrace = find_pretrace_blocks(&events, machine);
     let mix = seed_mix(&events, machine);
     let observed = observe(trace, machine);
@@ -515,6 +621,8 @@ pub fn replay(
         .iter()
         .map(|policy| run_policy(*policy, &events, &pretrace, (&mix, seed), machine))
         .collect::<Result<Vec<_>, _>>()?;
+    let worst = predicted.iter().max_by_key(|p| p.skipped.total());
+    check_skipped_share(trace.events.len(), excluded, worst, machine)?;
     Ok(Replay {
         seed,
         sources: machine.sources.clone(),

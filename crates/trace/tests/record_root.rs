@@ -1,11 +1,37 @@
 //! The recorder on the real kernel. Needs root and tracefs: without either the tests print
-//! why and pass without recording. One test function, so two recordings never share
+//! why and pass without recording. The tests take one lock, so two recordings never share
 //! tracefs at once.
+//!
+//! None depends on the machine's speed: every command ends by itself or at a signal the
+//! test sends once it sees the command running, and the checks are on what the recording
+//! holds and what it left behind, never on when it ended. The time limits below are
+//! generous bounds against a hang, and no assertion depends on them, except in
+//! `a_time_limit_stops_the_whole_process_group_and_keeps_the_trace`, whose command sleeps
+//! a thousand times longer than its limit.
 
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use mmkit_trace::parse;
 use mmkit_trace::record::{self, RecordError, RecordOptions, TRACEFS};
+use rustix::process::{getpid, kill_process, Signal};
+
+/// A bound on waits that end within milliseconds on any machine; reaching it means a hang.
+const HANG: Duration = Duration::from_secs(600);
+
+/// Held by every test that records.
+static TRACEFS_LOCK: Mutex<()> = Mutex::new(());
+
+/// The lock, or `None` (with the reason printed) where recording is impossible.
+fn may_record() -> Option<MutexGuard<'static, ()>> {
+    if let Some(why) = record::tracing_unavailable() {
+        println!("skipped: recording needs root and tracefs: {why}");
+        return None;
+    }
+    Some(TRACEFS_LOCK.lock().unwrap_or_else(|e| e.into_inner()))
+}
 
 /// The tracefs values the recorder changes, read through a mount of our own if needed.
 fn tracefs_state() -> Vec<(String, String)> {
@@ -38,24 +64,61 @@ fn tracefs_state() -> Vec<(String, String)> {
     state
 }
 
+/// Whether tracefs is mounted: the recorder unmounts it if it mounted it.
+fn tracefs_mounted() -> bool {
+    Path::new(TRACEFS).join("trace").exists()
+}
+
 fn out_file(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("mmkit-trace-test-{}-{name}", std::process::id()))
 }
 
-#[test]
-fn records_restores_tracefs_and_refuses_dropped_events() {
-    if let Some(why) = record::tracing_unavailable() {
-        println!("skipped: recording needs root and tracefs: {why}");
-        return;
+/// A command line unique to this test process and `name`, to find its processes by.
+fn marker(name: &str) -> String {
+    format!("sleep 29{name}.{}", std::process::id() % 1000)
+}
+
+/// The pids of processes whose command line contains `marker`.
+fn processes_of(marker: &str) -> String {
+    let found = std::process::Command::new("pgrep")
+        .args(["-f", marker])
+        .output()
+        .expect("pgrep runs");
+    String::from_utf8_lossy(&found.stdout).into_owned()
+}
+
+/// Wait until `done` holds; a hang (see [`HANG`]) fails the test with `what`.
+fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(
+            started.elapsed() < HANG,
+            "{what}: still not so after {HANG:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// A killed process lingers until the kernel has run its exit; wait for that, then assert
+/// that none of the group is left.
+fn assert_group_gone(marker: &str) {
+    wait_until(&format!("processes of {marker:?} still run"), || {
+        processes_of(marker).is_empty()
+    });
+}
+
+#[test]
+fn records_a_command_that_ends_by_itself_and_restores_tracefs() {
+    let Some(_lock) = may_record() else { return };
     let before = tracefs_state();
     let out = out_file("small.gz");
     // The whole machine's page events are recorded (only our own pid is filtered out),
     // and the other test binaries run beside this one: a ring of 64 MiB per CPU, the
     // recorder's default, so their events do not overflow it (4 MiB did, twice, while
-    // two test suites ran at once).
+    // two test suites ran at once). The command ends by itself; `seconds` only guards
+    // against a hang, and whether it was reached is not checked.
     let options = RecordOptions {
-        seconds: Some(5.0),
+        seconds: Some(HANG.as_secs_f64()),
         warmup: 0.0,
         out: out.clone(),
         buffer_kb: 65536,
@@ -66,30 +129,36 @@ fn records_restores_tracefs_and_refuses_dropped_events() {
         ],
     };
     let summary = record::record(&options).expect("records");
-    assert!(!summary.stopped);
     let trace = parse::load(&std::fs::read(&out).unwrap()).unwrap();
     std::fs::remove_file(&out).unwrap();
     assert!(trace.recording.as_ref().unwrap().complete);
     assert!(!trace.events.is_empty());
+    assert_eq!(summary.lines as usize, trace.lines);
     let own = std::process::id();
     assert!(
         trace.events.iter().all(|e| e.pid != own),
         "own pid filtered"
     );
     assert_eq!(tracefs_state(), before, "every setting restored");
+}
 
-    // A ring buffer of 8 KiB per CPU (a few hundred events) cannot hold a directory walk
-    // repeated for half a second: refused, no file.
+#[test]
+fn a_ring_buffer_that_loses_events_is_refused_and_writes_no_file() {
+    let Some(_lock) = may_record() else { return };
+    let before = tracefs_state();
+    // A ring buffer of 8 KiB per CPU holds a few hundred events; two hundred processes
+    // started and ended allocate and free far more pages than that (page tables, stacks,
+    // copied pages: on the order of a hundred events each), however long they take.
     let out = out_file("dropped.gz");
     let options = RecordOptions {
-        seconds: Some(0.5),
+        seconds: Some(HANG.as_secs_f64()),
         warmup: 0.0,
         out: out.clone(),
         buffer_kb: 8,
         command: vec![
             "sh".into(),
             "-c".into(),
-            "while true; do ls -R /usr/lib > /dev/null; done".into(),
+            "i=0; while [ $i -lt 200 ]; do /bin/true; i=$((i + 1)); done".into(),
         ],
     };
     match record::record(&options) {
@@ -102,11 +171,17 @@ fn records_restores_tracefs_and_refuses_dropped_events() {
         before,
         "every setting restored after a refusal"
     );
+}
 
-    // Stopped at the time limit: the whole process group goes, the shell's background
-    // child too, and the trace is kept.
+#[test]
+fn a_time_limit_stops_the_whole_process_group_and_keeps_the_trace() {
+    let Some(_lock) = may_record() else { return };
+    let before = tracefs_state();
+    // The shell's background child goes too, and the trace is kept. The command sleeps
+    // 299 s, a thousand times the limit: only a machine that stalls this test for five
+    // minutes could see it end first.
     let out = out_file("stopped.gz");
-    let marker = format!("sleep 299.{}", std::process::id() % 1000);
+    let marker = marker("9");
     let options = RecordOptions {
         seconds: Some(0.3),
         warmup: 0.0,
@@ -121,18 +196,115 @@ fn records_restores_tracefs_and_refuses_dropped_events() {
     let summary = record::record(&options).expect("records");
     assert!(summary.stopped);
     std::fs::remove_file(&out).unwrap();
-    let left = std::process::Command::new("pgrep")
-        .args(["-f", &marker])
-        .output()
-        .expect("pgrep runs");
-    assert!(
-        left.stdout.is_empty(),
-        "processes of the group outlived the recording: {}",
-        String::from_utf8_lossy(&left.stdout)
-    );
+    assert_group_gone(&marker);
     assert_eq!(
         tracefs_state(),
         before,
         "every setting restored after a stop"
     );
+}
+
+/// Whether this process has a handler for `signal` (`SigCgt` of `/proc/self/status`).
+fn catches(signal: Signal) -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let caught = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .expect("a SigCgt line");
+    caught & (1 << (signal.as_raw() - 1)) != 0
+}
+
+/// What `timeout -s TERM`, `kill` or a closed terminal sends ends a recording as Ctrl-C
+/// does: the command's whole process group stopped, tracefs restored (and unmounted if
+/// the recorder mounted it), no file written.
+#[test]
+fn sigterm_and_sighup_stop_the_command_and_restore_tracefs() {
+    let Some(_lock) = may_record() else { return };
+    for (signal, name) in [(Signal::TERM, "8"), (Signal::HUP, "7")] {
+        let before = tracefs_state();
+        let mounted = tracefs_mounted();
+        let out = out_file(&format!("signal{name}.gz"));
+        let marker = marker(name);
+        let options = RecordOptions {
+            seconds: Some(HANG.as_secs_f64()),
+            warmup: 0.0,
+            out: out.clone(),
+            buffer_kb: 65536,
+            command: vec![
+                "sh".into(),
+                "-c".into(),
+                format!("{marker} & {marker}; true"),
+            ],
+        };
+        let recorder = std::thread::spawn(move || record::record(&options));
+        // The command runs once the recorder has set tracefs up and caught the signals;
+        // only then may the signal come (a recorder that failed first says why below).
+        wait_until("the command never started", || {
+            recorder.is_finished() || !processes_of(&marker).is_empty()
+        });
+        if !recorder.is_finished() {
+            if !catches(signal) {
+                // Sent anyway, it would kill this process with tracefs still set up: stop
+                // the recorder with Ctrl-C's signal instead, then fail.
+                kill_process(getpid(), Signal::INT).expect("signal this process");
+                let _ = recorder.join();
+                panic!("the recorder does not catch {signal:?}");
+            }
+            kill_process(getpid(), signal).expect("signal this process");
+        }
+        let result = recorder.join().expect("the recorder thread");
+        assert!(
+            matches!(result, Err(RecordError::Interrupted)),
+            "{signal:?}: {result:?}"
+        );
+        assert!(!out.exists(), "{signal:?}: no file");
+        assert_group_gone(&marker);
+        assert_eq!(
+            tracefs_state(),
+            before,
+            "{signal:?}: every setting restored"
+        );
+        assert_eq!(tracefs_mounted(), mounted, "{signal:?}: mounted as before");
+    }
+}
+
+/// `--warmup 3600 -- true`: the command is gone long before the warm-up ends, so the
+/// recorder stops then, with an error that says so, instead of waiting out the hour.
+#[test]
+fn a_command_that_exits_during_the_warm_up_ends_the_recording_at_once() {
+    let Some(_lock) = may_record() else { return };
+    let before = tracefs_state();
+    let out = out_file("warmup.gz");
+    let options = RecordOptions {
+        seconds: None,
+        warmup: 3600.0,
+        out: out.clone(),
+        buffer_kb: 65536,
+        command: vec!["true".into()],
+    };
+    let (tx, rx) = mpsc::channel();
+    let recorder = std::thread::spawn(move || {
+        let _ = tx.send(record::record(&options));
+    });
+    let result = match rx.recv_timeout(HANG) {
+        Ok(result) => result,
+        Err(_) => {
+            // Still warming up: stop it as Ctrl-C would, so tracefs is restored, then
+            // fail.
+            let _ = kill_process(getpid(), Signal::INT);
+            let _ = recorder.join();
+            panic!("the recorder waited out the warm-up of a command that had exited");
+        }
+    };
+    recorder.join().expect("the recorder thread");
+    match result {
+        Err(RecordError::Setup(message)) => {
+            assert!(message.contains("warm-up"), "{message}");
+            assert!(message.contains("--warmup"), "{message}");
+        }
+        other => panic!("expected an error naming the warm-up, got {other:?}"),
+    }
+    assert!(!out.exists());
+    assert_eq!(tracefs_state(), before, "every setting restored");
 }

@@ -329,3 +329,65 @@ fn linux_6_18_predicts_committed_traces_within_ten_percent() {
         }
     }
 }
+
+/// The first half of a zoneinfo's lines: DMA and the head of DMA32, without Normal.
+fn zoneinfo_cut_in_half(name: &str) -> String {
+    let text = String::from_utf8(data(name)).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[..lines.len() / 2].join("\n") + "\n"
+}
+
+/// A zoneinfo cut in half leaves most of the compile trace's pfns outside every zone. The
+/// replay refuses before any policy runs, and says how many events it would skip, of how
+/// many, and why, instead of a table of zeros.
+#[test]
+fn a_replay_that_would_skip_most_events_is_an_error_naming_them() {
+    let trace = load("compile.mmkit.gz");
+    let machine = Machine::from_trace(&trace, Some(&zoneinfo_cut_in_half("compile.zoneinfo.txt")))
+        .expect("the first half still parses");
+    let total = trace.events.len();
+    let outside = trace
+        .events
+        .iter()
+        .filter(|e| {
+            !machine
+                .zones
+                .iter()
+                .any(|z| e.pfn >= z.start_pfn && e.pfn - z.start_pfn < z.spanned)
+        })
+        .count();
+    assert!(
+        outside as f64 > replay::SKIPPED_SHARE_MAX * total as f64,
+        "{outside} of {total}"
+    );
+    let error = replay::replay(&trace, &machine, &POLICIES, SeedRule::default())
+        .expect_err("most events skipped");
+    assert!(
+        error.contains(&format!("skip {outside} of {total} events")),
+        "{error}"
+    );
+    assert!(
+        error.contains(&format!(
+            "{outside} with a pfn outside every zone of --zoneinfo file"
+        )),
+        "{error}"
+    );
+    assert!(error.contains("does not describe the machine"), "{error}");
+}
+
+/// A trace whose file was cut says so: the gzip stream ends early and the end marker is
+/// missing. The events before the cut still parse and replay (the CLI replays them only
+/// with `--allow-truncated`).
+#[test]
+fn a_cut_file_is_known_to_be_truncated() {
+    let bytes = data("compile.mmkit.gz");
+    let whole = parse::load(&bytes).unwrap();
+    assert_eq!(whole.truncation(), None);
+    let cut = parse::load(&bytes[..bytes.len() / 2]).unwrap();
+    let why = cut.truncation().expect("truncated");
+    assert!(why.contains("ends early"), "{why}");
+    assert!(cut.events.len() < whole.events.len());
+    let machine = Machine::from_trace(&cut, None).expect("the snapshots come first");
+    let result = replay::replay(&cut, &machine, &POLICIES, SeedRule::default()).unwrap();
+    assert!(result.problems.counts[&parse::ProblemKind::Truncated] > 0);
+}

@@ -162,7 +162,7 @@ pub fn build(name: &str, params: &BuildParams) -> Result<Box<dyn Runner>, BenchE
         ),
         other if not_built().contains(&other) => {
             return Err(BenchError::new(format!(
-                "{other} is not in this build (its cargo feature of mmkit-bench is off)"
+                "{other} is not in this build (mmkit-bench's feature `peers` is off)"
             )))
         }
         other => {
@@ -238,7 +238,7 @@ fn check_names(only: &[String], extra: &[&str]) -> Result<(), BenchError> {
         }
         if not_built().contains(&name.as_str()) {
             return Err(BenchError::new(format!(
-                "{name} is not in this build (its cargo feature of mmkit-bench is off)"
+                "{name} is not in this build (mmkit-bench's feature `peers` is off)"
             )));
         }
     }
