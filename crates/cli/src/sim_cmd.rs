@@ -197,6 +197,17 @@ pub fn check_scale(scale: f64) -> Result<(), CliError> {
     )))
 }
 
+/// `value` of `flag` if it is a finite number in `[lo, hi]`, else a usage error naming both.
+fn in_range(flag: &str, value: f64, lo: f64, hi: f64) -> Result<f64, CliError> {
+    if value.is_finite() && (lo..=hi).contains(&value) {
+        Ok(value)
+    } else {
+        Err(CliError::usage(format!(
+            "{flag} {value}: use a number in [{lo}, {hi}]"
+        )))
+    }
+}
+
 /// Parse a workload name.
 pub fn workload(name: &str) -> Result<WorkloadKind, CliError> {
     WorkloadKind::from_name(name).ok_or_else(|| {
@@ -392,28 +403,13 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
         spec.cost.merge_ns = ns;
     }
     if let Some(ns) = args.hold_per_block_ns {
-        if !(ns.is_finite() && (0.0..=10_000.0).contains(&ns)) {
-            return Err(CliError::usage(format!(
-                "--hold-per-block-ns {ns}: use a number of ns in [0, 10000]"
-            )));
-        }
-        spec.cost.hold_per_block_ns = ns;
+        spec.cost.hold_per_block_ns = in_range("--hold-per-block-ns", ns, 0.0, 10_000.0)?;
     }
     if let Some(lines) = args.lock_lines {
-        if !(lines.is_finite() && (0.0..=64.0).contains(&lines)) {
-            return Err(CliError::usage(format!(
-                "--lock-lines {lines}: use a number of lines in [0, 64]"
-            )));
-        }
-        spec.cost.lock_lines = lines;
+        spec.cost.lock_lines = in_range("--lock-lines", lines, 0.0, 64.0)?;
     }
     if let Some(rate) = args.kbuild_faults_per_s {
-        if !(rate.is_finite() && (1.0..=10_000_000.0).contains(&rate)) {
-            return Err(CliError::usage(format!(
-                "--kbuild-faults-per-s {rate}: use a rate in [1, 10000000]"
-            )));
-        }
-        spec.kbuild_faults_per_s = rate;
+        spec.kbuild_faults_per_s = in_range("--kbuild-faults-per-s", rate, 1.0, 1e7)?;
     }
     if let Some(gib) = args.node_gib {
         if !(1..=512).contains(&gib) {

@@ -271,14 +271,34 @@ fn run_replay(args: &ReplayArgs) -> Result<(), CliError> {
         ),
         None => None,
     };
-    let machine = Machine::from_trace(&trace, zoneinfo.as_deref()).map_err(CliError::usage)?;
+    // Errors about the snapshot name the flag and the file.
+    let zoneinfo_name = args
+        .zoneinfo
+        .as_ref()
+        .map(|path| format!("--zoneinfo {}", path.display()));
+    let machine =
+        Machine::from_trace(&trace, zoneinfo.as_deref()).map_err(|e| match &zoneinfo_name {
+            Some(name) => CliError::usage(format!("{name}: {e}")),
+            None => CliError::usage(e),
+        })?;
     let policies: Vec<Policy> = args
         .policies
         .iter()
         .map(|name| policy_preset(name))
         .collect::<Result<_, _>>()?;
-    let result = replay::replay(&trace, &machine, &policies, args.seed_lists.into())
-        .map_err(|e| CliError::usage(format!("{}: {e}", args.file.display())))?;
+    let result =
+        replay::replay(&trace, &machine, &policies, args.seed_lists.into()).map_err(|e| {
+            let message = e.to_string();
+            match &zoneinfo_name {
+                // The snapshot is as likely the culprit as the trace: name both.
+                Some(name) => CliError::usage(format!(
+                    "{} with {name}: {}",
+                    args.file.display(),
+                    message.replace("--zoneinfo file", "the zoneinfo")
+                )),
+                None => CliError::usage(format!("{}: {message}", args.file.display())),
+            }
+        })?;
     if args.json {
         println!("{}", report::json(&result));
     } else {

@@ -433,6 +433,9 @@ fn sim_and_demo_check_their_output_folder_before_simulating() {
     };
     sim(&["--merge-ns", "99999999999999999999"], "--merge-ns");
     sim(&["--merge-ns", "10001"], "--merge-ns");
+    sim(&["--lock-lines", "65"], "--lock-lines 65");
+    sim(&["--hold-per-block-ns", "NaN"], "--hold-per-block-ns");
+    sim(&["--kbuild-faults-per-s", "0"], "--kbuild-faults-per-s 0");
     sim(&["--threads", "-1"], "--threads");
     sim(&["--cpus", "-2"], "--cpus");
     sim(&["--policies", ","], "unknown policy");
@@ -599,7 +602,6 @@ fn compile_zoneinfo(scratch: &Scratch, name: &str, edit: impl Fn(&str) -> String
 }
 
 #[test]
-#[ignore = "fixed on branch h-first (issue 22 item 6): a truncated trace is an error unless --allow-truncated"]
 fn trace_replay_refuses_a_truncated_trace() {
     let scratch = Scratch::new("bad-input-replay-truncated");
     let bytes = std::fs::read(compile_trace()).unwrap();
@@ -608,7 +610,6 @@ fn trace_replay_refuses_a_truncated_trace() {
 }
 
 #[test]
-#[ignore = "fixed on branch h-first (issue 22 item 6): a zoneinfo that misses the trace's zones is an error naming --zoneinfo"]
 fn trace_replay_refuses_empty_truncated_and_flipped_zoneinfo() {
     let scratch = Scratch::new("bad-input-replay-zoneinfo");
     let empty = scratch.file("empty", "");
