@@ -22,9 +22,12 @@ use crate::rng::{Geometric, Rng};
 pub struct KbuildParams {
     /// Processes in the build per CPU (the build's size). A kernel build runs thousands
     /// per CPU; each CPU's pageset fills once at the start (from patch 7 up to `high_max`),
-    /// and a short build cannot amortise that fill as the published build's did: 12 per CPU left
-    /// patch 7's alloc_zone at 44 % of base where 48 gives 21 % (EXPERIMENTS.md). 48 is
-    /// what the demo's two-minute budget allows.
+    /// and a short build cannot amortise that fill as the published build's did. What
+    /// amortises it is the pages faulted per CPU: at the calibrated fault rate a process
+    /// faults 3.4 times the pages it did at the measured 36,000 per second, so 16
+    /// processes per CPU fault about what 48 did then (when 12 left patch 7's alloc_zone
+    /// at 44 % of base and 48 at 21 %, EXPERIMENTS.md). 16 is what the demo's two-minute
+    /// budget allows.
     pub jobs_per_cpu: u32,
     /// Share of processes that are long compiler runs (cc1); the rest are helpers.
     pub cc1_share: f64,
@@ -64,7 +67,7 @@ pub struct KbuildParams {
 impl Default for KbuildParams {
     fn default() -> KbuildParams {
         KbuildParams {
-            jobs_per_cpu: 48,
+            jobs_per_cpu: 16,
             cc1_share: 0.25,
             helper_median_ms: 30.0,
             cc1_median_ms: 300.0,

@@ -77,8 +77,8 @@ impl StreamParams {
     pub fn netperf(scale: f64) -> StreamParams {
         StreamParams {
             pairs: 64,
-            duration_ms: 1500.0 * scale,
-            warmup_ms: 500.0 * scale,
+            duration_ms: 1250.0 * scale,
+            warmup_ms: 250.0 * scale,
             message_blocks: vec![vec![(2, 0.85), (NO_BLOCK, 0.15)]],
             block_payload_bytes: Some(10 << 10),
             chunk_order: Some(2),
@@ -98,8 +98,8 @@ impl StreamParams {
     pub fn unix(scale: f64) -> StreamParams {
         StreamParams {
             pairs: 16,
-            duration_ms: 1500.0 * scale,
-            warmup_ms: 500.0 * scale,
+            duration_ms: 1250.0 * scale,
+            warmup_ms: 250.0 * scale,
             message_blocks: vec![
                 vec![(3, 1.0)],
                 vec![(2, 1.0)],
