@@ -59,6 +59,34 @@ fn draw(path: &Path, title: &str, y_desc: &str, lines: &[Line]) -> Result<(), St
     root.present().map_err(|e| err(&e))
 }
 
+/// The CPUs' series with identical ones drawn once: a line drawn over another hides it,
+/// so CPUs whose `high` never differed share one line labelled with all of them.
+fn same_series<'a>(cpus: &[u32], series: &'a [Vec<u64>]) -> Vec<(String, &'a Vec<u64>)> {
+    let mut groups: Vec<(Vec<u32>, &Vec<u64>)> = Vec::new();
+    for (&cpu, values) in cpus.iter().zip(series) {
+        match groups.iter_mut().find(|(_, v)| *v == values) {
+            Some((members, _)) => members.push(cpu),
+            None => groups.push((vec![cpu], values)),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(members, values)| {
+            let label = match members.as_slice() {
+                [one] => format!("CPU {one}"),
+                many => format!(
+                    "CPUs {} (identical)",
+                    many.iter()
+                        .map(|c| c.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
+            (label, values)
+        })
+        .collect()
+}
+
 fn ms(t_ns: u64) -> f64 {
     t_ns as f64 / 1e6
 }
@@ -119,26 +147,24 @@ pub fn write_plots(
     let path = dir.join(format!("{prefix}-lock-wait.svg"));
     draw(
         &path,
-        &format!("{workload}: zone-lock wait (share of all CPU time)"),
-        "lock contend %",
+        &format!("{workload}: zone-lock wait (share of all CPU time, idle CPUs included)"),
+        "spin, % of all CPU time",
         &wait,
     )?;
     files.push(path);
 
     for r in results {
         let s = &r.series;
-        let lines: Vec<Line> = s
-            .high_cpus
-            .iter()
-            .zip(&s.high)
-            .map(|(cpu, highs)| {
+        let lines: Vec<Line> = same_series(&s.high_cpus, &s.high)
+            .into_iter()
+            .map(|(label, highs)| {
                 let points = s
                     .t_ns
                     .iter()
                     .zip(highs)
                     .map(|(&t, &h)| (ms(t), h as f64))
                     .collect();
-                (format!("CPU {cpu}"), points)
+                (label, points)
             })
             .collect();
         let path = dir.join(format!("{prefix}-high-{}.svg", r.policy));
@@ -151,4 +177,22 @@ pub fn write_plots(
         files.push(path);
     }
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_series;
+
+    #[test]
+    fn identical_series_share_one_labelled_line() {
+        let series = vec![
+            vec![367, 367],
+            vec![367, 367],
+            vec![400, 367],
+            vec![367, 367],
+        ];
+        let lines = same_series(&[0, 1, 112, 223], &series);
+        let labels: Vec<&str> = lines.iter().map(|(l, _)| l.as_str()).collect();
+        assert_eq!(labels, ["CPUs 0, 1, 223 (identical)", "CPU 112"]);
+    }
 }
