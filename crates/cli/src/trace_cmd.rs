@@ -120,6 +120,14 @@ fn run_record(args: &RecordArgs) -> Result<(), CliError> {
             "--warmup must be a number of seconds, 0 or more",
         ));
     }
+    // Refused before tracefs is touched: a recording that could not be written, or a
+    // ring buffer (per CPU, in RAM) larger than the machine.
+    crate::output::check_file("--out", &args.out)?;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u128;
+    crate::limits::check_memory(
+        &format!("--buffer-kb {} per CPU × {cpus} CPUs", args.buffer_kb),
+        u128::from(args.buffer_kb) * 1024 * cpus,
+    )?;
     let options = RecordOptions {
         seconds: args.seconds,
         warmup: args.warmup,

@@ -624,7 +624,6 @@ fn trace_replay_refuses_empty_truncated_and_flipped_zoneinfo() {
 }
 
 #[test]
-#[ignore = "fixed on branch h-first (issue 22 items 5, 7): trace record checks --out and --buffer-kb before tracing; needs root and changes tracefs"]
 fn trace_record_checks_its_output_and_buffer_before_tracing() {
     let scratch = Scratch::new("bad-input-record");
     let in_missing = scratch.path("missing/trace.gz");
