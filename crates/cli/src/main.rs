@@ -4,6 +4,7 @@
 //! allocator behaviour.
 
 mod bench;
+mod calibrate_cmd;
 mod demo;
 mod limits;
 mod live;

@@ -13,8 +13,7 @@ use std::sync::Mutex;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use mmkit_core::Policy;
-use mmkit_sim::calibrate::{calibrate, Targets};
-use mmkit_sim::{run, table, RunResult, RunSpec, SimError, TableRow, WorkloadKind};
+use mmkit_sim::{run, table, RunResult, RunSpec, TableRow, WorkloadKind};
 use serde::Serialize;
 
 use crate::machine::policy_preset;
@@ -74,6 +73,10 @@ pub struct SimArgs {
     /// default: the committed calibration's.
     #[arg(long, value_name = "RATE")]
     pub kbuild_faults_per_s: Option<f64>,
+    /// Workload sensitivity: where the unix workload's pairs run, `spread` evenly over the
+    /// sockets or all on `one-node`; default: the committed calibration's.
+    #[arg(long, value_name = "PLACEMENT")]
+    pub placement: Option<String>,
     /// Machine sensitivity: memory per node in GiB (default: the published machines' 128).
     /// The low watermark per node, hence `high`, stays the published machine's; `high_max`
     /// (managed / 8 / CPUs of the node) follows the memory.
@@ -91,7 +94,7 @@ pub enum SimCommand {
     /// Fit the cost model's free parameters against a declared training set of base-row
     /// figures (never a patch row) and write the calibration as JSON
     /// (`crates/sim/calibration.json` is what this wrote).
-    Calibrate(CalibrateArgs),
+    Calibrate(Box<crate::calibrate_cmd::CalibrateArgs>),
     /// Merge the shard files of one sweep (`mmkit sim --shard I/N`), checking that they
     /// hold every run exactly once, and print what the single run prints.
     Merge(MergeArgs),
@@ -116,69 +119,6 @@ fn run_merge(args: &MergeArgs) -> Result<(), CliError> {
     crate::output::check_optional_dir("--plot", args.plot.as_deref())?;
     let results = crate::shard::merge(crate::shard::Sweep::Sim, &args.files)?;
     report(&results, args.json, args.plot.as_deref())
-}
-
-/// Arguments of `mmkit sim calibrate`.
-#[derive(Args, Debug)]
-pub struct CalibrateArgs {
-    /// The training set: a JSON file of base-row targets
-    /// (`crates/sim/calibration-targets.json`).
-    #[arg(long, value_name = "FILE")]
-    pub targets: PathBuf,
-    /// Write the calibration here instead of printing it.
-    #[arg(long, value_name = "FILE")]
-    pub out: Option<PathBuf>,
-    /// Size of the runs (as `mmkit sim --scale`).
-    #[arg(long, default_value_t = 1.0)]
-    pub scale: f64,
-    /// Seed of every run.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Parallel runs; default: the available cores.
-    #[arg(long)]
-    pub threads: Option<usize>,
-}
-
-/// `mmkit sim calibrate`.
-fn run_calibrate(args: &CalibrateArgs) -> Result<(), CliError> {
-    let text = std::fs::read_to_string(&args.targets)
-        .map_err(|e| CliError::usage(format!("{}: {e}", args.targets.display())))?;
-    let targets: Targets = serde_json::from_str(&text)
-        .map_err(|e| CliError::usage(format!("{}: {e}", args.targets.display())))?;
-    targets
-        .validate()
-        .map_err(|e| CliError::usage(format!("{}: {e}", args.targets.display())))?;
-    check_scale(args.scale)?;
-    crate::output::check_optional_file("--out", args.out.as_deref())?;
-    let start = mmkit_sim::cost::calibrated_fit();
-    let threads = args.threads;
-    let mut runner = |jobs: &[(RunSpec, Policy)]| {
-        run_all(jobs, threads, true).map_err(|e| SimError::Invalid(e.message().to_owned()))
-    };
-    let mut log = |line: &str| eprintln!("calibrate: {line}");
-    let mut calibration = calibrate(
-        &targets,
-        args.scale,
-        args.seed,
-        start,
-        &mut runner,
-        &mut log,
-    )
-    .map_err(|e| CliError::failed(e.to_string()))?;
-    calibration.command = format!(
-        "mmkit sim calibrate --targets {} --scale {} --seed {}",
-        args.targets.display(),
-        args.scale,
-        args.seed
-    );
-    let json =
-        serde_json::to_string_pretty(&calibration).map_err(|e| CliError::failed(e.to_string()))?;
-    match &args.out {
-        Some(out) => std::fs::write(out, json + "\n")
-            .map_err(|e| CliError::failed(format!("{}: {e}", out.display())))?,
-        None => println!("{json}"),
-    }
-    Ok(())
 }
 
 /// Refuse a `--scale` outside (0, 100], naming the flag and the value as it was given
@@ -367,7 +307,9 @@ pub fn render_json(results: &[RunResult]) -> Result<String, CliError> {
 /// `mmkit sim`.
 pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
     match &args.command {
-        Some(SimCommand::Calibrate(calibrate)) => return run_calibrate(calibrate),
+        Some(SimCommand::Calibrate(calibrate)) => {
+            return crate::calibrate_cmd::run_calibrate(calibrate)
+        }
         Some(SimCommand::Merge(merge)) => return run_merge(merge),
         None => {}
     }
@@ -410,6 +352,16 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
     }
     if let Some(rate) = args.kbuild_faults_per_s {
         spec.kbuild_faults_per_s = in_range("--kbuild-faults-per-s", rate, 1.0, 1e7)?;
+    }
+    if let Some(placement) = &args.placement {
+        if workload != WorkloadKind::Unix {
+            return Err(CliError::usage(format!(
+                "--placement {placement}: only the unix workload has a placement to choose"
+            )));
+        }
+        spec.unix_placement = placement
+            .parse()
+            .map_err(|e| CliError::usage(format!("--placement: {e}")))?;
     }
     if let Some(gib) = args.node_gib {
         if !(1..=512).contains(&gib) {

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::cost::{CostModel, Fitted};
 use crate::engine::SimError;
 use crate::run::{RunResult, RunSpec};
+use crate::workload::stream::Placement;
 use crate::workload::WorkloadKind;
 
 /// What a target measures.
@@ -76,6 +77,9 @@ pub struct Fit {
 pub struct Calibration {
     /// The fitted values.
     pub fitted: Fitted,
+    /// Every candidate stage 1 tried, with its misfit: the choice of `fitted` made visible.
+    #[serde(default)]
+    pub tried: Vec<Tried>,
     /// Each target and where the fitted model lands.
     pub fits: Vec<Fit>,
     /// The runs' scale.
@@ -84,6 +88,31 @@ pub struct Calibration {
     pub seed: u64,
     /// The command that reproduces this file.
     pub command: String,
+}
+
+/// One candidate after stages 1 and 2.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    /// Its fitted values (`background_refs_per_us` is still the start's: stage 3 comes
+    /// after the choice).
+    pub fitted: Fitted,
+    /// Stage 1's Σ (ln simulated − ln published)² at the fitted `lock_lines`.
+    pub stage1_sse: f64,
+    /// Stage 1's last runs, whose line counts stage 3 reads.
+    pub stream_runs: Vec<RunResult>,
+}
+
+/// What [`Calibration::tried`] keeps of a candidate.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Tried {
+    /// Where lmbench's pairs ran.
+    pub unix_placement: Placement,
+    /// The `lock_lines` stage 1 fitted for it.
+    pub lock_lines: f64,
+    /// The fault rate stage 2 fitted for it.
+    pub kbuild_faults_per_s: f64,
+    /// Stage 1's misfit.
+    pub stage1_sse: f64,
 }
 
 /// Runs a batch of (spec, policy) and returns results in order: the CLI runs them on
@@ -139,6 +168,7 @@ fn base_spec(workload: WorkloadKind, scale: f64, seed: u64, fit: &Fitted) -> Run
         scale,
         cost: CostModel::with_fit(fit),
         kbuild_faults_per_s: fit.kbuild_faults_per_s,
+        unix_placement: fit.unix_placement,
         ..RunSpec::new(workload)
     }
 }
@@ -157,19 +187,39 @@ fn residuals(targets: &[&Target], results: &[RunResult], cost: &CostModel) -> Ve
         .collect()
 }
 
-/// Fit the model against `targets` with runs at `scale` and `seed`; `runner` runs each
-/// batch; `log` hears about each stage.
-pub fn calibrate(
+/// The discrete choices stage 1 tries: where lmbench's pairs run, when a target
+/// depends on it; else only `start`'s.
+pub fn candidates(targets: &Targets, start: &Fitted) -> Vec<Placement> {
+    let unix_lock = targets
+        .targets
+        .iter()
+        .any(|t| t.workload == WorkloadKind::Unix && t.metric != Metric::CacheMissPct);
+    if unix_lock {
+        Placement::ALL.to_vec()
+    } else {
+        vec![start.unix_placement]
+    }
+}
+
+/// Stages 1 and 2 with lmbench's pairs placed at `placement`: the candidate's fitted
+/// values, its stage-1 misfit and the stream runs stage 3 reads. Candidates are
+/// independent of each other, so `mmkit sim calibrate --shard I/N` fits them on
+/// different machines and [`finish`] picks one.
+pub fn fit_candidate(
     targets: &Targets,
     scale: f64,
     seed: u64,
     start: Fitted,
+    placement: Placement,
     runner: &mut Runner<'_>,
     log: &mut dyn FnMut(&str),
-) -> Result<Calibration, SimError> {
+) -> Result<Candidate, SimError> {
     targets.validate().map_err(SimError::Invalid)?;
-    let mut fit = start;
-
+    let mut fit = Fitted {
+        unix_placement: placement,
+        ..start
+    };
+    let mut stage1_sse = 0.0;
     // Stage 1: the zone lock's work, on the stream workloads.
     let stream_targets: Vec<&Target> = targets
         .targets
@@ -206,7 +256,7 @@ pub fn calibrate(
         let (mut sse, mut r0, mut runs) = sse_at(x, runner)?;
         for iteration in 0..6 {
             log(&format!(
-                "stage 1, iteration {iteration}: lock_lines {:.3}: Σ ln² {:.4}",
+                "stage 1, {placement}, iteration {iteration}: lock_lines {:.3}: Σ ln² {:.4}",
                 (x.exp() - 1.0).max(0.0),
                 sse
             ));
@@ -238,6 +288,7 @@ pub fn calibrate(
             }
         }
         set(&mut fit, x);
+        stage1_sse = sse;
         last_stream_runs = runs;
     }
 
@@ -257,7 +308,7 @@ pub fn calibrate(
             let value = run[0].lock_contend_pct.max(1e-6);
             let error = (value / target.value).ln();
             log(&format!(
-                "stage 2, iteration {iteration}: kbuild faults/s {:.0}: lock contend% {value:.2} (target {})",
+                "stage 2, {placement}, iteration {iteration}: kbuild faults/s {:.0}: lock contend% {value:.2} (target {})",
                 fit.kbuild_faults_per_s, target.value
             ));
             if error.abs() < 0.02 {
@@ -273,6 +324,62 @@ pub fn calibrate(
         }
         fit.kbuild_faults_per_s = rate.exp();
     }
+
+    Ok(Candidate {
+        fitted: fit,
+        stage1_sse,
+        stream_runs: last_stream_runs,
+    })
+}
+
+/// Fit the model against `targets` with runs at `scale` and `seed`; `runner` runs each
+/// batch; `log` hears about each stage. The same as [`fit_candidate`] for each of
+/// [`candidates`], then [`finish`].
+pub fn calibrate(
+    targets: &Targets,
+    scale: f64,
+    seed: u64,
+    start: Fitted,
+    runner: &mut Runner<'_>,
+    log: &mut dyn FnMut(&str),
+) -> Result<Calibration, SimError> {
+    let fitted = candidates(targets, &start)
+        .into_iter()
+        .map(|p| fit_candidate(targets, scale, seed, start, p, runner, log))
+        .collect::<Result<Vec<_>, _>>()?;
+    finish(targets, scale, seed, fitted, runner, log)
+}
+
+/// Pick the candidate whose stage 1 fits best (the first on a tie), then stage 3 and the
+/// record of where the fitted model lands on every target.
+pub fn finish(
+    targets: &Targets,
+    scale: f64,
+    seed: u64,
+    candidates: Vec<Candidate>,
+    runner: &mut Runner<'_>,
+    log: &mut dyn FnMut(&str),
+) -> Result<Calibration, SimError> {
+    targets.validate().map_err(SimError::Invalid)?;
+    let tried: Vec<Tried> = candidates
+        .iter()
+        .map(|c| Tried {
+            unix_placement: c.fitted.unix_placement,
+            lock_lines: c.fitted.lock_lines,
+            kbuild_faults_per_s: c.fitted.kbuild_faults_per_s,
+            stage1_sse: c.stage1_sse,
+        })
+        .collect();
+    let best = candidates
+        .into_iter()
+        .reduce(|a, b| if b.stage1_sse < a.stage1_sse { b } else { a })
+        .ok_or_else(|| SimError::Invalid("no candidate to pick from".into()))?;
+    log(&format!(
+        "stage 1: {} fits best (Σ ln² {:.4})",
+        best.fitted.unix_placement, best.stage1_sse
+    ));
+    let mut fit = best.fitted;
+    let mut last_stream_runs = best.stream_runs;
 
     // Stage 3: background references, in closed form from the stream runs' line counts:
     // the value that makes the geometric mean of simulated / published miss rates 1.
@@ -354,6 +461,7 @@ pub fn calibrate(
         .collect();
     Ok(Calibration {
         fitted: fit,
+        tried,
         fits,
         scale,
         seed,

@@ -11,6 +11,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::workload::stream::Placement;
+
 /// Costs in nanoseconds and the cache model's constants.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CostModel {
@@ -89,6 +91,7 @@ pub const PARAMETERS: &[Parameter] = &[
     Parameter { name: "llc_share", source: Source::Published("§3.3: ω ≈ 0.5 for code and other data") },
     Parameter { name: "llc_remote_miss_weight", source: Source::Published("Intel: a snoop hit in another core's cache is not an LLC miss event") },
     Parameter { name: "background_refs_per_us", source: Source::Fitted("base cache miss rate% of netperf (1.3) and lmbench (0.2)") },
+    Parameter { name: "unix.placement", source: Source::Fitted("lmbench's base lock contend% (51.4): spread or one-node, whichever fits stage 1 better") },
     Parameter { name: "kbuild.faults_per_s", source: Source::Fitted("kbuild's base lock contend% (14.0); measured 36k/s on a 2-CPU VM for small gcc runs (§2.1)") },
 ];
 
@@ -101,6 +104,10 @@ pub struct Fitted {
     pub background_refs_per_us: f64,
     /// kbuild's page faults per second of a running process.
     pub kbuild_faults_per_s: f64,
+    /// Where lmbench's pairs run: a discrete choice the first stage makes on lmbench's
+    /// base lock contend% (a calibration written before it existed read as `spread`).
+    #[serde(default)]
+    pub unix_placement: Placement,
 }
 
 /// The committed calibration: what `mmkit sim calibrate` wrote.

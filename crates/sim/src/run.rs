@@ -13,7 +13,7 @@ use crate::engine::{
 use crate::machine::MachineSpec;
 use crate::workload::kbuild::{Kbuild, KbuildParams};
 use crate::workload::micro::{Pagealloc, PageallocParams, Pageout, PageoutParams};
-use crate::workload::stream::{Stream, StreamParams};
+use crate::workload::stream::{Placement, Stream, StreamParams};
 use crate::workload::WorkloadKind;
 
 /// What to run.
@@ -36,6 +36,9 @@ pub struct RunSpec {
     /// kbuild's page faults per second of a running process: the committed calibration's
     /// unless `mmkit sim calibrate` is trying another.
     pub kbuild_faults_per_s: f64,
+    /// Where lmbench's pairs run: the committed calibration's unless a sensitivity run or
+    /// `mmkit sim calibrate` is trying another.
+    pub unix_placement: Placement,
 }
 
 impl RunSpec {
@@ -50,6 +53,7 @@ impl RunSpec {
             verify_every: None,
             cost: CostModel::calibrated(),
             kbuild_faults_per_s: crate::cost::calibrated_fit().kbuild_faults_per_s,
+            unix_placement: crate::cost::calibrated_fit().unix_placement,
         }
     }
 
@@ -234,7 +238,10 @@ pub fn run(
             spec.seed,
         )),
         WorkloadKind::Unix => Built::Stream(Stream::new(
-            StreamParams::unix(scale),
+            StreamParams {
+                placement: spec.unix_placement,
+                ..StreamParams::unix(scale)
+            },
             cpus,
             machine.cpus_per_socket,
             spec.seed,

@@ -16,7 +16,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use mmkit_core::page::NR_PAGE_ORDERS;
 use mmkit_core::page_alloc::Gfp;
 use mmkit_core::{Order, Pfn};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::engine::{Sim, SimError, Step, Workload};
 use crate::rng::Rng;
@@ -63,6 +63,56 @@ pub struct StreamParams {
     /// GFP of the blocks (network and socket buffers: GFP_KERNEL, unmovable).
     #[serde(skip)]
     pub gfp: Gfp,
+    /// Which sockets the pairs run on, hence how many CPUs share each zone lock.
+    pub placement: Placement,
+}
+
+/// Where a stream workload's pairs run. Both CPUs of a pair are always on one socket
+/// (the two ends wake each other with sync wake-ups, and `wake_affine` keeps a wakee in
+/// its waker's LLC); what differs is how the pairs share the sockets, which decides how
+/// many CPUs allocate from and free to each node's zone, under its one lock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Placement {
+    /// The pairs spread evenly over the sockets: what the load balancer converges to
+    /// when it evens out idle CPUs between nodes.
+    #[default]
+    Spread,
+    /// The pairs fill the first socket before the next: every pair's pages come from
+    /// node 0's zone. Linux lets a node run more than its share while the other idles
+    /// (`imb_numa_nr`, fork placement near the parent, `wake_affine`), up to all of it
+    /// when the tasks fit in one node.
+    OneNode,
+}
+
+impl Placement {
+    /// Every placement, in the order the calibration tries them.
+    pub const ALL: [Placement; 2] = [Placement::Spread, Placement::OneNode];
+
+    /// The name the CLI and the JSON use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Placement::Spread => "spread",
+            Placement::OneNode => "one-node",
+        }
+    }
+}
+
+impl std::str::FromStr for Placement {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Placement, String> {
+        Placement::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| format!("unknown placement {s:?}: use spread or one-node"))
+    }
+}
+
+impl std::fmt::Display for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 impl StreamParams {
@@ -90,6 +140,7 @@ impl StreamParams {
             epoch_ms: 10.0,
             swap_share: 0.5,
             gfp: Gfp::KERNEL,
+            placement: Placement::Spread,
         }
     }
 
@@ -116,6 +167,7 @@ impl StreamParams {
             epoch_ms: 0.0,
             swap_share: 0.0,
             gfp: Gfp::KERNEL,
+            placement: Placement::Spread,
         }
     }
 }
@@ -176,9 +228,9 @@ pub struct Stream {
 
 impl Stream {
     /// The workload on `cpus` CPUs, `cpus_per_socket` to a socket. Pairs take distinct
-    /// CPUs in a seeded random order, the pairs spread evenly over the sockets, and both
-    /// CPUs of a pair on one socket: the two ends wake each other at every message, and
-    /// the scheduler's `wake_affine` pulls a wakee to its waker's LLC.
+    /// CPUs in a seeded random order, both CPUs of a pair on one socket (the two ends wake
+    /// each other at every message, and the scheduler's `wake_affine` pulls a wakee to its
+    /// waker's LLC), the pairs over the sockets as `params.placement` says.
     pub fn new(params: StreamParams, cpus: u32, cpus_per_socket: u32, seed: u64) -> Stream {
         let mut placement = Rng::new(seed, 0x7374_0000);
         let order = placement.permutation(cpus);
@@ -196,9 +248,14 @@ impl Stream {
             .collect();
         let mut placed = Vec::with_capacity(pairs_n as usize);
         for i in 0..pairs_n as usize {
-            // The pair's socket in turn; one with two CPUs left if that one has not.
+            // Spread: the pair's socket in turn; one-node: the first socket. Either way
+            // the next socket with two CPUs left if that one has not.
+            let first = match params.placement {
+                Placement::Spread => i,
+                Placement::OneNode => 0,
+            };
             let socket = (0..sockets)
-                .map(|k| (i + k) % sockets)
+                .map(|k| (first + k) % sockets)
                 .find(|&s| free[s].len() >= 2);
             let pair = match socket {
                 Some(s) => [free[s].pop(), free[s].pop()],
