@@ -389,3 +389,37 @@ fn ticks_after_the_first_idle_one_change_nothing_so_a_billion_end_as_a_hundred_d
     assert!(hundred[2]["zones"].is_array());
     assert_eq!(hundred[2]["zones"], billion[2]["zones"]);
 }
+
+/// The pageset of `cpu` in a step's first zone.
+fn pageset_of(step: &Value, cpu: u64) -> &Value {
+    step["zones"][0]["pagesets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["cpu"] == cpu)
+        .unwrap_or_else(|| panic!("cpu{cpu}'s pageset is not shown"))
+}
+
+#[test]
+fn a_free_clamps_high_to_high_min_above_high_max_as_v6_7_does() {
+    // The repro: the low watermark over 12 CPUs gives high_min 2604, above
+    // high_max 2000. v6.7's clamp(0, 2604, 2000) is 2604 (0 is below hi), not 2000; the
+    // next use clamps 2604 to 2000.
+    let script = "alloc 1 x 0 as L1\ncpu2: free 1 x L1\ncpu2: alloc 2 x 0\n";
+    let args = ["--min-free-kbytes", "100000"];
+    for policy in ["patch7", "v6.7", "linux-6.18"] {
+        let steps = steps_of_stdin(script, &[&args[..], &["--policy", policy]].concat());
+        let cpu2 = pageset_of(&steps[1], 2);
+        assert_eq!(
+            (&cpu2["high_min"], &cpu2["high_max"]),
+            (&2604.into(), &2000.into())
+        );
+        assert_eq!(cpu2["high"], 2604, "{policy}: the first free's clamp");
+        // The second allocation refills: its clamp takes 2604 to 2000, and growth stops
+        // at high_max.
+        assert_eq!(pageset_of(&steps[2], 2)["high"], 2000, "{policy}");
+    }
+    // Before patch 7 `high` is fixed at high_min and never clamped.
+    let steps = steps_of_stdin(script, &[&args[..], &["--policy", "base"]].concat());
+    assert_eq!(pageset_of(&steps[1], 2)["high"], 2604);
+}
