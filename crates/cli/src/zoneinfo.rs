@@ -24,7 +24,17 @@ pub struct ZoneinfoArgs {
 
     /// Compare with this machine's /proc/zoneinfo instead: zones, CPUs, sysctls and cache
     /// are read from /proc and /sys, and every computed value is checked.
-    #[arg(long, conflicts_with_all = ["zones", "min_free_kbytes", "no_thp", "zone_device"])]
+    #[arg(
+        long,
+        conflicts_with_all = [
+            "zones",
+            "min_free_kbytes",
+            "no_thp",
+            "zone_device",
+            "pcp_batch_scale_max",
+            "stat_interval",
+        ]
+    )]
     pub live: bool,
 
     /// With --live: read proc/ and sys/ under this directory instead of / (for recorded

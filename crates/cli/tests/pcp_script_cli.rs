@@ -522,3 +522,32 @@ fn later_without_the_workqueue_mode_is_a_usage_error() {
             "<stdin>:1: drain all later: `later` needs --drain workqueue",
         ));
 }
+
+#[test]
+fn pcp_batch_scale_max_caps_the_refill_scale_and_stat_interval_paces_timed_ticks() {
+    // Patch 5: each refill doubles batch << alloc_factor while alloc_factor < S.
+    let script = "alloc 64 x 0\nalloc 126 x 0\nalloc 2000 x 0 as a\nfree a\ntick 1s\n";
+    let refills = |args: &[&str]| {
+        let steps = steps_of_stdin(script, args);
+        let refill = |i: usize| steps[i]["zones"][0]["events"]["pcp_refill_pages"].clone();
+        (refill(0), refill(1), note(&steps[4]).to_owned())
+    };
+    let (first, second, ticks) = refills(&[]);
+    assert_eq!(
+        (first, second),
+        (189.into(), 252.into()),
+        "63 + 126, then 252"
+    );
+    assert_eq!(
+        ticks, "work done",
+        "one tick in a second at the default 1 s"
+    );
+    let (first, second, ticks) =
+        refills(&["--pcp-batch-scale-max", "0", "--stat-interval", "250ms"]);
+    assert_eq!(
+        (first, second),
+        (126.into(), 126.into()),
+        "S 0: every refill is one batch"
+    );
+    assert_eq!(ticks, "ticks with work: 4 of 4");
+}

@@ -232,3 +232,35 @@ fn this_machine_matches_when_it_runs_linux_6_7_or_later() {
         .success()
         .stdout(predicate::str::contains(" 0 differ"));
 }
+
+#[test]
+fn pcp_knobs_are_settings_and_out_of_range_values_are_refused() {
+    let output = mmkit()
+        .args(ISSUE_EXAMPLE)
+        .args([
+            "--json",
+            "--pcp-batch-scale-max",
+            "0",
+            "--stat-interval",
+            "2s",
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json["settings"]["pcp_batch_scale_max"], 0);
+    assert_eq!(json["settings"]["stat_interval_ms"], 2000);
+    mmkit()
+        .args(ISSUE_EXAMPLE)
+        .args(["--pcp-batch-scale-max", "6"])
+        .assert()
+        .success();
+    mmkit()
+        .args(ISSUE_EXAMPLE)
+        .args(["--pcp-batch-scale-max", "7"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "--pcp-batch-scale-max 7 is outside 0..=6",
+        ));
+}
