@@ -21,6 +21,8 @@
 
 use core::fmt;
 
+use crate::views::zoneinfo::ZoneinfoLayout;
+
 /// The PCP series, one switch per patch. Each preset turns on a prefix of them.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -118,6 +120,8 @@ pub struct Policy {
     pub irq_bypass: bool,
     /// Remote drain mechanism.
     pub drain: DrainMode,
+    /// The pageset lines the preset's kernel prints in `/proc/zoneinfo`.
+    pub zoneinfo: ZoneinfoLayout,
 }
 
 /// How `try_to_unmap` takes a large folio's pages out of the reverse map (Yin 2023:
@@ -223,6 +227,7 @@ impl Policy {
         policy.pcp.free_high_needs_high_min = true;
         policy.pcp.drain_zone_in_chunks = true;
         policy.pcp.clamp = ClampRule::HighFirst;
+        policy.zoneinfo = ZoneinfoLayout::WithHighMinMax;
         policy
     };
 
@@ -247,6 +252,8 @@ impl Policy {
             },
             irq_bypass: false,
             drain: DrainMode::Direct,
+            // v6.6 and v6.7 print count, high and batch only.
+            zoneinfo: ZoneinfoLayout::CountHighBatch,
         }
     }
 
@@ -333,6 +340,15 @@ mod tests {
                 "the rules agree when lo ≤ hi"
             );
         }
+    }
+
+    #[test]
+    fn zoneinfo_shows_high_min_and_high_max_only_for_kernels_that_print_them() {
+        for name in PRESETS {
+            let layout = Policy::preset(name).unwrap().zoneinfo;
+            assert_eq!(layout, ZoneinfoLayout::CountHighBatch, "{name}");
+        }
+        assert_eq!(Policy::LINUX_6_18.zoneinfo, ZoneinfoLayout::WithHighMinMax);
     }
 
     #[test]
