@@ -1,6 +1,7 @@
 //! The machine a subcommand builds an allocator for: zones, CPUs, sysctls and the
 //! last-level cache, as command-line flags shared by `mmkit zoneinfo` and
-//! `mmkit pcp-script`.
+//! `mmkit pcp-script`; the two PCP knobs (`CONFIG_PCP_BATCH_SCALE_MAX`,
+//! `vm.stat_interval`) are shared with `mmkit sim` too ([`PcpKnobArgs`]).
 //!
 //! The flags only describe the machine; [`Topology::x86_64`] lays the zones out and
 //! [`Settings::validate`] applies Linux's sysctl limits. The policy preset is parsed here
@@ -62,6 +63,72 @@ pub struct MachineArgs {
     /// Model CONFIG_ZONE_DEVICE: a fifth, empty zone per node, as distribution kernels have.
     #[arg(long)]
     pub zone_device: bool,
+
+    /// The PCP's build-time and sysctl knobs.
+    #[command(flatten)]
+    pub pcp: PcpKnobArgs,
+}
+
+/// `CONFIG_PCP_BATCH_SCALE_MAX` and `vm.stat_interval`, which the core keeps in
+/// [`Settings`] but no sysctl flag above sets.
+#[derive(Args, Clone, Debug)]
+pub struct PcpKnobArgs {
+    /// CONFIG_PCP_BATCH_SCALE_MAX (0..=6): caps the refill and free scale factors, so a
+    /// refill, a drain and a decay step move at most batch << S pages.
+    #[arg(
+        long,
+        value_name = "S",
+        default_value_t = 5,
+        allow_negative_numbers = true
+    )]
+    pub pcp_batch_scale_max: i64,
+
+    /// vm.stat_interval: the period of the vmstat tick that decays pcp->high. Seconds, as
+    /// the sysctl takes them, or with a unit (500ms, 2s).
+    #[arg(long, value_name = "TIME", default_value = "1")]
+    pub stat_interval: String,
+}
+
+impl PcpKnobArgs {
+    /// `CONFIG_PCP_BATCH_SCALE_MAX`, checked against its Kconfig range.
+    pub fn pcp_batch_scale_max(&self) -> Result<u8, CliError> {
+        match u8::try_from(self.pcp_batch_scale_max) {
+            Ok(scale_max) if scale_max <= 6 => Ok(scale_max),
+            _ => Err(CliError::usage(format!(
+                "--pcp-batch-scale-max {} is outside 0..=6 (CONFIG_PCP_BATCH_SCALE_MAX's range)",
+                self.pcp_batch_scale_max
+            ))),
+        }
+    }
+
+    /// `vm.stat_interval` in milliseconds: at least 1 ms, at most what a `u32` holds.
+    pub fn stat_interval_ms(&self) -> Result<u32, CliError> {
+        let text = self.stat_interval.trim();
+        let (number, ms_per_unit) = match text.strip_suffix("ms") {
+            Some(number) => (number, 1),
+            None => (text.strip_suffix('s').unwrap_or(text), 1000),
+        };
+        let ms = number
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(ms_per_unit))
+            .and_then(|ms| u32::try_from(ms).ok());
+        match ms {
+            Some(ms) if ms > 0 => Ok(ms),
+            _ => Err(CliError::usage(format!(
+                "--stat-interval {:?} is invalid: give whole seconds (1, as vm.stat_interval) \
+                 or a time of at least 1ms (500ms, 2s) up to 49 days",
+                self.stat_interval
+            ))),
+        }
+    }
+
+    /// These knobs written into `settings`.
+    pub fn apply(&self, settings: &mut Settings) -> Result<(), CliError> {
+        settings.pcp_batch_scale_max = self.pcp_batch_scale_max()?;
+        settings.stat_interval_ms = self.stat_interval_ms()?;
+        Ok(())
+    }
 }
 
 /// A machine to use when the user names no zone.
@@ -114,7 +181,7 @@ impl MachineArgs {
                     CliError::usage(format!("--min-free-kbytes {kbytes} is negative"))
                 })?),
             };
-        let settings = Settings {
+        let mut settings = Settings {
             min_free_kbytes,
             watermark_scale_factor: non_negative(
                 "--watermark-scale-factor",
@@ -131,6 +198,7 @@ impl MachineArgs {
             transparent_hugepage: !self.no_thp,
             ..Settings::default()
         };
+        self.pcp.apply(&mut settings)?;
         settings.validate().map_err(settings_error)?;
         Ok(settings)
     }
@@ -187,8 +255,8 @@ fn settings_error(error: SettingsError) -> CliError {
         SettingsError::WatermarkScaleFactor(_) => "--watermark-scale-factor",
         SettingsError::PercpuPagelistHighFraction(_) => "--percpu-pagelist-high-fraction",
         SettingsError::MinFreeKbytesAboveMemory { .. } => "--min-free-kbytes",
-        // Not flags: the defaults are valid.
-        _ => "settings",
+        SettingsError::PcpBatchScaleMax(_) => "--pcp-batch-scale-max",
+        SettingsError::StatInterval => "--stat-interval",
     };
     CliError::usage(format!("{flag}: {error}"))
 }

@@ -82,6 +82,9 @@ pub struct SimArgs {
     /// (managed / 8 / CPUs of the node) follows the memory.
     #[arg(long, value_name = "GIB")]
     pub node_gib: Option<u64>,
+    /// CONFIG_PCP_BATCH_SCALE_MAX and vm.stat_interval of the simulated kernel.
+    #[command(flatten)]
+    pub pcp: crate::machine::PcpKnobArgs,
     /// Run one shard of the sweep (`--shard I/N`, or a Slurm array's or a Kubernetes
     /// Indexed Job's index) and write a shard file for `mmkit sim merge`.
     #[command(flatten)]
@@ -332,6 +335,10 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
         cpus: args.cpus,
         seed: args.seed,
         scale: args.scale,
+        pcp_knobs: Some((
+            args.pcp.pcp_batch_scale_max()?,
+            args.pcp.stat_interval_ms()?,
+        )),
         ..RunSpec::new(workload)
     };
     spec.validate()

@@ -24,7 +24,17 @@ pub struct ZoneinfoArgs {
 
     /// Compare with this machine's /proc/zoneinfo instead: zones, CPUs, sysctls and cache
     /// are read from /proc and /sys, and every computed value is checked.
-    #[arg(long, conflicts_with_all = ["zones", "min_free_kbytes", "no_thp", "zone_device"])]
+    #[arg(
+        long,
+        conflicts_with_all = [
+            "zones",
+            "min_free_kbytes",
+            "no_thp",
+            "zone_device",
+            "pcp_batch_scale_max",
+            "stat_interval",
+        ]
+    )]
     pub live: bool,
 
     /// With --live: read proc/ and sys/ under this directory instead of / (for recorded
@@ -32,8 +42,10 @@ pub struct ZoneinfoArgs {
     #[arg(long, value_name = "DIR", requires = "live", default_value = "/")]
     pub root: PathBuf,
 
-    /// The policy preset (base, patch1 … patch9, v6.7). Before patch 7 a pageset's `high`
-    /// is fixed at `high_min`; from patch 7 it is tuned and shows 0 until first use.
+    /// The policy preset (base, patch1 … patch9, v6.7, linux-6.18). Before patch 7 a
+    /// pageset's `high` is fixed at `high_min`; from patch 7 it is tuned and shows 0 until
+    /// first use. The text is the preset's kernel's: `high_min` and `high_max` lines only
+    /// for linux-6.18 (they came with 6.13); JSON always has them.
     #[arg(long, default_value = "v6.7")]
     pub policy: String,
 
@@ -66,7 +78,7 @@ pub fn run(args: &ZoneinfoArgs) -> Result<(), CliError> {
         };
         print_json(&report)
     } else {
-        print!("{}", zoneinfo::render(&zones));
+        print!("{}", zoneinfo::render(&zones, policy.zoneinfo));
         Ok(())
     }
 }

@@ -137,6 +137,14 @@ fn zoneinfo_refuses_impossible_machines_naming_the_flag() {
     machine(&["--llc-size", "99999999999G"], "--llc-size");
     machine(&["--llc-shared-cpus", "0"], "--llc-shared-cpus");
     machine(&["--policy", "patch99"], "patch99");
+    machine(&["--pcp-batch-scale-max", "7"], "--pcp-batch-scale-max");
+    machine(&["--pcp-batch-scale-max", "-1"], "--pcp-batch-scale-max");
+    machine(&["--pcp-batch-scale-max", "many"], "--pcp-batch-scale-max");
+    machine(&["--stat-interval", "0"], "--stat-interval");
+    machine(&["--stat-interval", "0ms"], "--stat-interval");
+    machine(&["--stat-interval", "-1"], "--stat-interval");
+    machine(&["--stat-interval", "99999999999"], "--stat-interval");
+    machine(&["--stat-interval", "soon"], "--stat-interval");
 }
 
 #[test]
@@ -204,6 +212,8 @@ fn pcp_script_refuses_impossible_machines_naming_the_flag() {
     with(&["--cpus", "100000000"], "--cpus");
     with(&["--min-free-kbytes", "99999999999"], "--min-free-kbytes");
     with(&["--drain", "sideways"], "--drain");
+    with(&["--pcp-batch-scale-max", "7"], "--pcp-batch-scale-max");
+    with(&["--stat-interval", "0s"], "--stat-interval");
 }
 
 #[test]

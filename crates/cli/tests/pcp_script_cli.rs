@@ -389,3 +389,165 @@ fn ticks_after_the_first_idle_one_change_nothing_so_a_billion_end_as_a_hundred_d
     assert!(hundred[2]["zones"].is_array());
     assert_eq!(hundred[2]["zones"], billion[2]["zones"]);
 }
+
+/// The pageset of `cpu` in a step's first zone.
+fn pageset_of(step: &Value, cpu: u64) -> &Value {
+    step["zones"][0]["pagesets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["cpu"] == cpu)
+        .unwrap_or_else(|| panic!("cpu{cpu}'s pageset is not shown"))
+}
+
+#[test]
+fn a_free_clamps_high_to_high_min_above_high_max_as_v6_7_does() {
+    // The issue's repro: the low watermark over 12 CPUs gives high_min 2604, above
+    // high_max 2000. v6.7's clamp(0, 2604, 2000) is 2604 (0 is below hi), not 2000; the
+    // next use clamps 2604 to 2000.
+    let script = "alloc 1 x 0 as L1\ncpu2: free 1 x L1\ncpu2: alloc 2 x 0\n";
+    let args = ["--min-free-kbytes", "100000"];
+    for policy in ["patch7", "v6.7", "linux-6.18"] {
+        let steps = steps_of_stdin(script, &[&args[..], &["--policy", policy]].concat());
+        let cpu2 = pageset_of(&steps[1], 2);
+        assert_eq!(
+            (&cpu2["high_min"], &cpu2["high_max"]),
+            (&2604.into(), &2000.into())
+        );
+        assert_eq!(cpu2["high"], 2604, "{policy}: the first free's clamp");
+        // The second allocation refills: its clamp takes 2604 to 2000, and growth stops
+        // at high_max.
+        assert_eq!(pageset_of(&steps[2], 2)["high"], 2000, "{policy}");
+    }
+    // Before patch 7 `high` is fixed at high_min and never clamped.
+    let steps = steps_of_stdin(script, &[&args[..], &["--policy", "base"]].concat());
+    assert_eq!(pageset_of(&steps[1], 2)["high"], 2604);
+}
+
+/// Run a script on stdin with `args`, expecting success; the steps and the summary.
+fn steps_and_summary(script: &str, args: &[&str]) -> (Vec<Value>, String) {
+    let output = mmkit()
+        .args(["pcp-script", "--json", "-"])
+        .args(args)
+        .write_stdin(script)
+        .output()
+        .unwrap();
+    let summary = String::from_utf8_lossy(&output.stderr).into_owned();
+    (steps_of(output), summary)
+}
+
+fn note(step: &Value) -> &str {
+    step["note"].as_str().unwrap_or_default()
+}
+
+#[test]
+fn queued_drain_work_runs_later_and_the_requester_waits_for_the_last_cpu() {
+    let script = "\
+cpu1: alloc 10 x 0 as a
+cpu2: alloc 10 x 0 as b
+cpu0: drain all later
+cpu3: drain all
+cpu3: drain zone Normal
+cpu2: offline
+cpu2: run-work
+cpu1: run-work
+cpu1: run-work
+";
+    let (steps, summary) = steps_and_summary(script, &["--drain", "workqueue"]);
+    assert!(
+        note(&steps[2]).starts_with("workqueue: work queued on cpus 1,2; cpu0 waits"),
+        "{}",
+        note(&steps[2])
+    );
+    assert_eq!(pageset_of(&steps[2], 0)["count"], 0);
+    assert_eq!(
+        note(&steps[3]),
+        "skipped: the drain mutex is held by cpu0's drain all of step 3 (waiting for cpus 1,2)"
+    );
+    let refused = steps[4]["error"].as_str().unwrap();
+    assert!(
+        refused.contains("would wait for the drain mutex"),
+        "{refused}"
+    );
+    let offline = steps[5]["error"].as_str().unwrap();
+    assert!(offline.contains("cpu2 has drain work queued"), "{offline}");
+    assert_eq!(
+        note(&steps[6]),
+        "ran its drain work: 53p; cpu0's drain all of step 3 still waits for cpus 1"
+    );
+    assert_eq!(
+        note(&steps[7]),
+        "ran its drain work: 53p; cpu0's drain all of step 3 returns, having waited steps \
+         3–8 for cpu2 at step 7, cpu1 at step 8"
+    );
+    assert_eq!(note(&steps[8]), "no drain work queued on cpu1");
+    assert!(!summary.contains("still waiting"), "{summary}");
+}
+
+#[test]
+fn drain_work_left_queued_at_the_end_is_named_in_the_summary() {
+    let script = "cpu1: alloc 10 x 0\ncpu2: alloc 10 x 0\ndrain all later\ncpu1: run-work\n";
+    let (_, summary) = steps_and_summary(script, &["--drain", "workqueue"]);
+    assert!(
+        summary.contains("still waiting: cpu0's drain all of step 3 (waiting for cpus 2)"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_workqueue_worker_drain_all_returns_at_once_in_workqueue_mode_only() {
+    let script = "cpu1: alloc 10 x 0\ncpu2 worker: drain all\n";
+    let steps = steps_of_stdin(script, &["--drain", "workqueue"]);
+    assert!(
+        note(&steps[1]).contains("PF_WQ_WORKER"),
+        "{}",
+        note(&steps[1])
+    );
+    assert_eq!(
+        steps[1]["zones"][0]["events"]["pcp_drain_events"]["explicit"],
+        0
+    );
+    let direct = steps_of_stdin(script, &[]);
+    assert_eq!(note(&direct[1]), "drained 53p from cpus 1");
+}
+
+#[test]
+fn later_without_the_workqueue_mode_is_a_usage_error() {
+    mmkit()
+        .args(["pcp-script", "-"])
+        .write_stdin("drain all later\n")
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "<stdin>:1: drain all later: `later` needs --drain workqueue",
+        ));
+}
+
+#[test]
+fn pcp_batch_scale_max_caps_the_refill_scale_and_stat_interval_paces_timed_ticks() {
+    // Patch 5: each refill doubles batch << alloc_factor while alloc_factor < S.
+    let script = "alloc 64 x 0\nalloc 126 x 0\nalloc 2000 x 0 as a\nfree a\ntick 1s\n";
+    let refills = |args: &[&str]| {
+        let steps = steps_of_stdin(script, args);
+        let refill = |i: usize| steps[i]["zones"][0]["events"]["pcp_refill_pages"].clone();
+        (refill(0), refill(1), note(&steps[4]).to_owned())
+    };
+    let (first, second, ticks) = refills(&[]);
+    assert_eq!(
+        (first, second),
+        (189.into(), 252.into()),
+        "63 + 126, then 252"
+    );
+    assert_eq!(
+        ticks, "work done",
+        "one tick in a second at the default 1 s"
+    );
+    let (first, second, ticks) =
+        refills(&["--pcp-batch-scale-max", "0", "--stat-interval", "250ms"]);
+    assert_eq!(
+        (first, second),
+        (126.into(), 126.into()),
+        "S 0: every refill is one batch"
+    );
+    assert_eq!(ticks, "ticks with work: 4 of 4");
+}

@@ -151,3 +151,45 @@ fn sim_refuses_impossible_machines_and_thread_counts() {
         "scale 0 is invalid",
     );
 }
+
+#[test]
+fn pcp_knobs_reach_the_simulated_kernel_and_bad_values_are_refused() {
+    let out = sim(&[
+        "--workload",
+        "unix",
+        "--policies",
+        "v6.7",
+        "--node-gib",
+        "4",
+        "--pcp-batch-scale-max",
+        "3",
+        "--stat-interval",
+        "250ms",
+        "--json",
+    ])
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let machine = &json["runs"][0]["machine"];
+    assert_eq!(machine["pcp_batch_scale_max"], 3);
+    assert_eq!(machine["stat_interval_ms"], 250);
+    let name = machine["name"].as_str().unwrap();
+    assert!(name.ends_with("-S3-stat250ms"), "{name}");
+    for (flag, bad) in [
+        ("--pcp-batch-scale-max", "7"),
+        ("--pcp-batch-scale-max", "-1"),
+        ("--stat-interval", "0"),
+        ("--stat-interval", "0ms"),
+        ("--stat-interval", "soon"),
+    ] {
+        sim(&["--workload", "unix", flag, bad])
+            .assert()
+            .code(2)
+            .stderr(contains(flag));
+    }
+}

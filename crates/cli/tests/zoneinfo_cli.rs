@@ -6,8 +6,11 @@ use mmkit_core::views::zoneinfo::{self, ZoneInfo};
 use mmkit_core::ZoneType;
 use predicates::prelude::*;
 
-const ISSUE_EXAMPLE: [&str; 10] = [
+/// The machine of the issue, under the preset of the kernel it was compared with.
+const ISSUE_EXAMPLE: [&str; 12] = [
     "zoneinfo",
+    "--policy",
+    "linux-6.18",
     "--zone",
     "DMA=3840",
     "--zone",
@@ -138,8 +141,11 @@ fn default_min_free_kbytes_follows_the_thp_rule() {
 
 #[test]
 fn fraction_fixes_high_per_cpu() {
+    // linux-6.18: the text has the high_min and high_max lines.
     let zones = zones_of(&[
         "zoneinfo",
+        "--policy",
+        "linux-6.18",
         "--zone",
         "Normal=196608",
         "--cpus",
@@ -231,4 +237,58 @@ fn this_machine_matches_when_it_runs_linux_6_7_or_later() {
         .assert()
         .success()
         .stdout(predicate::str::contains(" 0 differ"));
+}
+
+#[test]
+fn pcp_knobs_are_settings_and_out_of_range_values_are_refused() {
+    let output = mmkit()
+        .args(ISSUE_EXAMPLE)
+        .args([
+            "--json",
+            "--pcp-batch-scale-max",
+            "0",
+            "--stat-interval",
+            "2s",
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json["settings"]["pcp_batch_scale_max"], 0);
+    assert_eq!(json["settings"]["stat_interval_ms"], 2000);
+    mmkit()
+        .args(ISSUE_EXAMPLE)
+        .args(["--pcp-batch-scale-max", "6"])
+        .assert()
+        .success();
+    mmkit()
+        .args(ISSUE_EXAMPLE)
+        .args(["--pcp-batch-scale-max", "7"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "--pcp-batch-scale-max 7 is outside 0..=6",
+        ));
+}
+
+#[test]
+fn each_preset_prints_its_kernels_pageset_lines() {
+    let text = |policy: &str| {
+        let mut args = ISSUE_EXAMPLE;
+        args[2] = policy;
+        let output = mmkit().args(args).output().unwrap();
+        assert!(output.status.success());
+        String::from_utf8(output.stdout).unwrap()
+    };
+    // v6.6 (and v6.7: the lines came with 6.13) printed count, high and batch only.
+    let v6_6_cpu0 = "    cpu: 0\n              count: 0\n              high:  41\n              \
+                     batch: 1\n  vm stats threshold: 4\n";
+    for policy in ["base", "patch6", "v6.7"] {
+        let text = text(policy);
+        assert!(!text.contains("high_min"), "{policy}: {text}");
+        assert!(!text.contains("high_max"), "{policy}: {text}");
+    }
+    assert!(text("base").contains(v6_6_cpu0), "{}", text("base"));
+    let later = text("linux-6.18");
+    assert!(later.contains("              high_min: 41\n              high_max: 240\n"));
 }

@@ -42,7 +42,7 @@ pub use page_alloc::{
 };
 pub use percpu::{PercpuAllocator, PercpuPolicy};
 pub use policy::{
-    CongestionBits, DrainMode, LruSizePolicy, MmPolicy, PageoutSplit, PcpPolicy, Policy,
+    ClampRule, CongestionBits, DrainMode, LruSizePolicy, MmPolicy, PageoutSplit, PcpPolicy, Policy,
     RmapRemoval,
 };
 pub use settings::{Settings, SettingsError};

@@ -21,6 +21,8 @@
 
 use core::fmt;
 
+use crate::views::zoneinfo::ZoneinfoLayout;
+
 /// The PCP series, one switch per patch. Each preset turns on a prefix of them.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -56,6 +58,41 @@ pub struct PcpPolicy {
     /// lock hold and loops until the pageset is empty, so one explicit drain is several
     /// `free_pcppages_bulk` calls.
     pub drain_zone_in_chunks: bool,
+    /// How the kernel's `clamp()` resolves `lo > hi`, which the PCP rules reach when
+    /// `high_min > high_max` (a low watermark above `managed / 8`) or `high < 2 × batch`.
+    pub clamp: ClampRule,
+}
+
+/// `clamp(val, lo, hi)` of `include/linux/minmax.h`, as the PCP rules call it. The two
+/// definitions agree whenever `lo ≤ hi`; they differ only when `lo > hi`, which neither
+/// checks at run time (only constant arguments are checked, at build time).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum ClampRule {
+    /// Linux ≥ 6.1 (2122e2a4efc2, "minmax: clamp more efficiently by avoiding extra
+    /// comparison"): `val >= hi ? hi : (val <= lo ? lo : val)`. With `lo > hi`, a value
+    /// below `hi` gives `lo`, any other gives `hi`; so clamping twice is not clamping once
+    /// (`lo` clamps to `hi`). v6.6 and v6.7 have it; David Laight's 2024–2025 rework of the
+    /// macros around it kept the expression (the 2025 stable backport that aligns
+    /// minmax.h with v6.17-rc6 still has it), and we found no later change, so
+    /// `linux-6.18` uses it too.
+    #[default]
+    HighFirst,
+    /// Linux ≤ 6.0: `min(max(val, lo), hi)`; with `lo > hi` always `hi`. No preset uses
+    /// it: every kernel the presets model has [`ClampRule::HighFirst`].
+    MinOfMax,
+}
+
+impl ClampRule {
+    /// `clamp(value, lo, hi)` under this rule.
+    #[inline(always)]
+    pub fn clamp(self, value: u64, lo: u64, hi: u64) -> u64 {
+        match self {
+            ClampRule::HighFirst if value >= hi => hi,
+            ClampRule::HighFirst => value.max(lo),
+            ClampRule::MinOfMax => value.max(lo).min(hi),
+        }
+    }
 }
 
 /// How `drain_all_pages` reaches other CPUs' pagesets.
@@ -83,6 +120,8 @@ pub struct Policy {
     pub irq_bypass: bool,
     /// Remote drain mechanism.
     pub drain: DrainMode,
+    /// The pageset lines the preset's kernel prints in `/proc/zoneinfo`.
+    pub zoneinfo: ZoneinfoLayout,
 }
 
 /// How `try_to_unmap` takes a large folio's pages out of the reverse map (Yin 2023:
@@ -182,10 +221,13 @@ impl Policy {
 
     /// Linux 6.18 as far as PCP counts go: v6.7 plus the raised `free_high` threshold and
     /// chunked `drain_pages_zone` (the module documentation lists what is not modelled).
+    /// Its `clamp()` is v6.7's expression ([`ClampRule::HighFirst`]).
     pub const LINUX_6_18: Policy = {
         let mut policy = Policy::patches("linux-6.18", 9);
         policy.pcp.free_high_needs_high_min = true;
         policy.pcp.drain_zone_in_chunks = true;
+        policy.pcp.clamp = ClampRule::HighFirst;
+        policy.zoneinfo = ZoneinfoLayout::WithHighMinMax;
         policy
     };
 
@@ -205,9 +247,13 @@ impl Policy {
                 free_count: n >= 9,
                 free_high_needs_high_min: false,
                 drain_zone_in_chunks: false,
+                // v6.6 and v6.7 both have 6.1's definition.
+                clamp: ClampRule::HighFirst,
             },
             irq_bypass: false,
             drain: DrainMode::Direct,
+            // v6.6 and v6.7 print count, high and batch only.
+            zoneinfo: ZoneinfoLayout::CountHighBatch,
         }
     }
 
@@ -274,6 +320,35 @@ mod tests {
             Policy::preset("patch9").unwrap().pcp
         );
         assert!(Policy::preset("patch10").is_none());
+    }
+
+    #[test]
+    fn every_preset_clamps_as_its_kernel_when_lo_exceeds_hi() {
+        // v6.7's `__clamp(0, 2604, 2000)`: 0 < hi, so lo. A value at or above hi gives hi.
+        for name in PRESETS.iter().chain(&LATER_PRESETS) {
+            let rule = Policy::preset(name).unwrap().pcp.clamp;
+            assert_eq!(rule, ClampRule::HighFirst, "{name}");
+            assert_eq!(rule.clamp(0, 2604, 2000), 2604, "{name}");
+            assert_eq!(rule.clamp(2604, 2604, 2000), 2000, "{name}: clamping twice");
+            assert_eq!(rule.clamp(2100, 2604, 2000), 2000, "{name}");
+        }
+        assert_eq!(ClampRule::MinOfMax.clamp(0, 2604, 2000), 2000);
+        for (value, lo, hi) in [(0, 367, 2000), (500, 367, 2000), (2500, 367, 2000)] {
+            assert_eq!(
+                ClampRule::HighFirst.clamp(value, lo, hi),
+                ClampRule::MinOfMax.clamp(value, lo, hi),
+                "the rules agree when lo ≤ hi"
+            );
+        }
+    }
+
+    #[test]
+    fn zoneinfo_shows_high_min_and_high_max_only_for_kernels_that_print_them() {
+        for name in PRESETS {
+            let layout = Policy::preset(name).unwrap().zoneinfo;
+            assert_eq!(layout, ZoneinfoLayout::CountHighBatch, "{name}");
+        }
+        assert_eq!(Policy::LINUX_6_18.zoneinfo, ZoneinfoLayout::WithHighMinMax);
     }
 
     #[test]

@@ -17,7 +17,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use mmkit_core::page_alloc::pcp::PerCpuPages;
-use mmkit_core::page_alloc::{Caller, DrainAll, DrainReason, WatermarkKind, Zone, ZoneId};
+use mmkit_core::page_alloc::{
+    Caller, DrainAll, DrainCaller, DrainReason, WatermarkKind, Zone, ZoneId,
+};
 use mmkit_core::settings::MinFreeKbytes;
 use mmkit_core::topology::{CacheInfo, ZoneSize};
 use mmkit_core::{
@@ -379,26 +381,74 @@ fn workqueue_drain_waits_for_every_target_cpu() {
 }
 
 #[test]
-fn workqueue_drain_of_one_zone_drains_only_that_zone() {
-    let allocator = machine(workqueue(), 2);
+fn workqueue_drain_of_one_zone_picks_cpus_by_that_zone_and_drains_all_their_zones() {
+    // Seed 001: the zone decides which CPUs get work (`cpus_with_pcps`), but the work
+    // (`drain_local_pages_wq`) calls `drain_local_pages(NULL)`: every zone of the CPU.
+    let allocator = machine(workqueue(), 3);
     warm(&allocator, 0);
     warm(&allocator, 1);
+    alloc_many(&allocator, Caller::task(2), MOVABLE_DMA32, Order::ZERO, 1);
+    assert_eq!(
+        (count(&allocator, NORMAL, 2), count(&allocator, DMA32, 2)),
+        (0, 62)
+    );
     let DrainAll::Queued(work) = allocator.drain_all_pages(Some(NORMAL)) else {
         panic!("workqueue mode queues work");
     };
+    assert_eq!(work.cpus, [0, 1], "cpu2 has no Normal pages: no work");
+    assert!(allocator.drain_work_pending(0) && !allocator.drain_work_pending(2));
     assert_eq!(
         allocator.run_drain_work(0) + allocator.run_drain_work(1),
-        124
+        4 * 62,
+        "Normal and DMA32 of both CPUs"
     );
     assert!(allocator.drain_work_finished(&work));
+    for cpu in [0, 1] {
+        assert_eq!(
+            (
+                count(&allocator, NORMAL, cpu),
+                count(&allocator, DMA32, cpu)
+            ),
+            (0, 0)
+        );
+    }
+    assert_eq!(count(&allocator, DMA32, 2), 62);
+}
+
+#[test]
+fn workqueue_drain_from_a_workqueue_worker_returns_at_once() {
+    // Seed 001: "Workqueues cannot recurse": a worker would wait for its own pool.
+    let allocator = machine(workqueue(), 2);
+    warm(&allocator, 0);
+    let worker = DrainCaller::WorkqueueWorker;
     assert_eq!(
-        (count(&allocator, NORMAL, 0), count(&allocator, NORMAL, 1)),
-        (0, 0)
+        allocator.drain_all_pages_from_report(worker, None, &mut ()),
+        DrainAll::FromWorker
     );
-    assert_eq!(
-        (count(&allocator, DMA32, 0), count(&allocator, DMA32, 1)),
-        (62, 62)
+    assert_eq!(count(&allocator, NORMAL, 0), 62, "nothing drained");
+    assert!(!allocator.drain_work_pending(0), "no work queued");
+    assert!(
+        allocator.hold_drain_mutex().is_some(),
+        "the mutex was not taken"
     );
+    // A task's request from the same state queues work as usual.
+    let task = DrainCaller::Task;
+    assert!(matches!(
+        allocator.drain_all_pages_from_report(task, None, &mut ()),
+        DrainAll::Queued(_)
+    ));
+}
+
+#[test]
+fn direct_drain_from_a_workqueue_worker_drains_as_from_a_task() {
+    // Linux ≥ 6.0 drains remote pagesets itself; it has no PF_WQ_WORKER check.
+    let allocator = machine(Policy::V6_7, 2);
+    warm(&allocator, 1);
+    let worker = DrainCaller::WorkqueueWorker;
+    assert!(matches!(
+        allocator.drain_all_pages_from_report(worker, None, &mut ()),
+        DrainAll::Done { pages: 124, .. }
+    ));
 }
 
 #[test]

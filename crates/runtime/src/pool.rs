@@ -844,7 +844,8 @@ impl PagePool {
     /// # Ok::<(), mmkit_runtime::PoolError>(())
     /// ```
     pub fn zoneinfo(&self) -> String {
-        zoneinfo::render(&zoneinfo::collect(&self.inner.allocator))
+        let allocator = &self.inner.allocator;
+        zoneinfo::render(&zoneinfo::collect(allocator), allocator.policy().zoneinfo)
     }
 
     /// `/proc/buddyinfo` of the live pool.

@@ -33,10 +33,24 @@ pub struct MachineSpec {
     /// Low watermark per node the published machine had, in pages; `None`: Linux's default
     /// formula on the simulated memory.
     pub low_wmark_pages: Option<u64>,
+    /// `CONFIG_PCP_BATCH_SCALE_MAX` (Linux's default 5).
+    #[serde(default = "default_pcp_batch_scale_max")]
+    pub pcp_batch_scale_max: u8,
+    /// `vm.stat_interval` in milliseconds: the vmstat tick's period (Linux's default 1 s).
+    #[serde(default = "default_stat_interval_ms")]
+    pub stat_interval_ms: u32,
 }
 
 /// Pages in a GiB.
 const GIB_PAGES: u64 = (1 << 30) >> 12;
+
+fn default_pcp_batch_scale_max() -> u8 {
+    Settings::default().pcp_batch_scale_max
+}
+
+fn default_stat_interval_ms() -> u32 {
+    Settings::default().stat_interval_ms
+}
 
 impl MachineSpec {
     /// The kbuild machine: 2-socket Sapphire Rapids, 224 CPUs, 105 MiB LLC and 2 MiB L2
@@ -52,6 +66,8 @@ impl MachineSpec {
             llc_bytes: 105 << 20,
             l2_bytes: 2 << 20,
             low_wmark_pages: Some(367 * 112 + 56),
+            pcp_batch_scale_max: default_pcp_batch_scale_max(),
+            stat_interval_ms: default_stat_interval_ms(),
         }
     }
 
@@ -67,6 +83,8 @@ impl MachineSpec {
             llc_bytes: 48 << 20,
             l2_bytes: 1280 << 10,
             low_wmark_pages: Some(linux_low_wmark_pages(128 * GIB_PAGES, 2)),
+            pcp_batch_scale_max: default_pcp_batch_scale_max(),
+            stat_interval_ms: default_stat_interval_ms(),
         }
     }
 
@@ -92,6 +110,21 @@ impl MachineSpec {
         {
             self.low_wmark_pages = None;
         }
+        self
+    }
+
+    /// This machine built with `CONFIG_PCP_BATCH_SCALE_MAX` = `scale_max` and running with
+    /// `vm.stat_interval` = `stat_interval_ms`; the name says so when they are not Linux's
+    /// defaults (`-S3`, `-stat250ms`).
+    pub fn with_pcp_knobs(mut self, scale_max: u8, stat_interval_ms: u32) -> MachineSpec {
+        if scale_max != self.pcp_batch_scale_max {
+            self.name = format!("{}-S{scale_max}", self.name);
+        }
+        if stat_interval_ms != self.stat_interval_ms {
+            self.name = format!("{}-stat{stat_interval_ms}ms", self.name);
+        }
+        self.pcp_batch_scale_max = scale_max;
+        self.stat_interval_ms = stat_interval_ms;
         self
     }
 
@@ -124,9 +157,13 @@ impl MachineSpec {
     }
 
     /// The sysctls: Linux's defaults, with `min_free_kbytes` chosen so that each node's
-    /// low watermark is [`MachineSpec::low_wmark_pages`].
+    /// low watermark is [`MachineSpec::low_wmark_pages`], and this machine's PCP knobs.
     pub fn settings(&self) -> Settings {
-        let mut settings = Settings::default();
+        let mut settings = Settings {
+            pcp_batch_scale_max: self.pcp_batch_scale_max,
+            stat_interval_ms: self.stat_interval_ms,
+            ..Settings::default()
+        };
         if let Some(low) = self.low_wmark_pages {
             settings.min_free_kbytes = MinFreeKbytes::Explicit(self.min_free_kbytes_for(low));
         }

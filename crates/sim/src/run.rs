@@ -29,6 +29,9 @@ pub struct RunSpec {
     pub scale: f64,
     /// Memory per node in bytes; `None`: the machine's (the published machines' 128 GiB).
     pub node_bytes: Option<u64>,
+    /// `CONFIG_PCP_BATCH_SCALE_MAX` and `vm.stat_interval` in ms; `None`: Linux's defaults
+    /// (5, 1000 ms).
+    pub pcp_knobs: Option<(u8, u32)>,
     /// Walk the allocator and check page conservation every this many steps.
     pub verify_every: Option<u64>,
     /// The cost model: [`CostModel::calibrated()`] unless a sensitivity run changes a parameter.
@@ -50,6 +53,7 @@ impl RunSpec {
             seed: 1,
             scale: 1.0,
             node_bytes: None,
+            pcp_knobs: None,
             verify_every: None,
             cost: CostModel::calibrated(),
             kbuild_faults_per_s: crate::cost::calibrated_fit().kbuild_faults_per_s,
@@ -80,7 +84,10 @@ impl RunSpec {
                 self.scale
             )));
         }
-        Ok(())
+        self.machine()
+            .settings()
+            .validate()
+            .map_err(|e| SimError::Invalid(e.to_string()))
     }
 
     /// The machine this run simulates.
@@ -93,6 +100,9 @@ impl RunSpec {
         }
         if let Some(bytes) = self.node_bytes {
             machine = machine.with_node_bytes(bytes);
+        }
+        if let Some((scale_max, stat_interval_ms)) = self.pcp_knobs {
+            machine = machine.with_pcp_knobs(scale_max, stat_interval_ms);
         }
         machine
     }

@@ -6,11 +6,12 @@
 //! [`PageAllocator`] for the machine and policy given, calls one `mmkit-core` entry point
 //! per operation (`alloc_pages`, `free_pages`, `free_pages_batch`,
 //! `alloc_pages_bulk_list`, `vmstat_tick`, `drain_local_pages`, `drain_all_pages`,
-//! `cpu_offline`, `zone_pcp_disable`, each in its `_report` form, which also says what the
-//! call did under the zone lock; `cpu_online_event`, `zone_pcp_enable`, `set_settings`,
-//! `Zone::set_flag`/`clear_flag`) and prints what changed ([`report`]). The only state kept
-//! here is which blocks the script holds, under which labels. `docs/PCP-SCRIPT.md`
-//! describes the format, with worked examples in `examples/pcp/`.
+//! `run_drain_work`, `cpu_offline`, `zone_pcp_disable`, each in its `_report` form, which
+//! also says what the call did under the zone lock; `cpu_online_event`, `zone_pcp_enable`,
+//! `set_settings`, `Zone::set_flag`/`clear_flag`) and prints what changed ([`report`]). The
+//! only state kept here is which blocks the script holds, under which labels, and which
+//! `drain all … later` still waits for queued work. `docs/PCP-SCRIPT.md` describes the
+//! format, with worked examples in `examples/pcp/`.
 //!
 //! Linux has no counterpart: on a kernel one would trace `mm_page_alloc`,
 //! `mm_page_pcpu_drain` and `/proc/zoneinfo` around a workload. Here the sequence is exact
@@ -25,14 +26,15 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use mmkit_core::page_alloc::{
-    Caller, Context, DrainAll, WatermarkKind, ZoneFlags, ZoneId, ZoneLockHold,
+    Caller, Context, CpuId, DrainAll, DrainCaller, DrainWork, WatermarkKind, ZoneFlags, ZoneId,
+    ZoneLockHold,
 };
 use mmkit_core::{DrainMode, Gfp, MigrateType, Order, PageAllocator, Pfn, Policy, Settings};
 
 use crate::machine::{policy_preset, DefaultMachine, MachineArgs};
 use crate::zoneinfo::print_json;
 use crate::CliError;
-use parse::{Line, Op, Script, Setting, Target};
+use parse::{Line, Op, Repeat, Script, Setting, Target};
 use report::{Outcome, Shown, Snapshot, StepReport, Summary};
 
 /// The machine used when no `--zone` is given: batch 63, high_min 367, high_max 2000, the
@@ -51,7 +53,8 @@ const DEFAULT_MACHINE: DefaultMachine = DefaultMachine {
 pub enum DrainArg {
     /// Lock each remote pageset and drain it from the calling CPU (Linux ≥ 6.0).
     Direct,
-    /// Queue work on each CPU with pages; each drains itself (Linux 4.11 – 5.19).
+    /// Queue work on each CPU with pages; each drains all its zones itself (Linux 4.11,
+    /// seed 001); `drain all … later` leaves the work for `run-work` lines.
     Workqueue,
 }
 
@@ -123,6 +126,7 @@ pub fn run(args: &PcpScriptArgs) -> Result<(), CliError> {
         ));
     }
     check_machine(&script, &allocator).map_err(|errors| script_errors(&source, &errors))?;
+    check_drain_mode(&script, policy.drain).map_err(|errors| script_errors(&source, &errors))?;
     let header = report::render_header(&allocator);
     let (steps, summary) = execute(&script, &allocator, args.all_cpus);
     if args.json {
@@ -230,10 +234,32 @@ fn line_problem(line: &Line, allocator: &PageAllocator) -> Option<String> {
     ))
 }
 
+/// `drain … later` leaves work queued, which only the workqueue mode has.
+fn check_drain_mode(script: &Script, mode: DrainMode) -> Result<(), Vec<parse::ParseError>> {
+    let errors: Vec<parse::ParseError> = script
+        .lines
+        .iter()
+        .filter(|line| matches!(line.op, Op::DrainAll { later: true, .. }))
+        .filter(|_| mode != DrainMode::Workqueue)
+        .map(|line| parse::ParseError {
+            line: line.number,
+            message: format!(
+                "{}: `later` needs --drain workqueue (a direct drain queues no work)",
+                line.text
+            ),
+        })
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
 /// The zone an operation names, if any.
 fn named_zone(op: &Op) -> Option<ZoneId> {
     match op {
-        Op::DrainLocal(zone) | Op::DrainAll(zone) => *zone,
+        Op::DrainLocal(zone) | Op::DrainAll { zone, .. } => *zone,
         Op::PcpDisable(zone) | Op::PcpEnable(zone) | Op::Flag { zone, .. } => Some(*zone),
         _ => None,
     }
@@ -254,6 +280,7 @@ fn execute(
     let mut holds: Vec<ZoneLockHold> = Vec::new();
     for (index, line) in script.lines.iter().enumerate() {
         let first = holds.len();
+        runner.step = index + 1;
         let outcome = runner.run(line, &mut holds);
         let after = Snapshot::take(allocator);
         let shown = Shown {
@@ -271,6 +298,7 @@ fn execute(
         failed: steps.iter().filter(|s| s.error.is_some()).count(),
         events: before.events_since(&start, &holds),
         held: (runner.held().count(), runner.held_pages()),
+        waiting: runner.in_flight.as_ref().map(InFlight::describe),
         verify,
     };
     (steps, summary)
@@ -319,6 +347,44 @@ struct Runner<'a> {
     blocks: Vec<Block>,
     /// Label → indices into `blocks`, in allocation order.
     names: HashMap<String, Vec<usize>>,
+    /// The step being run, from 1.
+    step: usize,
+    /// A `drain all … later` whose work has not run on every target CPU yet.
+    in_flight: Option<InFlight>,
+}
+
+/// A workqueue-mode `drain_all_pages` that queued work and waits for it: it holds the
+/// drain mutex until every target CPU has run its work (`flush_work` on each).
+struct InFlight {
+    /// The step that asked, and the CPU its task runs on.
+    step: usize,
+    cpu: CpuId,
+    /// The target CPUs.
+    work: DrainWork,
+    /// Each target CPU that ran its work so far, with the step that ran it.
+    ran: Vec<(CpuId, usize)>,
+}
+
+impl InFlight {
+    /// The CPUs still to run their work.
+    fn waiting_for(&self) -> Vec<CpuId> {
+        let ran = |cpu: &CpuId| self.ran.iter().any(|(done, _)| done == cpu);
+        self.work.cpus.iter().copied().filter(|c| !ran(c)).collect()
+    }
+
+    /// `cpu0's drain all of step 3`.
+    fn requester(&self) -> String {
+        format!("cpu{}'s drain all of step {}", self.cpu, self.step)
+    }
+
+    /// `cpu0's drain all of step 3 (waiting for cpus 1,2)`.
+    fn describe(&self) -> String {
+        format!(
+            "{} (waiting for cpus {})",
+            self.requester(),
+            cpu_list(&self.waiting_for())
+        )
+    }
 }
 
 impl<'a> Runner<'a> {
@@ -327,6 +393,8 @@ impl<'a> Runner<'a> {
             allocator,
             blocks: Vec::new(),
             names: HashMap::new(),
+            step: 0,
+            in_flight: None,
         }
     }
 
@@ -363,10 +431,10 @@ impl<'a> Runner<'a> {
             } => self.bulk(caller, (*count, *migratetype), name.as_deref(), holds),
             Op::Free(target) => self.free(caller, target, holds),
             Op::FreeBatch(target) => self.free_batch(caller, target, holds),
-            Op::Tick(times) => tick("ticks", *times, || {
+            Op::Tick(repeat) => tick("ticks", self.ticks(*repeat), || {
                 allocator.vmstat_tick_report(line.cpu, holds)
             }),
-            Op::TickAll(times) => tick("rounds", *times, || {
+            Op::TickAll(repeat) => tick("rounds", self.ticks(*repeat), || {
                 let cpus = 0..allocator.topology().nr_cpus();
                 cpus.filter(|&cpu| allocator.vmstat_tick_report(cpu, holds))
                     .count()
@@ -379,17 +447,164 @@ impl<'a> Runner<'a> {
                 )),
                 ..Outcome::default()
             },
-            Op::DrainAll(zone) => drain_all(allocator, *zone, holds),
-            Op::Offline => hotplug(
-                allocator.cpu_offline_report(line.cpu, holds),
-                "not online, or the last online CPU",
-            ),
+            Op::DrainAll { zone, later } => self.drain_all(line, *zone, *later, holds),
+            Op::RunWork => self.run_work(line.cpu, holds),
+            Op::Offline => self.offline(line.cpu, holds),
             Op::Online => hotplug(allocator.cpu_online_event(line.cpu), "already online"),
-            Op::PcpDisable(zone) => pcp_disable(allocator, *zone, holds),
+            Op::PcpDisable(zone) => match self.waits_for_drain_mutex("zone_pcp_disable") {
+                Some(refused) => refused,
+                None => pcp_disable(allocator, *zone, holds),
+            },
             Op::PcpEnable(zone) => pcp_enable(allocator, *zone),
             Op::Set(setting) => set(allocator, *setting),
             Op::Flag { zone, changes } => flag(allocator, *zone, changes),
         }
+    }
+
+    /// The ticks a `tick` line runs: a count, or one per whole `vm.stat_interval` of a
+    /// time.
+    fn ticks(&self, repeat: Repeat) -> u64 {
+        match repeat {
+            Repeat::Times(times) => times,
+            Repeat::For { ms } => ms / u64::from(self.allocator.settings().stat_interval_ms),
+        }
+    }
+
+    /// A refusal if the operation would wait for the drain mutex that a `drain all … later`
+    /// holds: the script runs one line at a time, so that wait would never end.
+    fn waits_for_drain_mutex(&self, what: &str) -> Option<Outcome> {
+        let waiting = self.in_flight.as_ref()?;
+        Some(Outcome {
+            error: Some(format!(
+                "refused: {what} would wait for the drain mutex, held by {}; run that work \
+                 first (cpuN: run-work)",
+                waiting.describe()
+            )),
+            ..Outcome::default()
+        })
+    }
+
+    /// `drain_all_pages` from `line`'s CPU (as a workqueue worker with `worker:`). In
+    /// workqueue mode the queued work runs at once, in CPU order, unless `later` leaves it
+    /// for `run-work` lines.
+    fn drain_all(
+        &mut self,
+        line: &Line,
+        zone: Option<ZoneId>,
+        later: bool,
+        holds: &mut Vec<ZoneLockHold>,
+    ) -> Outcome {
+        let zones: Vec<ZoneId> = zone.into_iter().collect();
+        // A request for one zone waits for a running drain (`mutex_lock`).
+        if zone.is_some() {
+            if let Some(refused) = self.waits_for_drain_mutex("a drain of one zone") {
+                return Outcome { zones, ..refused };
+            }
+        }
+        let allocator = self.allocator;
+        let caller = match line.worker {
+            true => DrainCaller::WorkqueueWorker,
+            false => DrainCaller::Task,
+        };
+        let note = match allocator.drain_all_pages_from_report(caller, zone, holds) {
+            DrainAll::Done { cpus, pages } => {
+                format!("drained {pages}p from cpus {}", cpu_list(&cpus))
+            }
+            DrainAll::Skipped => match &self.in_flight {
+                Some(waiting) => {
+                    format!("skipped: the drain mutex is held by {}", waiting.describe())
+                }
+                None => "skipped: another drain is running".to_owned(),
+            },
+            DrainAll::FromWorker => "returned at once: a workqueue worker does not wait for \
+                                     workqueue work (PF_WQ_WORKER); nothing drained"
+                .to_owned(),
+            DrainAll::Queued(work) if later => {
+                let note = format!(
+                    "workqueue: work queued on cpus {}; cpu{} waits until each has run it",
+                    cpu_list(&work.cpus),
+                    line.cpu
+                );
+                self.in_flight = Some(InFlight {
+                    step: self.step,
+                    cpu: line.cpu,
+                    work,
+                    ran: Vec::new(),
+                });
+                note
+            }
+            DrainAll::Queued(work) => run_queued_work_now(allocator, &work, holds),
+        };
+        Outcome {
+            note: Some(note),
+            zones,
+            ..Outcome::default()
+        }
+    }
+
+    /// `cpu`'s workqueue worker runs its queued drain work; the requester's wait ends
+    /// when it was the last.
+    fn run_work(&mut self, cpu: CpuId, holds: &mut Vec<ZoneLockHold>) -> Outcome {
+        let allocator = self.allocator;
+        if !allocator.drain_work_pending(cpu) {
+            return Outcome {
+                note: Some(format!("no drain work queued on cpu{cpu}")),
+                ..Outcome::default()
+            };
+        }
+        let pages = allocator.run_drain_work_report(cpu, holds);
+        let mut note = format!("ran its drain work: {pages}p");
+        if let Some(waiting) = &mut self.in_flight {
+            waiting.ran.push((cpu, self.step));
+            if allocator.drain_work_finished(&waiting.work) {
+                let ran: Vec<String> = waiting
+                    .ran
+                    .iter()
+                    .map(|(cpu, step)| format!("cpu{cpu} at step {step}"))
+                    .collect();
+                note.push_str(&format!(
+                    "; {} returns, having waited steps {}–{} for {}",
+                    waiting.requester(),
+                    waiting.step,
+                    self.step,
+                    ran.join(", ")
+                ));
+                self.in_flight = None;
+            } else {
+                note.push_str(&format!(
+                    "; {} still waits for cpus {}",
+                    waiting.requester(),
+                    cpu_list(&waiting.waiting_for())
+                ));
+            }
+        }
+        Outcome {
+            note: Some(note),
+            ..Outcome::default()
+        }
+    }
+
+    /// `cpu_offline`, unless the CPU still has queued drain work: the script would lose
+    /// it (Linux's workqueue hands a dying CPU's work to an unbound worker, which mmkit
+    /// does not model).
+    fn offline(&mut self, cpu: CpuId, holds: &mut Vec<ZoneLockHold>) -> Outcome {
+        if self.allocator.drain_work_pending(cpu) {
+            let waiting = self
+                .in_flight
+                .as_ref()
+                .map_or_else(String::new, |w| format!(" from {}", w.describe()));
+            return Outcome {
+                error: Some(format!(
+                    "refused: cpu{cpu} has drain work queued{waiting}; run it first \
+                     (cpu{cpu}: run-work)"
+                )),
+                ..Outcome::default()
+            };
+        }
+        hotplug(
+            self.allocator.cpu_offline_report(cpu, holds),
+            "not online, or the last online CPU",
+        )
     }
 
     fn remember(&mut self, name: Option<&str>, pfn: Pfn, order: Order) {
@@ -641,6 +856,7 @@ fn tick(what: &str, times: u64, mut once: impl FnMut() -> bool) -> Outcome {
     let busy = (0..times).take_while(|_| once()).count();
     Outcome {
         note: Some(match times {
+            0 => "no tick: the time is shorter than vm.stat_interval".to_owned(),
             1 if busy == 1 => "work done".to_owned(),
             1 => "idle".to_owned(),
             n => format!("{what} with work: {busy} of {n}"),
@@ -649,35 +865,24 @@ fn tick(what: &str, times: u64, mut once: impl FnMut() -> bool) -> Outcome {
     }
 }
 
-/// `drain_all_pages`. In workqueue mode the script runs each target CPU's queued work at
-/// once, in CPU order (a script has no concurrency to delay it).
-fn drain_all(
+/// Workqueue mode without `later`: each target CPU runs its queued work at once, in CPU
+/// order, and the requester's wait ends with the last.
+fn run_queued_work_now(
     allocator: &PageAllocator,
-    zone: Option<ZoneId>,
+    work: &DrainWork,
     holds: &mut Vec<ZoneLockHold>,
-) -> Outcome {
-    let note = match allocator.drain_all_pages_report(zone, holds) {
-        DrainAll::Done { cpus, pages } => format!("drained {pages}p from cpus {}", cpu_list(&cpus)),
-        DrainAll::Skipped => "skipped: another drain is running".to_owned(),
-        DrainAll::Queued(work) => {
-            let pages: u64 = work
-                .cpus
-                .iter()
-                .map(|&cpu| allocator.run_drain_work_report(cpu, holds))
-                .sum();
-            let finished = allocator.drain_work_finished(&work);
-            debug_assert!(finished, "every queued CPU ran its work");
-            format!(
-                "workqueue: cpus {} drained themselves, {pages}p",
-                cpu_list(&work.cpus)
-            )
-        }
-    };
-    Outcome {
-        note: Some(note),
-        zones: zone.into_iter().collect(),
-        ..Outcome::default()
-    }
+) -> String {
+    let pages: u64 = work
+        .cpus
+        .iter()
+        .map(|&cpu| allocator.run_drain_work_report(cpu, holds))
+        .sum();
+    let finished = allocator.drain_work_finished(work);
+    debug_assert!(finished, "every queued CPU ran its work");
+    format!(
+        "workqueue: cpus {} drained themselves, {pages}p",
+        cpu_list(&work.cpus)
+    )
 }
 
 fn cpu_list(cpus: &[u32]) -> String {

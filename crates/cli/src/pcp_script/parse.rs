@@ -5,6 +5,7 @@
 //! alloc 400 x 0 movable as pages   # 400 order-0 blocks, labelled "pages"
 //! cpu1: free pages                 # cpu1 frees them: the remote-free case
 //! cpu2 softirq: alloc 0            # a request from softirq context on cpu2
+//! cpu1 worker: drain all           # drain_all_pages from a workqueue worker on cpu1
 //! ```
 //!
 //! `docs/PCP-SCRIPT.md` documents every operation. Parsing checks everything that does not
@@ -38,6 +39,9 @@ pub struct Line {
     pub cpu: CpuId,
     /// Task or interrupt context (`softirq:`, `hardirq:`, default task).
     pub context: Context,
+    /// The task is a workqueue worker (`worker:`, Linux's `PF_WQ_WORKER`); only
+    /// `drain all` reads it.
+    pub worker: bool,
     /// What to do.
     pub op: Op,
 }
@@ -69,14 +73,24 @@ pub enum Op {
         /// The label for later frees.
         name: Option<String>,
     },
-    /// `tick [N]`: `vmstat_tick` on this CPU, `N` times.
-    Tick(u64),
-    /// `tick-all [N]`: `vmstat_tick` on every online CPU, `N` rounds.
-    TickAll(u64),
+    /// `tick [N|TIME]`: `vmstat_tick` on this CPU, `N` times or once per `stat_interval`
+    /// of `TIME`.
+    Tick(Repeat),
+    /// `tick-all [N|TIME]`: `vmstat_tick` on every online CPU, in rounds.
+    TickAll(Repeat),
     /// `drain local [ZONE]`: `drain_local_pages` on this CPU.
     DrainLocal(Option<ZoneId>),
-    /// `drain all [ZONE]`, `drain zone ZONE`: `drain_all_pages`.
-    DrainAll(Option<ZoneId>),
+    /// `drain all [ZONE] [later]`, `drain zone ZONE [later]`: `drain_all_pages`.
+    DrainAll {
+        /// The zone asked for, or every zone.
+        zone: Option<ZoneId>,
+        /// Workqueue mode: leave the queued work for `run-work` lines instead of running
+        /// it at once; the caller waits until the last target CPU has run it.
+        later: bool,
+    },
+    /// `run-work`: this CPU's workqueue worker runs its queued drain work
+    /// (`drain_local_pages_wq`).
+    RunWork,
     /// `offline`: `cpu_offline` of this CPU.
     Offline,
     /// `online`: `cpu_online_event` of this CPU.
@@ -93,6 +107,18 @@ pub enum Op {
         zone: ZoneId,
         /// Each flag with true to set it, false to clear it.
         changes: Vec<(ZoneFlags, bool)>,
+    },
+}
+
+/// How many vmstat ticks a `tick` line runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Repeat {
+    /// This many.
+    Times(u64),
+    /// One per whole `vm.stat_interval` in this many milliseconds.
+    For {
+        /// The span of time, in ms.
+        ms: u64,
     },
 }
 
@@ -135,8 +161,9 @@ pub struct ParseError {
 }
 
 /// The operation names, for "unknown operation" messages.
-const OPERATIONS: &str = "alloc, free, free-batch, bulk, tick, tick-all, drain, offline, online, \
-                          pcp-disable, pcp-enable, set, flag";
+const OPERATIONS: &str =
+    "alloc, free, free-batch, bulk, tick, tick-all, drain, run-work, offline, \
+                          online, pcp-disable, pcp-enable, set, flag";
 
 /// Parse a whole script. Every bad line is reported, in order.
 pub fn parse(text: &str) -> Result<Script, Vec<ParseError>> {
@@ -146,11 +173,12 @@ pub fn parse(text: &str) -> Result<Script, Vec<ParseError>> {
     for (index, raw) in text.lines().enumerate() {
         let number = index + 1;
         match parse_line(raw, &mut names) {
-            Ok(Some((cpu, context, text, op))) => lines.push(Line {
+            Ok(Some((prefix, text, op))) => lines.push(Line {
                 number,
                 text,
-                cpu,
-                context,
+                cpu: prefix.cpu,
+                context: prefix.context,
+                worker: prefix.worker,
                 op,
             }),
             Ok(None) => {}
@@ -167,7 +195,23 @@ pub fn parse(text: &str) -> Result<Script, Vec<ParseError>> {
     }
 }
 
-type Parsed = (CpuId, Context, String, Op);
+type Parsed = (Prefix, String, Op);
+
+/// What a line's prefix says about who runs it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Prefix {
+    cpu: CpuId,
+    context: Context,
+    worker: bool,
+}
+
+impl Prefix {
+    const DEFAULT: Prefix = Prefix {
+        cpu: 0,
+        context: Context::Task,
+        worker: false,
+    };
+}
 
 /// One line: `None` for blanks and comments. `names` holds the labels defined so far.
 fn parse_line(raw: &str, names: &mut HashSet<String>) -> Result<Option<Parsed>, String> {
@@ -175,29 +219,30 @@ fn parse_line(raw: &str, names: &mut HashSet<String>) -> Result<Option<Parsed>, 
     if code.is_empty() {
         return Ok(None);
     }
-    let (cpu, context, body) = split_prefix(code)?;
+    let (prefix, body) = split_prefix(code)?;
     let words: Vec<&str> = body.split_whitespace().collect();
     let Some((&name, args)) = words.split_first() else {
         return Err("a CPU prefix needs an operation after it".into());
     };
     let op = parse_op(name, args)?;
     check_names(&op, names)?;
-    Ok(Some((cpu, context, words.join(" "), op)))
+    Ok(Some((prefix, words.join(" "), op)))
 }
 
-/// `cpuN:`, `softirq:`, `cpuN hardirq:` and so on: the words before the first colon, if
-/// they are all CPU or context words.
-fn split_prefix(code: &str) -> Result<(CpuId, Context, &str), String> {
+/// `cpuN:`, `softirq:`, `cpuN hardirq:`, `cpuN worker:` and so on: the words before the
+/// first colon, if they are all CPU or context words. `worker` is task context.
+fn split_prefix(code: &str) -> Result<(Prefix, &str), String> {
     let bad_prefix = |word: &str| {
         format!(
-            "bad prefix {word:?}: write cpuN, optionally with task, softirq or hardirq, then ':'"
+            "bad prefix {word:?}: write cpuN, optionally with task, worker, softirq or \
+             hardirq, then ':'"
         )
     };
     let Some((head, body)) = code.split_once(':') else {
         if code.starts_with("cpu") {
             return Err(bad_prefix(code.split_whitespace().next().unwrap_or(code)));
         }
-        return Ok((0, Context::Task, code));
+        return Ok((Prefix::DEFAULT, code));
     };
     let words: Vec<&str> = head.split_whitespace().collect();
     let is_prefix = !words.is_empty()
@@ -205,7 +250,7 @@ fn split_prefix(code: &str) -> Result<(CpuId, Context, &str), String> {
             .iter()
             .all(|w| w.starts_with("cpu") || context(w).is_some());
     if !is_prefix {
-        return Ok((0, Context::Task, code));
+        return Ok((Prefix::DEFAULT, code));
     }
     let (mut cpu, mut ctx) = (None, None);
     for word in words {
@@ -220,14 +265,22 @@ fn split_prefix(code: &str) -> Result<(CpuId, Context, &str), String> {
             }
         }
     }
-    Ok((cpu.unwrap_or(0), ctx.unwrap_or(Context::Task), body.trim()))
+    let (context, worker) = ctx.unwrap_or((Context::Task, false));
+    let prefix = Prefix {
+        cpu: cpu.unwrap_or(0),
+        context,
+        worker,
+    };
+    Ok((prefix, body.trim()))
 }
 
-fn context(word: &str) -> Option<Context> {
+/// A context word: the context, and whether the task is a workqueue worker.
+fn context(word: &str) -> Option<(Context, bool)> {
     match word {
-        "task" => Some(Context::Task),
-        "softirq" => Some(Context::SoftIrq),
-        "hardirq" => Some(Context::HardIrq),
+        "task" => Some((Context::Task, false)),
+        "worker" => Some((Context::Task, true)),
+        "softirq" => Some((Context::SoftIrq, false)),
+        "hardirq" => Some((Context::HardIrq, false)),
         _ => None,
     }
 }
@@ -238,9 +291,10 @@ fn parse_op(name: &str, args: &[&str]) -> Result<Op, String> {
         "free" => parse_target(args).map(Op::Free),
         "free-batch" => parse_target(args).map(Op::FreeBatch),
         "bulk" => parse_bulk(args),
-        "tick" => optional_times(args).map(Op::Tick),
-        "tick-all" => optional_times(args).map(Op::TickAll),
+        "tick" => optional_repeat(args).map(Op::Tick),
+        "tick-all" => optional_repeat(args).map(Op::TickAll),
         "drain" => parse_drain(args),
+        "run-work" => no_args(args, Op::RunWork),
         "offline" => no_args(args, Op::Offline),
         "online" => no_args(args, Op::Online),
         "pcp-disable" => one_zone(args).map(Op::PcpDisable),
@@ -337,22 +391,53 @@ fn parse_target(args: &[&str]) -> Result<Target, String> {
     }
 }
 
-fn optional_times(args: &[&str]) -> Result<u64, String> {
+/// Nothing (once), a count, or a time (`3s`, `2500ms`).
+fn optional_repeat(args: &[&str]) -> Result<Repeat, String> {
     match args {
-        [] => Ok(1),
-        [n] => count(n),
-        [_, extra, ..] => Err(format!("unexpected {extra:?}: expected at most a count")),
+        [] => Ok(Repeat::Times(1)),
+        [word] => match time_ms(word) {
+            Some(ms) => ms.map(|ms| Repeat::For { ms }),
+            None => count(word).map(Repeat::Times),
+        },
+        [_, extra, ..] => Err(format!(
+            "unexpected {extra:?}: expected at most a count or a time (3s, 2500ms)"
+        )),
     }
 }
 
-/// `local [ZONE]`, `all [ZONE]`, `zone ZONE`.
+/// `Ns` or `Nms` in milliseconds; `None` if the word has neither unit.
+fn time_ms(word: &str) -> Option<Result<u64, String>> {
+    let (number, ms_per_unit) = match word.strip_suffix("ms") {
+        Some(number) => (number, 1),
+        None => (word.strip_suffix('s')?, 1000),
+    };
+    let ms = number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(ms_per_unit));
+    Some(match ms {
+        Some(0) => Err(format!("{word:?}: a time must be at least 1ms")),
+        Some(ms) => Ok(ms),
+        None => Err(format!("bad time {word:?}: write e.g. 3s or 2500ms")),
+    })
+}
+
+/// `local [ZONE]`, `all [ZONE] [later]`, `zone ZONE [later]`.
 fn parse_drain(args: &[&str]) -> Result<Op, String> {
+    let (args, later) = match args.split_last() {
+        Some((&"later", rest)) => (rest, true),
+        _ => (args, false),
+    };
+    let drain_all = |zone| Ok(Op::DrainAll { zone, later });
     match args {
-        ["local"] => Ok(Op::DrainLocal(None)),
-        ["local", zone] => Ok(Op::DrainLocal(Some(zone_id(zone)?))),
-        ["all"] => Ok(Op::DrainAll(None)),
-        ["all", zone] | ["zone", zone] => Ok(Op::DrainAll(Some(zone_id(zone)?))),
-        _ => Err("drain takes local [ZONE], all [ZONE] or zone ZONE".into()),
+        ["local"] if !later => Ok(Op::DrainLocal(None)),
+        ["local", zone] if !later => Ok(Op::DrainLocal(Some(zone_id(zone)?))),
+        ["local", ..] => {
+            Err("`later` is for drain all and drain zone: a local drain queues no work".into())
+        }
+        ["all"] => drain_all(None),
+        ["all", zone] | ["zone", zone] => drain_all(Some(zone_id(zone)?)),
+        _ => Err("drain takes local [ZONE], all [ZONE] [later] or zone ZONE [later]".into()),
     }
 }
 
@@ -564,6 +649,13 @@ mod tests {
         assert_eq!((line.cpu, line.context), (2, Context::SoftIrq));
         let irq = one("hardirq: tick");
         assert_eq!((irq.cpu, irq.context), (0, Context::HardIrq));
+        let worker = one("cpu1 worker: drain all");
+        assert_eq!(
+            (worker.cpu, worker.context, worker.worker),
+            (1, Context::Task, true)
+        );
+        assert!(!one("cpu1 task: drain all").worker);
+        assert!(error("worker softirq: tick").message.contains("bad prefix"));
         assert!(error("cpuX: tick").message.contains("bad prefix"));
         assert!(error("cpu1 tick").message.contains("bad prefix"));
     }
@@ -622,7 +714,31 @@ mod tests {
             node: 1,
             zone_type: ZoneType::Dma32,
         };
-        assert_eq!(one("drain zone 1:DMA32").op, Op::DrainAll(Some(dma32)));
+        assert_eq!(
+            one("drain zone 1:DMA32").op,
+            Op::DrainAll {
+                zone: Some(dma32),
+                later: false
+            }
+        );
+        assert_eq!(
+            one("drain all later").op,
+            Op::DrainAll {
+                zone: None,
+                later: true
+            }
+        );
+        assert_eq!(
+            one("drain all 1:DMA32 later").op,
+            Op::DrainAll {
+                zone: Some(dma32),
+                later: true
+            }
+        );
+        assert!(error("drain local later")
+            .message
+            .contains("queues no work"));
+        assert_eq!(one("cpu1: run-work").op, Op::RunWork);
         assert_eq!(
             one("set percpu_pagelist_high_fraction = 8").op,
             Op::Set(Setting::PercpuPagelistHighFraction(8))
@@ -645,7 +761,11 @@ mod tests {
                 ]
             }
         );
-        assert_eq!(one("tick-all 3").op, Op::TickAll(3));
+        assert_eq!(one("tick-all 3").op, Op::TickAll(Repeat::Times(3)));
+        assert_eq!(one("tick 3s").op, Op::Tick(Repeat::For { ms: 3000 }));
+        assert_eq!(one("tick 250ms").op, Op::Tick(Repeat::For { ms: 250 }));
+        assert!(error("tick 0ms").message.contains("at least 1ms"));
+        assert!(error("tick 1.5s").message.contains("bad time"));
         assert_eq!(one("pcp-disable normal").op, Op::PcpDisable(normal));
     }
 }

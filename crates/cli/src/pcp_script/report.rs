@@ -698,6 +698,8 @@ pub struct Summary {
     pub events: Events,
     /// Blocks the script still holds, and their pages.
     pub held: (usize, u64),
+    /// A `drain all … later` still waiting for queued work at the end, described.
+    pub waiting: Option<String>,
     /// The walker's verdict on the allocator's structures at the end.
     pub verify: Result<(), String>,
 }
@@ -706,8 +708,12 @@ impl Summary {
     /// `summary: 12 steps, 1 failed; pgalloc 400, ...; held 0 blocks (0 pages); verify ok`.
     pub fn render(&self) -> String {
         let events = self.events.describe();
+        let waiting = match &self.waiting {
+            Some(waiting) => format!("; still waiting: {waiting}"),
+            None => String::new(),
+        };
         format!(
-            "summary: {} steps, {} failed; {}; held {} blocks ({} pages); verify {}",
+            "summary: {} steps, {} failed; {}; held {} blocks ({} pages){waiting}; verify {}",
             self.steps,
             self.failed,
             if events.is_empty() {

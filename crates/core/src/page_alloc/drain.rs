@@ -11,9 +11,16 @@
 //! caller waits). The core has no threads, so the workqueue wait is split into
 //! [`DrainAll::Queued`] and [`PageAllocator::drain_work_finished`]; each target CPU runs
 //! [`PageAllocator::run_drain_work`] at its next safe point (the runtime's worker, the
-//! simulator's scheduler).
+//! simulator's scheduler, `mmkit pcp-script`'s `run-work` line).
+//!
+//! The workqueue mode is seed 001's (Gorman 2017, 4.11): the work function
+//! `drain_local_pages_wq` calls `drain_local_pages(NULL)`, so a target CPU drains **every**
+//! zone, even when the request named one (the zone only chooses which CPUs get work; a
+//! later kernel passed the zone to the work through `struct pcpu_drain`). A caller that
+//! is itself a workqueue worker (`PF_WQ_WORKER`) returns at once, draining nothing:
+//! "workqueues cannot recurse" (it would wait for workers of its own pool).
 
-use crate::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
+use crate::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use alloc::vec::Vec;
 
 use super::allocator::PageAllocator;
@@ -23,22 +30,19 @@ use super::types::CpuId;
 use super::zone::{DrainReason, Zone, ZoneId};
 use crate::policy::DrainMode;
 
-/// Drain work pending per CPU: no work, all zones, or one zone (index + 2).
-const NO_WORK: u8 = 0;
-const ALL_ZONES: u8 = 1;
-
-/// `pcpu_drain_mutex` and the per-CPU drain work items.
+/// `pcpu_drain_mutex` and the per-CPU drain work items (`pcpu_drain`): whether each CPU's
+/// work is queued. The work drains every zone, so it carries no zone.
 #[derive(Debug)]
 pub(crate) struct DrainWorkState {
     mutex: AtomicBool,
-    pending: Vec<AtomicU8>,
+    pending: Vec<AtomicBool>,
 }
 
 impl DrainWorkState {
     pub(crate) fn new(nr_cpus: u32) -> DrainWorkState {
         DrainWorkState {
             mutex: AtomicBool::new(false),
-            pending: (0..nr_cpus).map(|_| AtomicU8::new(NO_WORK)).collect(),
+            pending: (0..nr_cpus).map(|_| AtomicBool::new(false)).collect(),
         }
     }
 
@@ -70,6 +74,19 @@ pub enum DrainAll {
     /// Workqueue mode: work queued on these CPUs; the drain mutex stays held until
     /// [`PageAllocator::drain_work_finished`] reports them all done.
     Queued(DrainWork),
+    /// Workqueue mode, and the caller is a workqueue worker: nothing done, not even the
+    /// drain mutex taken (seed 001: "Workqueues cannot recurse").
+    FromWorker,
+}
+
+/// Who calls `drain_all_pages`: Linux reads it from `current->flags`, the core is told.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum DrainCaller {
+    /// A task (direct reclaim, memory hotplug, CMA) or the allocator's own slow path.
+    #[default]
+    Task,
+    /// A workqueue worker (`PF_WQ_WORKER`): a work item that allocates and reclaims.
+    WorkqueueWorker,
 }
 
 /// Drain work queued by a workqueue-mode `drain_all_pages`.
@@ -92,11 +109,6 @@ impl Drop for DrainMutexGuard<'_> {
 }
 
 impl PageAllocator {
-    fn zone_index(&self, id: ZoneId) -> Option<usize> {
-        let zone = self.zone(id.node, id.zone_type)?;
-        self.zones.iter().position(|z| core::ptr::eq(z, zone))
-    }
-
     /// `drain_pages_zone`: return all of `cpu`'s pages of `zone` to the buddy lists.
     pub fn drain_pages_zone(&self, cpu: CpuId, zone: &Zone) -> u64 {
         self.drain_pages_zone_in(cpu, zone, &mut ())
@@ -188,6 +200,21 @@ impl PageAllocator {
         self.drain_all(zone, false, &mut ())
     }
 
+    /// [`PageAllocator::drain_all_pages_report`] called by `caller`: in workqueue mode a
+    /// workqueue worker gets [`DrainAll::FromWorker`] and nothing is drained; in direct
+    /// mode (Linux ≥ 6.0 has no such check) a worker drains like a task.
+    pub fn drain_all_pages_from_report(
+        &self,
+        caller: DrainCaller,
+        zone: Option<ZoneId>,
+        events: &mut impl LockEvents,
+    ) -> DrainAll {
+        if caller == DrainCaller::WorkqueueWorker && self.policy.drain == DrainMode::Workqueue {
+            return DrainAll::FromWorker;
+        }
+        self.drain_all(zone, false, events)
+    }
+
     /// [`PageAllocator::drain_all_pages`], telling `events` of each drain, each naming the
     /// CPU whose pageset it emptied. In workqueue mode the drains happen in
     /// [`PageAllocator::run_drain_work_report`].
@@ -229,12 +256,9 @@ impl PageAllocator {
             })
             .collect();
         if self.policy.drain == DrainMode::Workqueue && !force_all_cpus {
-            let work = match zone.and_then(|id| self.zone_index(id)) {
-                Some(index) => index as u8 + 2,
-                None => ALL_ZONES,
-            };
+            // The zone chose the CPUs; their work drains every zone (`drain_local_pages_wq`).
             for &cpu in &cpus {
-                state.pending[cpu as usize].store(work, Relaxed);
+                state.pending[cpu as usize].store(true, Relaxed);
             }
             if cpus.is_empty() {
                 state.unlock();
@@ -256,30 +280,30 @@ impl PageAllocator {
     }
 
     /// Workqueue mode: `cpu` runs its queued drain work, if any, draining its own
-    /// pagesets. Returns the pages drained.
+    /// pagesets of every zone (`drain_local_pages_wq` → `drain_local_pages(NULL)`).
+    /// Returns the pages drained.
     pub fn run_drain_work(&self, cpu: CpuId) -> u64 {
         self.run_drain_work_report(cpu, &mut ())
     }
 
     /// [`PageAllocator::run_drain_work`], telling `events` of each drain.
     pub fn run_drain_work_report(&self, cpu: CpuId, events: &mut impl LockEvents) -> u64 {
-        let Some(slot) = self.drain_work.pending.get(cpu as usize) else {
-            return 0;
-        };
-        match slot.load(Relaxed) {
-            NO_WORK => 0,
-            work => {
-                let pages = match work {
-                    ALL_ZONES => self.drain_pages_in(cpu, events),
-                    index => {
-                        let zone = &self.zones[(index - 2) as usize];
-                        self.drain_pages_zone_in(cpu, zone, events)
-                    }
-                };
-                slot.store(NO_WORK, Relaxed);
+        match self.drain_work.pending.get(cpu as usize) {
+            Some(slot) if slot.load(Relaxed) => {
+                let pages = self.drain_pages_in(cpu, events);
+                slot.store(false, Relaxed);
                 pages
             }
+            _ => 0,
         }
+    }
+
+    /// Workqueue mode: whether `cpu` has drain work queued that it has not run yet.
+    pub fn drain_work_pending(&self, cpu: CpuId) -> bool {
+        self.drain_work
+            .pending
+            .get(cpu as usize)
+            .is_some_and(|slot| slot.load(Relaxed))
     }
 
     /// Workqueue mode: whether every CPU of `work` ran its drain (`flush_work` on each).
@@ -289,7 +313,7 @@ impl PageAllocator {
         let done = work
             .cpus
             .iter()
-            .all(|&cpu| state.pending[cpu as usize].load(Relaxed) == NO_WORK);
+            .all(|&cpu| !state.pending[cpu as usize].load(Relaxed));
         if done {
             state.unlock();
         }
@@ -379,7 +403,7 @@ impl PageAllocator {
         );
         Some(match self.drain_all(Some(id), true, events) {
             DrainAll::Done { pages, .. } => pages,
-            DrainAll::Skipped | DrainAll::Queued(_) => 0,
+            DrainAll::Skipped | DrainAll::Queued(_) | DrainAll::FromWorker => 0,
         })
     }
 

@@ -93,11 +93,6 @@ pub struct PerCpuPages {
     pub(crate) lists: [PfnList; NR_PCP_LISTS],
 }
 
-/// `clamp` as Linux's macro evaluates it: `min(max(v, lo), hi)`; `hi` wins if `lo > hi`.
-fn clamp(v: u64, lo: u64, hi: u64) -> u64 {
-    v.max(lo).min(hi)
-}
-
 impl PerCpuPages {
     /// Blocks on list `pindex`.
     pub fn list_len(&self, pindex: usize) -> u64 {
@@ -122,9 +117,11 @@ impl PerCpuPages {
         }
     }
 
-    /// The lazy clamp of patch 7: `high` into `[high_min, high_max]`.
-    fn clamp_high(&mut self) -> u64 {
-        self.high = clamp(self.high, self.high_min, self.high_max);
+    /// The lazy clamp of patch 7: `high` into `[high_min, high_max]`, by the preset's
+    /// kernel's `clamp()`. With `high_min > high_max` that is not a fixed point: a `high`
+    /// below `high_max` becomes `high_min`, which the next use clamps to `high_max`.
+    fn clamp_high(&mut self, policy: &PcpPolicy) -> u64 {
+        self.high = policy.clamp.clamp(self.high, self.high_min, self.high_max);
         self.high
     }
 
@@ -155,7 +152,7 @@ impl PerCpuPages {
             };
         }
         let mut high = if policy.auto_tune {
-            self.clamp_high()
+            self.clamp_high(policy)
         } else {
             self.high_min
         };
@@ -253,7 +250,7 @@ impl PerCpuPages {
                 _ => high,
             };
         }
-        let high = self.clamp_high();
+        let high = self.clamp_high(policy);
         if high == 0 {
             return 0;
         }
@@ -290,7 +287,7 @@ impl PerCpuPages {
                 (batch << self.free_factor) + batch
             };
             if self.high < need {
-                self.high = clamp(need, self.high_min, self.high_max);
+                self.high = policy.clamp.clamp(need, self.high_min, self.high_max);
             }
         }
         high
@@ -303,7 +300,9 @@ impl PerCpuPages {
     /// result, which stays put while nothing but `count` moves; the j-th free drains
     /// when `count + j ≥ high`, so `high − count − 1` frees are quiet. Zero under the
     /// pressure rules that retune `high` on every free (`RECLAIM_ACTIVE` from patch 7,
-    /// `BELOW_HIGH` from patch 8 with `high_min ≠ high_max`): those take the full commit.
+    /// `BELOW_HIGH` from patch 8 with `high_min ≠ high_max`), and from patch 7 while
+    /// `high_min > high_max`, where the lazy clamp itself moves `high` from one free to
+    /// the next: those take the full commit.
     #[inline(always)]
     pub(crate) fn order0_free_room(&self, policy: &PcpPolicy, zone: ZoneFlags) -> u64 {
         let high = if !policy.auto_tune {
@@ -317,10 +316,12 @@ impl PerCpuPages {
                 || (policy.below_high
                     && self.high_min != self.high_max
                     && zone.contains(ZoneFlags::BELOW_HIGH));
-            if retunes {
+            // With `high_min > high_max` each free's clamp may move `high` again (see
+            // `clamp_high`), so no free is quiet.
+            if retunes || self.high_min > self.high_max {
                 0
             } else {
-                clamp(self.high, self.high_min, self.high_max)
+                policy.clamp.clamp(self.high, self.high_min, self.high_max)
             }
         };
         high.saturating_sub(self.count + 1)
@@ -348,7 +349,7 @@ impl PerCpuPages {
             self.free_count = (self.free_count + pages).min(free_count_max);
         }
         if policy.auto_tune {
-            self.clamp_high();
+            self.clamp_high(policy);
         }
     }
 
@@ -374,7 +375,7 @@ impl PerCpuPages {
         }
         let (lo, hi) = (batch, high - batch);
         if policy.free_count {
-            return clamp(self.free_count, lo, hi);
+            return policy.clamp.clamp(self.free_count, lo, hi);
         }
         let scaled = batch << self.free_factor;
         let fits = if policy.auto_tune {
@@ -385,7 +386,7 @@ impl PerCpuPages {
         if fits && (!policy.cap_free_factor || self.free_factor < scale_max) {
             self.free_factor += 1;
         }
-        clamp(scaled, lo, hi)
+        policy.clamp.clamp(scaled, lo, hi)
     }
 
     /// One vmstat tick (`decay_pcp_high`, patch 7): lower `high` by at most an eighth,
@@ -417,7 +418,7 @@ mod tests {
         #[test]
         fn order0_frees_in_one_step_equal_free_by_free(
             preset in 0..PRESETS.len() + LATER_PRESETS.len(),
-            (count, high, high_min, high_max_above) in (0u64..300, 0u64..300, 0u64..200, 0u64..200),
+            (count, high, high_min, high_max) in (0u64..300, 0u64..300, 0u64..200, 0u64..400),
             (batch, scale_max) in (1u64..64, 0u8..=6),
             (alloc_factor, free_factor, free_count) in (0u8..8, 0u8..7, 0u64..3000),
             (prev_free_high_order, free_high_batch) in (any::<bool>(), any::<bool>()),
@@ -434,7 +435,7 @@ mod tests {
                 high,
                 batch,
                 high_min,
-                high_max: high_min + high_max_above,
+                high_max,
                 flags: PcpFlags { prev_free_high_order, free_high_batch },
                 alloc_factor,
                 free_factor,
@@ -457,6 +458,51 @@ mod tests {
             pcp.count += pages;
             prop_assert_eq!(format!("{pcp:?}"), format!("{free_by_free:?}"));
         }
+    }
+
+    /// `mmkit pcp-script --min-free-kbytes 100000` on the default machine: the low
+    /// watermark (31250) over 12 CPUs gives `high_min` 2604, above `high_max` 2000.
+    fn pageset_with_high_min_above_high_max(count: u64) -> PerCpuPages {
+        PerCpuPages {
+            count,
+            batch: 63,
+            high_min: 2604,
+            high_max: 2000,
+            ..PerCpuPages::default()
+        }
+    }
+
+    #[test]
+    fn lazy_clamp_gives_high_min_then_high_max_when_high_min_exceeds_high_max() {
+        let policy = Policy::V6_7.pcp;
+        let mut pcp = pageset_with_high_min_above_high_max(1);
+        // v6.7: `clamp(0, 2604, 2000)` is 2604 (0 is below hi), not 2000.
+        let threshold = pcp.nr_pcp_high(&policy, ZoneFlags::empty(), false, 5);
+        assert_eq!((threshold, pcp.high), (2604, 2604));
+        // The next use clamps 2604, which is at or above hi: 2000.
+        let threshold = pcp.nr_pcp_high(&policy, ZoneFlags::empty(), false, 5);
+        assert_eq!((threshold, pcp.high), (2000, 2000));
+        assert_eq!(
+            pcp.order0_free_room(&policy, ZoneFlags::empty()),
+            0,
+            "no free is quiet while the clamp moves high"
+        );
+    }
+
+    #[test]
+    fn drain_size_clamp_gives_batch_when_high_minus_batch_is_below_batch() {
+        // nr_pcp_free's clamp(free_count, batch, high − batch) with high 100 < 2 × 63:
+        // free_count 10 is below hi 37, so v6.7 frees lo = 63, not 37.
+        let policy = Policy::V6_7.pcp;
+        let mut pcp = PerCpuPages {
+            count: 100,
+            batch: 63,
+            free_count: 10,
+            ..PerCpuPages::default()
+        };
+        assert_eq!(pcp.nr_pcp_free(&policy, 100, false, 5), 63);
+        pcp.free_count = 40;
+        assert_eq!(pcp.nr_pcp_free(&policy, 100, false, 5), 37);
     }
 
     #[test]

@@ -1,15 +1,30 @@
 //! `/proc/zoneinfo`: watermarks, sizes, protection and pagesets of every zone.
 //!
-//! Linux counterpart: `zoneinfo_show_print` in `mm/vmstat.c` (v6.7 layout, which added
-//! `high_min` and `high_max`). [`collect`] gathers the data; [`render`] prints it in Linux's
-//! layout, byte for byte for the lines we model. We omit the `per-node stats` block and
-//! the zone counters other than `nr_free_pages`, which the core does not keep yet.
+//! Linux counterpart: `zoneinfo_show_print` in `mm/vmstat.c`. [`collect`] gathers the data;
+//! [`render`] prints it in the layout of the preset's kernel ([`ZoneinfoLayout`]), byte for
+//! byte for the lines we model: v6.6 and v6.7 print a pageset's `count`, `high` and
+//! `batch`; MengEn Sun's patch (October 2024, merged for 6.13) added `high_min` and
+//! `high_max` and widened the labels, which 6.18 prints. We omit the `per-node stats`
+//! block and the zone counters other than `nr_free_pages`, which the core does not keep
+//! yet.
 
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt::Write;
 
 use crate::page_alloc::{NodeId, PageAllocator, WatermarkKind, ZoneType};
+
+/// Which kernel's pageset lines `/proc/zoneinfo` has.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum ZoneinfoLayout {
+    /// Linux ≤ 6.12 (v6.6, v6.7 and the PCP series between them): `count: `, `high:  `,
+    /// `batch: `.
+    #[default]
+    CountHighBatch,
+    /// Linux ≥ 6.13: `count:    `, `high:     `, `batch:    `, `high_min: `, `high_max: `.
+    WithHighMinMax,
+}
 
 /// One CPU's pageset as zoneinfo shows it.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -117,17 +132,17 @@ pub fn collect(allocator: &PageAllocator) -> Vec<ZoneInfo> {
         .collect()
 }
 
-/// Render zoneinfo in Linux's layout.
-pub fn render(zones: &[ZoneInfo]) -> String {
+/// Render zoneinfo in the layout of a kernel (a policy's `zoneinfo`).
+pub fn render(zones: &[ZoneInfo], layout: ZoneinfoLayout) -> String {
     let mut out = String::new();
     for zone in zones {
         // Writing to a String cannot fail.
-        let _ = render_zone(&mut out, zone);
+        let _ = render_zone(&mut out, zone, layout);
     }
     out
 }
 
-fn render_zone(out: &mut String, z: &ZoneInfo) -> core::fmt::Result {
+fn render_zone(out: &mut String, z: &ZoneInfo, layout: ZoneinfoLayout) -> core::fmt::Result {
     write!(out, "Node {}, zone {:>8}", z.node, z.zone.name())?;
     write!(out, "\n  pages free     {}", z.pages_free)?;
     write!(out, "\n        boost    {}", z.boost)?;
@@ -149,11 +164,20 @@ fn render_zone(out: &mut String, z: &ZoneInfo) -> core::fmt::Result {
     write!(out, "\n  pagesets")?;
     for p in &z.pagesets {
         write!(out, "\n    cpu: {}", p.cpu)?;
-        write!(out, "\n              count:    {}", p.count)?;
-        write!(out, "\n              high:     {}", p.high)?;
-        write!(out, "\n              batch:    {}", p.batch)?;
-        write!(out, "\n              high_min: {}", p.high_min)?;
-        write!(out, "\n              high_max: {}", p.high_max)?;
+        match layout {
+            ZoneinfoLayout::CountHighBatch => {
+                write!(out, "\n              count: {}", p.count)?;
+                write!(out, "\n              high:  {}", p.high)?;
+                write!(out, "\n              batch: {}", p.batch)?;
+            }
+            ZoneinfoLayout::WithHighMinMax => {
+                write!(out, "\n              count:    {}", p.count)?;
+                write!(out, "\n              high:     {}", p.high)?;
+                write!(out, "\n              batch:    {}", p.batch)?;
+                write!(out, "\n              high_min: {}", p.high_min)?;
+                write!(out, "\n              high_max: {}", p.high_max)?;
+            }
+        }
         write!(out, "\n  vm stats threshold: {}", p.vm_stats_threshold)?;
     }
     write!(out, "\n  node_unreclaimable:  0")?;
@@ -179,8 +203,9 @@ impl core::fmt::Display for ParseError {
 
 impl core::error::Error for ParseError {}
 
-/// Parse `/proc/zoneinfo` text (any kernel since v6.7; later kernels' extra lines are
-/// ignored). Only the fields of [`ZoneInfo`] are read; counters are skipped.
+/// Parse `/proc/zoneinfo` text of either [`ZoneinfoLayout`] (later kernels' extra lines
+/// are ignored; without `high_min`/`high_max` lines they read 0). Only the fields of
+/// [`ZoneInfo`] are read; counters are skipped.
 pub fn parse(text: &str) -> Result<Vec<ZoneInfo>, ParseError> {
     let mut zones: Vec<ZoneInfo> = Vec::new();
     for (index, raw) in text.lines().enumerate() {
@@ -374,8 +399,28 @@ Node 0, zone  Movable
     #[test]
     fn rendering_then_parsing_round_trips() {
         let zones = parse(LIVE_NORMAL).unwrap();
-        let again = parse(&render(&zones)).unwrap();
-        assert_eq!(zones, again);
+        let text = render(&zones, ZoneinfoLayout::WithHighMinMax);
+        assert_eq!(text, LIVE_NORMAL, "6.18's text, byte for byte");
+        assert_eq!(parse(&text).unwrap(), zones);
+    }
+
+    #[test]
+    fn v6_6_layout_has_no_high_min_or_high_max_lines() {
+        let zones = parse(LIVE_NORMAL).unwrap();
+        let text = render(&zones, ZoneinfoLayout::CountHighBatch);
+        let cpu0 =
+            "    cpu: 0\n              count: 1159\n              high:  4756\n              \
+                    batch: 63\n  vm stats threshold: 16\n";
+        assert!(text.contains(cpu0), "{text}");
+        assert!(!text.contains("high_min") && !text.contains("high_max"));
+        let again = parse(&text).unwrap();
+        let pcp = &again[0].pagesets[1];
+        assert_eq!((pcp.count, pcp.high, pcp.batch), (979, 4368, 63));
+        assert_eq!(
+            (pcp.high_min, pcp.high_max),
+            (0, 0),
+            "not printed, so not read"
+        );
     }
 
     #[test]
