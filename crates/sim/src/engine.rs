@@ -731,8 +731,9 @@ impl Sim {
         for (k, &cpu) in self.series.high_cpus.iter().enumerate() {
             let node_zone = self.zones[self.machine.socket_of(cpu) as usize].0;
             let pcp = zones[node_zone].pageset(cpu).expect("pageset");
+            // The core's clamp rule: with high_min > high_max, v6.7's clamp is not Rust's.
             let high = if policy.pcp.auto_tune {
-                pcp.high.clamp(pcp.high_min, pcp.high_max.max(pcp.high_min))
+                policy.pcp.clamp.clamp(pcp.high, pcp.high_min, pcp.high_max)
             } else {
                 pcp.high_min
             };
