@@ -52,6 +52,10 @@ struct RecordArgs {
     /// Ring-buffer size per CPU, KiB (RAM, not disk).
     #[arg(long, default_value_t = record::DEFAULT_BUFFER_KB)]
     buffer_kb: u64,
+    /// Trace only CMD and the processes it forks, not the whole machine (on a machine
+    /// shared with other work: what CMD's own allocations and frees did).
+    #[arg(long)]
+    command_only: bool,
     /// The command to run, after `--`.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -134,6 +138,7 @@ fn run_record(args: &RecordArgs) -> Result<(), CliError> {
         out: args.out.clone(),
         buffer_kb: args.buffer_kb,
         command: args.command.clone(),
+        command_only: args.command_only,
     };
     let mut bar = RecordBar::new();
     let result = record::record_with_progress(&options, &mut |p| bar.show(p));
