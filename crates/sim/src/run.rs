@@ -36,6 +36,23 @@ pub struct RunSpec {
     /// kbuild's page faults per second of a running process: the committed calibration's
     /// unless `mmkit sim calibrate` is trying another.
     pub kbuild_faults_per_s: f64,
+    /// The machine to simulate instead of the published run's (e.g. one built from a
+    /// zoneinfo snapshot, [`MachineSpec::from_zoneinfo`]); `cpus` and `node_bytes` still
+    /// apply to it.
+    pub machine: Option<MachineSpec>,
+    /// The workload's parameters instead of the published run's at `scale` (e.g. measured
+    /// from a trace of this machine); they must be of `workload`'s kind, and
+    /// `kbuild_faults_per_s` does not override them.
+    pub params: Option<WorkloadParams>,
+}
+
+/// A workload's parameters, for a run that does not use the published ones.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub enum WorkloadParams {
+    /// kbuild's.
+    Kbuild(KbuildParams),
+    /// A stream's (netperf or unix).
+    Stream(StreamParams),
 }
 
 impl RunSpec {
@@ -50,6 +67,8 @@ impl RunSpec {
             verify_every: None,
             cost: CostModel::calibrated(),
             kbuild_faults_per_s: crate::cost::calibrated_fit().kbuild_faults_per_s,
+            machine: None,
+            params: None,
         }
     }
 
@@ -76,12 +95,27 @@ impl RunSpec {
                 self.scale
             )));
         }
+        let matches = match (&self.params, self.workload) {
+            (None, _) => true,
+            (Some(WorkloadParams::Kbuild(_)), WorkloadKind::Kbuild) => true,
+            (Some(WorkloadParams::Stream(_)), WorkloadKind::Netperf | WorkloadKind::Unix) => true,
+            (Some(_), _) => false,
+        };
+        if !matches {
+            return Err(SimError::Invalid(format!(
+                "the parameters given are not {}'s",
+                self.workload
+            )));
+        }
         Ok(())
     }
 
     /// The machine this run simulates.
     pub fn machine(&self) -> MachineSpec {
-        let mut machine = self.workload.machine();
+        let mut machine = self
+            .machine
+            .clone()
+            .unwrap_or_else(|| self.workload.machine());
         if let Some(cpus) = self.cpus {
             if cpus != machine.nr_cpus() {
                 machine = machine.with_cpus(cpus);
@@ -150,6 +184,8 @@ pub struct RunResult {
     pub pgalloc: u64,
     /// PCP refills.
     pub pcp_refills: u64,
+    /// Pages those refills moved from the buddy lists onto pagesets.
+    pub pcp_refill_pages: u64,
     /// Drains by reason: free, free_high, decay, numa_expire, explicit.
     pub pcp_drains: [u64; DrainReason::COUNT],
     /// Pages those drains gave back to the zones, by the same reasons.
@@ -217,24 +253,31 @@ pub fn run(
     let machine = spec.machine();
     let cpus = machine.nr_cpus();
     let scale = spec.scale;
+    let stream = |published: StreamParams| match &spec.params {
+        Some(WorkloadParams::Stream(params)) => params.clone(),
+        _ => published,
+    };
     let mut built = match spec.workload {
         WorkloadKind::Kbuild => Built::Kbuild(Kbuild::new(
-            KbuildParams {
-                faults_per_s: spec.kbuild_faults_per_s,
-                ..KbuildParams::scaled(scale)
+            match &spec.params {
+                Some(WorkloadParams::Kbuild(params)) => params.clone(),
+                _ => KbuildParams {
+                    faults_per_s: spec.kbuild_faults_per_s,
+                    ..KbuildParams::scaled(scale)
+                },
             },
             cpus,
             machine.cpus_per_socket,
             spec.seed,
         )),
         WorkloadKind::Netperf => Built::Stream(Stream::new(
-            StreamParams::netperf(scale),
+            stream(StreamParams::netperf(scale)),
             cpus,
             machine.cpus_per_socket,
             spec.seed,
         )),
         WorkloadKind::Unix => Built::Stream(Stream::new(
-            StreamParams::unix(scale),
+            stream(StreamParams::unix(scale)),
             cpus,
             machine.cpus_per_socket,
             spec.seed,
@@ -246,6 +289,7 @@ pub fn run(
     };
     let measure_from_ns = match &built {
         Built::Stream(s) => s.warmup_ns(),
+        Built::Kbuild(k) => k.warmup_ns(),
         _ => 0,
     };
     let options = SimOptions {
@@ -368,6 +412,7 @@ fn result(
         alloc_zone: sum(&|t| t.alloc_zone),
         pgalloc: sum(&|t| t.pgalloc),
         pcp_refills: sum(&|t| t.pcp_refills),
+        pcp_refill_pages: sum(&|t| t.pcp_refill_pages),
         pcp_drains,
         pcp_drain_pages,
         cache_miss_pct: cache.miss_rate_pct(&sim.cost, stats.work_ns),
