@@ -4,6 +4,7 @@
 //! allocator behaviour.
 
 mod bench;
+mod compare_sim;
 mod demo;
 mod limits;
 mod live;

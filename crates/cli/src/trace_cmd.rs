@@ -35,6 +35,12 @@ enum TraceCommand {
     /// with --zoneinfo) under each policy and print predicted against observed refills
     /// and drains, per CPU and in total.
     Replay(ReplayArgs),
+    /// Simulate the work each recording shows (its machine from the recording's
+    /// zoneinfo, its messages or processes as measured) and print the simulator's PCP
+    /// refill and drain pages per unit of work beside the kernel's, with the mean and
+    /// spread over the recordings (docs/FIDELITY.md; crates/trace/workloads/live-check.sh
+    /// records and compares).
+    CompareSim(crate::compare_sim::CompareSimArgs),
 }
 
 #[derive(Args, Debug)]
@@ -112,6 +118,7 @@ pub fn run(args: &TraceArgs) -> Result<(), CliError> {
     match &args.command {
         TraceCommand::Record(args) => run_record(args),
         TraceCommand::Replay(args) => run_replay(args),
+        TraceCommand::CompareSim(args) => crate::compare_sim::run(args),
     }
 }
 
