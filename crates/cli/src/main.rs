@@ -5,6 +5,7 @@
 
 mod bench;
 mod calibrate_cmd;
+mod compare_sim;
 mod demo;
 mod limits;
 mod live;

@@ -85,6 +85,12 @@ pub struct SimArgs {
     /// CONFIG_PCP_BATCH_SCALE_MAX and vm.stat_interval of the simulated kernel.
     #[command(flatten)]
     pub pcp: crate::machine::PcpKnobArgs,
+    /// Simulate the machine a /proc/zoneinfo snapshot describes instead of the published
+    /// one (`--zoneinfo /proc/zoneinfo`: this machine): one socket per node, its Normal
+    /// zone's managed pages and low watermark, its CPUs, so that the pagesets get its
+    /// batch, high_min and high_max; `--cpus` and `--node-gib` still apply.
+    #[arg(long, value_name = "FILE")]
+    pub zoneinfo: Option<PathBuf>,
     /// Run one shard of the sweep (`--shard I/N`, or a Slurm array's or a Kubernetes
     /// Indexed Job's index) and write a shard file for `mmkit sim merge`.
     #[command(flatten)]
@@ -339,6 +345,7 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
             args.pcp.pcp_batch_scale_max()?,
             args.pcp.stat_interval_ms()?,
         )),
+        machine: args.zoneinfo.as_deref().map(zoneinfo_machine).transpose()?,
         ..RunSpec::new(workload)
     };
     spec.validate()
@@ -384,6 +391,19 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
     }
     let results = run_all(&jobs, args.threads, args.json)?;
     report(&results, args.json, args.plot.as_deref())
+}
+
+/// The machine of `--zoneinfo FILE`. The caches are not in zoneinfo: this machine's
+/// last-level cache when sysfs shows it (else 32 MiB) and a 2 MiB L2; only the cache
+/// model reads them.
+fn zoneinfo_machine(path: &std::path::Path) -> Result<mmkit_sim::MachineSpec, CliError> {
+    let refuse = |why: String| CliError::usage(format!("--zoneinfo {}: {why}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|e| refuse(e.to_string()))?;
+    let zones = mmkit_core::views::zoneinfo::parse(&text).map_err(|e| refuse(e.to_string()))?;
+    let llc_bytes =
+        mmkit_trace::machine::llc(std::path::Path::new("/")).map_or(32 << 20, |llc| llc.llc_bytes);
+    let name = format!("zoneinfo {}", path.display());
+    mmkit_sim::MachineSpec::from_zoneinfo(&name, &zones, llc_bytes, 2 << 20).map_err(refuse)
 }
 
 /// `mmkit sim --shard I/N`: run the shard's jobs and write its shard file (stdout unless

@@ -35,6 +35,12 @@ enum TraceCommand {
     /// with --zoneinfo) under each policy and print predicted against observed refills
     /// and drains, per CPU and in total.
     Replay(ReplayArgs),
+    /// Simulate the work each recording shows (its machine from the recording's
+    /// zoneinfo, its messages or processes as measured) and print the simulator's PCP
+    /// refill and drain pages per unit of work beside the kernel's, with the mean and
+    /// spread over the recordings (docs/FIDELITY.md; crates/trace/workloads/live-check.sh
+    /// records and compares).
+    CompareSim(crate::compare_sim::CompareSimArgs),
 }
 
 #[derive(Args, Debug)]
@@ -52,6 +58,10 @@ struct RecordArgs {
     /// Ring-buffer size per CPU, KiB (RAM, not disk).
     #[arg(long, default_value_t = record::DEFAULT_BUFFER_KB)]
     buffer_kb: u64,
+    /// Trace only CMD and the processes it forks, not the whole machine (on a machine
+    /// shared with other work: what CMD's own allocations and frees did).
+    #[arg(long)]
+    command_only: bool,
     /// The command to run, after `--`.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -108,6 +118,7 @@ pub fn run(args: &TraceArgs) -> Result<(), CliError> {
     match &args.command {
         TraceCommand::Record(args) => run_record(args),
         TraceCommand::Replay(args) => run_replay(args),
+        TraceCommand::CompareSim(args) => crate::compare_sim::run(args),
     }
 }
 
@@ -134,6 +145,7 @@ fn run_record(args: &RecordArgs) -> Result<(), CliError> {
         out: args.out.clone(),
         buffer_kb: args.buffer_kb,
         command: args.command.clone(),
+        command_only: args.command_only,
     };
     let mut bar = RecordBar::new();
     let result = record::record_with_progress(&options, &mut |p| bar.show(p));

@@ -193,3 +193,38 @@ fn pcp_knobs_reach_the_simulated_kernel_and_bad_values_are_refused() {
             .stderr(contains(flag));
     }
 }
+
+#[test]
+fn sim_runs_the_machine_a_zoneinfo_snapshot_describes() {
+    let zoneinfo = format!(
+        "{}/tests/data/linux-6.18-2cpu/proc/zoneinfo",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    // The snapshot's 2-CPU VM: Normal 327,680 managed pages, low 6,265, so the pagesets
+    // get its batch 63, high_min 3,132 and high_max 20,480.
+    Command::cargo_bin("mmkit")
+        .unwrap()
+        .args(["sim", "--scale", "0.005", "--workload", "unix"])
+        .args(["--policies", "linux-6.18", "--zoneinfo", &zoneinfo])
+        .assert()
+        .success()
+        .stdout(contains("(2 CPUs; pageset batch 63, high 3132..20480)"));
+    let bad = std::env::temp_dir().join(format!("mmkit-sim-zoneinfo-{}", std::process::id()));
+    std::fs::write(&bad, "Node 0, zone      DMA\n        managed  3840\n").unwrap();
+    for (file, message) in [
+        (bad.display().to_string(), "no populated Normal zone"),
+        (
+            "/nonexistent/zoneinfo".to_string(),
+            "--zoneinfo /nonexistent/zoneinfo",
+        ),
+    ] {
+        Command::cargo_bin("mmkit")
+            .unwrap()
+            .args(["sim", "--workload", "unix", "--zoneinfo", &file])
+            .assert()
+            .code(2)
+            .stdout("")
+            .stderr(contains(message));
+    }
+    std::fs::remove_file(&bad).unwrap();
+}

@@ -210,6 +210,8 @@ pub struct ZoneTotals {
     pub pgalloc: u64,
     /// PCP refills.
     pub pcp_refills: u64,
+    /// Pages those refills moved onto pagesets.
+    pub pcp_refill_pages: u64,
 }
 
 impl ZoneTotals {
@@ -222,6 +224,7 @@ impl ZoneTotals {
             alloc_zone: e.alloc_zone_locked.load(Relaxed),
             pgalloc: zone.pgalloc(),
             pcp_refills: e.pcp_refills.load(Relaxed),
+            pcp_refill_pages: e.pcp_refill_pages.load(Relaxed),
         }
     }
 
@@ -235,6 +238,7 @@ impl ZoneTotals {
             alloc_zone: self.alloc_zone - earlier.alloc_zone,
             pgalloc: self.pgalloc - earlier.pgalloc,
             pcp_refills: self.pcp_refills - earlier.pcp_refills,
+            pcp_refill_pages: self.pcp_refill_pages - earlier.pcp_refill_pages,
         }
     }
 }

@@ -5,7 +5,8 @@
 //!
 //! | module | holds |
 //! |---|---|
-//! | [`machine`] | the simulated machine and how its zones get the published pageset limits |
+//! | [`machine`] | the simulated machine and how its zones get the published pageset limits, or a zoneinfo snapshot's |
+//! | [`measured`] | workload parameters measured from a trace of a real machine |
 //! | [`cost`] | the cost model's parameters, one struct, with sources |
 //! | [`calibrate`] | the fit of the cost model's free parameters against the base rows |
 //! | [`cache`] | reuse-distance classification of touched pages (L2 / LLC / memory) |
@@ -31,6 +32,7 @@ pub mod calibrate;
 pub mod cost;
 pub mod engine;
 pub mod machine;
+pub mod measured;
 pub mod plot;
 mod prefetch;
 pub mod published;
@@ -42,5 +44,5 @@ pub mod workload;
 pub use cost::CostModel;
 pub use engine::{Sim, SimError, Step, Workload};
 pub use machine::MachineSpec;
-pub use run::{run, table, RunResult, RunSpec, TableRow};
+pub use run::{run, table, RunResult, RunSpec, TableRow, WorkloadParams};
 pub use workload::WorkloadKind;

@@ -12,6 +12,7 @@
 use mmkit_core::page_alloc::watermark;
 use mmkit_core::settings::MinFreeKbytes;
 use mmkit_core::topology::{CacheInfo, ZoneSize};
+use mmkit_core::views::zoneinfo::ZoneInfo;
 use mmkit_core::{Settings, Topology, ZoneType};
 use serde::{Deserialize, Serialize};
 
@@ -86,6 +87,62 @@ impl MachineSpec {
             pcp_batch_scale_max: default_pcp_batch_scale_max(),
             stat_interval_ms: default_stat_interval_ms(),
         }
+    }
+
+    /// The machine a `/proc/zoneinfo` snapshot describes (`name` names it): one socket per
+    /// node with a populated Normal zone, that zone's managed pages, its low watermark
+    /// (boost removed) and the snapshot's CPUs; the caches are not in zoneinfo and come
+    /// as arguments. The smaller zones (DMA, DMA32) are left out, as in every simulated
+    /// machine: their pagesets are separate and the workloads allocate from Normal. The
+    /// pagesets then get the snapshot's `batch`, `high_min` and `high_max`, which derive
+    /// from the managed pages, the low watermark and the CPUs alone (a test checks it on
+    /// the measuring VM's snapshot).
+    pub fn from_zoneinfo(
+        name: &str,
+        zones: &[ZoneInfo],
+        llc_bytes: u64,
+        l2_bytes: u64,
+    ) -> Result<MachineSpec, String> {
+        let normal: Vec<&ZoneInfo> = zones
+            .iter()
+            .filter(|z| z.zone == ZoneType::Normal && z.managed > 0)
+            .collect();
+        let first = normal
+            .first()
+            .ok_or("the zoneinfo has no populated Normal zone")?;
+        if let Some(other) = normal
+            .iter()
+            .find(|z| z.managed != first.managed || z.low != first.low)
+        {
+            return Err(format!(
+                "node {} has {} managed pages and low watermark {}, node {} {} and {}: \
+                 the simulator's nodes are equal",
+                first.node, first.managed, first.low, other.node, other.managed, other.low
+            ));
+        }
+        let cpus = first.pagesets.len() as u32;
+        if cpus == 0 {
+            return Err("the zoneinfo's Normal zone lists no pagesets (CPUs)".into());
+        }
+        let sockets = normal.len() as u32;
+        if cpus % sockets != 0 {
+            return Err(format!(
+                "{cpus} CPUs do not split evenly over {sockets} nodes"
+            ));
+        }
+        Ok(MachineSpec {
+            name: name.to_owned(),
+            sockets,
+            cpus_per_socket: cpus / sockets,
+            node_pages: first.managed,
+            llc_bytes,
+            l2_bytes,
+            low_wmark_pages: Some(first.low.saturating_sub(first.boost)),
+            // Not in zoneinfo: the kernel's defaults, which `--pcp-batch-scale-max` and
+            // `--stat-interval` change.
+            pcp_batch_scale_max: default_pcp_batch_scale_max(),
+            stat_interval_ms: default_stat_interval_ms(),
+        })
     }
 
     /// This machine with `cpus` CPUs, split evenly over its sockets (one socket if
@@ -210,6 +267,82 @@ mod tests {
         let pcp = zone.pageset(0).unwrap();
         assert_eq!((pcp.high, pcp.batch), (367, 63));
         assert!(pcp.flags.free_high_batch, "105 MiB / 112 CPUs > 3 batches");
+    }
+
+    /// The Normal zone of the measuring VM (2 CPUs, Linux 6.18) as its `/proc/zoneinfo`
+    /// showed it on 2026-12-02, with DMA32 before it.
+    const VM_ZONEINFO: &str = "Node 0, zone    DMA32
+  pages free     23151
+        min      2115
+        low      2887
+        high     3659
+        managed  772798
+  pagesets
+    cpu: 0
+              count:    0
+              high:     2885
+              batch:    63
+              high_min: 1443
+              high_max: 48299
+Node 0, zone   Normal
+  pages free     221452
+        boost    0
+        min      14769
+        low      20163
+        high     25557
+        spanned  5505024
+        present  5505024
+        managed  5394258
+  pagesets
+    cpu: 0
+              count:    8308
+              high:     10081
+              batch:    63
+              high_min: 10081
+              high_max: 337141
+    cpu: 1
+              count:    9861
+              high:     10270
+              batch:    63
+              high_min: 10081
+              high_max: 337141
+";
+
+    #[test]
+    fn a_machine_from_zoneinfo_has_the_snapshot_pageset_limits() {
+        let zones = mmkit_core::views::zoneinfo::parse(VM_ZONEINFO).unwrap();
+        let spec = MachineSpec::from_zoneinfo("vm", &zones, 480 << 20, 2 << 20).unwrap();
+        assert_eq!((spec.sockets, spec.nr_cpus()), (1, 2));
+        assert_eq!(spec.node_pages, 5_394_258);
+        let allocator =
+            PageAllocator::new(spec.topology(), spec.settings(), Policy::LINUX_6_18).unwrap();
+        let zone = allocator.zones().iter().find(|z| z.managed() > 0).unwrap();
+        for cpu in 0..2 {
+            let pcp = zone.pageset(cpu).unwrap();
+            assert_eq!(
+                (pcp.batch, pcp.high_min, pcp.high_max),
+                (63, 10_081, 337_141)
+            );
+        }
+        let low = zone.wmark(mmkit_core::page_alloc::WatermarkKind::Low);
+        assert_eq!(low, 20_163);
+    }
+
+    #[test]
+    fn a_zoneinfo_without_a_normal_zone_or_with_unequal_nodes_is_refused() {
+        let dma32 = &VM_ZONEINFO[..VM_ZONEINFO.find("Node 0, zone   Normal").unwrap()];
+        let zones = mmkit_core::views::zoneinfo::parse(dma32).unwrap();
+        let error = MachineSpec::from_zoneinfo("vm", &zones, 1, 1).unwrap_err();
+        assert!(error.contains("no populated Normal zone"), "{error}");
+        let two = format!(
+            "{VM_ZONEINFO}{}",
+            VM_ZONEINFO[VM_ZONEINFO.find("Node 0, zone   Normal").unwrap()..]
+                .replacen("Node 0", "Node 1", 1)
+                .replacen("5394258", "5394000", 1)
+        );
+        let zones = mmkit_core::views::zoneinfo::parse(&two).unwrap();
+        let error = MachineSpec::from_zoneinfo("vm", &zones, 1, 1).unwrap_err();
+        assert!(error.contains("nodes are equal"), "{error}");
     }
 
     #[test]

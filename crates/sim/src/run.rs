@@ -42,6 +42,23 @@ pub struct RunSpec {
     /// Where lmbench's pairs run: the committed calibration's unless a sensitivity run or
     /// `mmkit sim calibrate` is trying another.
     pub unix_placement: Placement,
+    /// The machine to simulate instead of the published run's (e.g. one built from a
+    /// zoneinfo snapshot, [`MachineSpec::from_zoneinfo`]); `cpus` and `node_bytes` still
+    /// apply to it.
+    pub machine: Option<MachineSpec>,
+    /// The workload's parameters instead of the published run's at `scale` (e.g. measured
+    /// from a trace of this machine); they must be of `workload`'s kind, and
+    /// `kbuild_faults_per_s` does not override them.
+    pub params: Option<WorkloadParams>,
+}
+
+/// A workload's parameters, for a run that does not use the published ones.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub enum WorkloadParams {
+    /// kbuild's.
+    Kbuild(KbuildParams),
+    /// A stream's (netperf or unix).
+    Stream(StreamParams),
 }
 
 impl RunSpec {
@@ -58,6 +75,8 @@ impl RunSpec {
             cost: CostModel::calibrated(),
             kbuild_faults_per_s: crate::cost::calibrated_fit().kbuild_faults_per_s,
             unix_placement: crate::cost::calibrated_fit().unix_placement,
+            machine: None,
+            params: None,
         }
     }
 
@@ -84,6 +103,18 @@ impl RunSpec {
                 self.scale
             )));
         }
+        let matches = match (&self.params, self.workload) {
+            (None, _) => true,
+            (Some(WorkloadParams::Kbuild(_)), WorkloadKind::Kbuild) => true,
+            (Some(WorkloadParams::Stream(_)), WorkloadKind::Netperf | WorkloadKind::Unix) => true,
+            (Some(_), _) => false,
+        };
+        if !matches {
+            return Err(SimError::Invalid(format!(
+                "the parameters given are not {}'s",
+                self.workload
+            )));
+        }
         self.machine()
             .settings()
             .validate()
@@ -92,7 +123,10 @@ impl RunSpec {
 
     /// The machine this run simulates.
     pub fn machine(&self) -> MachineSpec {
-        let mut machine = self.workload.machine();
+        let mut machine = self
+            .machine
+            .clone()
+            .unwrap_or_else(|| self.workload.machine());
         if let Some(cpus) = self.cpus {
             if cpus != machine.nr_cpus() {
                 machine = machine.with_cpus(cpus);
@@ -164,6 +198,8 @@ pub struct RunResult {
     pub pgalloc: u64,
     /// PCP refills.
     pub pcp_refills: u64,
+    /// Pages those refills moved from the buddy lists onto pagesets.
+    pub pcp_refill_pages: u64,
     /// Drains by reason: free, free_high, decay, numa_expire, explicit.
     pub pcp_drains: [u64; DrainReason::COUNT],
     /// Pages those drains gave back to the zones, by the same reasons.
@@ -231,27 +267,34 @@ pub fn run(
     let machine = spec.machine();
     let cpus = machine.nr_cpus();
     let scale = spec.scale;
+    let stream = |published: StreamParams| match &spec.params {
+        Some(WorkloadParams::Stream(params)) => params.clone(),
+        _ => published,
+    };
     let mut built = match spec.workload {
         WorkloadKind::Kbuild => Built::Kbuild(Kbuild::new(
-            KbuildParams {
-                faults_per_s: spec.kbuild_faults_per_s,
-                ..KbuildParams::scaled(scale)
+            match &spec.params {
+                Some(WorkloadParams::Kbuild(params)) => params.clone(),
+                _ => KbuildParams {
+                    faults_per_s: spec.kbuild_faults_per_s,
+                    ..KbuildParams::scaled(scale)
+                },
             },
             cpus,
             machine.cpus_per_socket,
             spec.seed,
         )),
         WorkloadKind::Netperf => Built::Stream(Stream::new(
-            StreamParams::netperf(scale),
+            stream(StreamParams::netperf(scale)),
             cpus,
             machine.cpus_per_socket,
             spec.seed,
         )),
         WorkloadKind::Unix => Built::Stream(Stream::new(
-            StreamParams {
+            stream(StreamParams {
                 placement: spec.unix_placement,
                 ..StreamParams::unix(scale)
-            },
+            }),
             cpus,
             machine.cpus_per_socket,
             spec.seed,
@@ -263,6 +306,7 @@ pub fn run(
     };
     let measure_from_ns = match &built {
         Built::Stream(s) => s.warmup_ns(),
+        Built::Kbuild(k) => k.warmup_ns(),
         _ => 0,
     };
     let options = SimOptions {
@@ -385,6 +429,7 @@ fn result(
         alloc_zone: sum(&|t| t.alloc_zone),
         pgalloc: sum(&|t| t.pgalloc),
         pcp_refills: sum(&|t| t.pcp_refills),
+        pcp_refill_pages: sum(&|t| t.pcp_refill_pages),
         pcp_drains,
         pcp_drain_pages,
         cache_miss_pct: cache.miss_rate_pct(&sim.cost, stats.work_ns),

@@ -9,6 +9,7 @@
 //! | [`replay`] | the replay driver over [`mmkit_core::PageAllocator`] |
 //! | [`report`] | the predicted-vs-observed table and JSON |
 //! | [`machine`] | this machine's zones, sysctls and LLC from `/proc` and `/sys` |
+//! | [`work`] | a recorded workload's processes, blocks and refills, for a simulation of it |
 //!
 //! Linux counterpart: `include/trace/events/kmem.h` (the events), `kernel/trace/`
 //! (tracefs). `docs/FIDELITY.md` reports how well the replay predicts real traces.
@@ -20,3 +21,4 @@ pub mod parse;
 pub mod record;
 pub mod replay;
 pub mod report;
+pub mod work;

@@ -184,6 +184,9 @@ pub struct Trace {
     pub lines: usize,
     /// The gzip stream ended early or was corrupt; what came before was kept.
     pub decompress_error: Option<String>,
+    /// Each pid's command name (`comm`) in its last event: the program it ran last (a
+    /// child shows its parent's name until it calls `exec`).
+    pub comms: BTreeMap<u32, String>,
 }
 
 impl Trace {
@@ -299,8 +302,11 @@ fn parse_trace_lines<'a>(lines: impl Iterator<Item = (usize, &'a str)>) -> Trace
         if trimmed.is_empty() || trimmed.starts_with('#') {
             continue;
         }
-        match parse_line(number, trimmed) {
-            Ok(event) => {
+        match parse_line_with_comm(number, trimmed) {
+            Ok((event, comm)) => {
+                if trace.comms.get(&event.pid).map(String::as_str) != Some(comm) {
+                    trace.comms.insert(event.pid, comm.to_string());
+                }
                 let previous = last_ts_cpu.entry(event.cpu).or_default();
                 if event.ts_ns < *previous {
                     trace
@@ -325,7 +331,12 @@ fn parse_trace_lines<'a>(lines: impl Iterator<Item = (usize, &'a str)>) -> Trace
 
 /// Parse one non-comment line.
 pub fn parse_line(number: usize, line: &str) -> Result<Event, ProblemKind> {
-    let (pid, cpu, rest) = split_prefix(line).ok_or(ProblemKind::Malformed)?;
+    parse_line_with_comm(number, line).map(|(event, _)| event)
+}
+
+/// [`parse_line`], with the task's command name.
+fn parse_line_with_comm(number: usize, line: &str) -> Result<(Event, &str), ProblemKind> {
+    let (comm, pid, cpu, rest) = split_prefix(line).ok_or(ProblemKind::Malformed)?;
     let mut tokens = rest.split_whitespace();
     let mut first = tokens.next().ok_or(ProblemKind::Malformed)?;
     // The flags column ("....." or "d..1.") is optional (options/irq-info off).
@@ -377,7 +388,7 @@ pub fn parse_line(number: usize, line: &str) -> Result<Event, ProblemKind> {
     if kind == EventKind::ZoneLocked && percpu_refill.is_none() {
         return Err(ProblemKind::BadField);
     }
-    Ok(Event {
+    let event = Event {
         line: number,
         cpu,
         ts_ns,
@@ -387,12 +398,13 @@ pub fn parse_line(number: usize, line: &str) -> Result<Event, ProblemKind> {
         order,
         migratetype,
         percpu_refill: percpu_refill.unwrap_or(false),
-    })
+    };
+    Ok((event, comm))
 }
 
 /// Split `comm-pid [cpu] rest`: the comm may hold spaces and dashes, so look for the
 /// first ` [digits]` and take the pid after the last dash before it.
-fn split_prefix(line: &str) -> Option<(u32, u32, &str)> {
+fn split_prefix(line: &str) -> Option<(&str, u32, u32, &str)> {
     let mut search = 0;
     while let Some(offset) = line[search..].find(" [") {
         let open = search + offset;
@@ -404,7 +416,7 @@ fn split_prefix(line: &str) -> Option<(u32, u32, &str)> {
                 let head = line[..open].trim_end();
                 let dash = head.rfind('-')?;
                 let pid = head[dash + 1..].parse().ok()?;
-                return Some((pid, cpu, &after[close + 1..]));
+                return Some((head[..dash].trim(), pid, cpu, &after[close + 1..]));
             }
         }
         search = open + 2;
@@ -466,10 +478,20 @@ mod tests {
     #[test]
     fn parses_comms_with_spaces_and_dashes_and_no_flags_column() {
         let line = "kworker/u4:1-ev ents-77 [001] 12.5: mm_page_alloc_zone_locked: page=x pfn=0x10 order=3 migratetype=1 percpu_refill=1";
-        let event = parse_line(1, line).unwrap();
+        let (event, comm) = parse_line_with_comm(1, line).unwrap();
         assert_eq!((event.pid, event.cpu, event.order), (77, 1, 3));
+        assert_eq!(comm, "kworker/u4:1-ev ents");
         assert!(event.percpu_refill);
         assert_eq!(event.ts_ns, 12_500_000_000);
+    }
+
+    #[test]
+    fn each_pid_keeps_the_name_it_had_last() {
+        let text = "  make-9 [000] ..... 1.0: mm_page_alloc: pfn=0x1 order=0 migratetype=1\n  cc1-9 [001] ..... 1.1: mm_page_free: pfn=0x1 order=0\n  make-8 [000] ..... 1.2: mm_page_free: pfn=0x2 order=0\n";
+        let trace = parse_text(text);
+        assert_eq!(trace.comms.get(&9).map(String::as_str), Some("cc1"));
+        assert_eq!(trace.comms.get(&8).map(String::as_str), Some("make"));
+        assert_eq!(trace.comms.len(), 2);
     }
 
     #[test]

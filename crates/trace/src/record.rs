@@ -51,6 +51,10 @@ pub struct RecordOptions {
     pub buffer_kb: u64,
     /// The command and its arguments.
     pub command: Vec<String>,
+    /// Trace only the command and the processes it forks (tracefs `set_event_pid` with
+    /// `options/event-fork`), not the whole machine: on a machine shared with other work,
+    /// what the command's own allocations and frees made the pagesets do.
+    pub command_only: bool,
 }
 
 /// What a recording produced.
@@ -403,7 +407,7 @@ pub fn record_with_progress(
     let flag = interrupted();
     flag.store(false, Ordering::SeqCst);
     let mut guard = TracefsGuard::open()?;
-    prepare(&mut guard, options.buffer_kb)?;
+    prepare(&mut guard, options.buffer_kb, options.command_only)?;
     let mut command = Command::new(&options.command[0]);
     command.args(&options.command[1..]);
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
@@ -466,14 +470,35 @@ pub fn record_with_progress(
 }
 
 /// Tracing off, buffers empty and sized, no overwriting, the `mono` clock, and the five
-/// events enabled with our own pid filtered out.
-fn prepare(guard: &mut TracefsGuard, buffer_kb: u64) -> Result<(), RecordError> {
+/// events enabled with our own pid (and thread) filtered out. With `command_only`, events
+/// are kept only for this thread and what it forks from now on (`set_event_pid` holds
+/// thread ids; `options/event-fork` adds each child):
+/// the command spawned next and its descendants, since our own pid is filtered out. The
+/// threads this process already runs (the progress display's, the signal handler's) are
+/// not forked from now on, so they stay out.
+fn prepare(
+    guard: &mut TracefsGuard,
+    buffer_kb: u64,
+    command_only: bool,
+) -> Result<(), RecordError> {
     guard.set("tracing_on", "0")?;
     guard.clear()?;
     guard.set("buffer_size_kb", &buffer_kb.to_string())?;
     guard.set("options/overwrite", "0")?;
     guard.set("trace_clock", "mono")?;
-    let own_pid = format!("common_pid != {}", std::process::id());
+    // The thread that spawns the command is the one that forks it; in a test harness
+    // it is not the main thread, so both ids are filtered out.
+    let pid = std::process::id();
+    let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
+    let own_pid = if tid == pid {
+        format!("common_pid != {pid}")
+    } else {
+        format!("common_pid != {pid} && common_pid != {tid}")
+    };
+    if command_only {
+        guard.set("options/event-fork", "1")?;
+        guard.set("set_event_pid", &tid.to_string())?;
+    }
     for event in EVENTS {
         guard.set(&format!("events/kmem/{event}/filter"), &own_pid)?;
         guard.set(&format!("events/kmem/{event}/enable"), "1")?;
@@ -595,6 +620,12 @@ fn write_file(
     header += "# clock: mono\n# events: ";
     header += &EVENTS.join(" ");
     header += "\n# note: the page= field is dropped from each line\n";
+    let scope = if options.command_only {
+        "command (the command and the processes it forked: set_event_pid, event-fork)"
+    } else {
+        "system"
+    };
+    header += &format!("# scope: {scope}\n");
     for (name, text) in [
         ("zoneinfo-before", before.zoneinfo.as_str()),
         ("zoneinfo-after", after.zoneinfo.as_str()),

@@ -46,6 +46,8 @@ fn tracefs_state() -> Vec<(String, String)> {
         "buffer_size_kb".to_string(),
         "trace_clock".to_string(),
         "options/overwrite".to_string(),
+        "options/event-fork".to_string(),
+        "set_event_pid".to_string(),
     ];
     for event in parse::EVENTS {
         files.push(format!("events/kmem/{event}/enable"));
@@ -127,6 +129,7 @@ fn records_a_command_that_ends_by_itself_and_restores_tracefs() {
             "-c".into(),
             "ls -R /usr/lib > /dev/null".into(),
         ],
+        command_only: false,
     };
     let summary = record::record(&options).expect("records");
     let trace = parse::load(&std::fs::read(&out).unwrap()).unwrap();
@@ -160,6 +163,7 @@ fn a_ring_buffer_that_loses_events_is_refused_and_writes_no_file() {
             "-c".into(),
             "i=0; while [ $i -lt 200 ]; do /bin/true; i=$((i + 1)); done".into(),
         ],
+        command_only: false,
     };
     match record::record(&options) {
         Err(RecordError::Dropped(message)) => assert!(message.contains("--buffer-kb")),
@@ -192,6 +196,7 @@ fn a_time_limit_stops_the_whole_process_group_and_keeps_the_trace() {
             "-c".into(),
             format!("{marker} & {marker}; true"),
         ],
+        command_only: false,
     };
     let summary = record::record(&options).expect("records");
     assert!(summary.stopped);
@@ -236,6 +241,7 @@ fn sigterm_and_sighup_stop_the_command_and_restore_tracefs() {
                 "-c".into(),
                 format!("{marker} & {marker}; true"),
             ],
+            command_only: false,
         };
         let recorder = std::thread::spawn(move || record::record(&options));
         // The command runs once the recorder has set tracefs up and caught the signals;
@@ -282,6 +288,7 @@ fn a_command_that_exits_during_the_warm_up_ends_the_recording_at_once() {
         out: out.clone(),
         buffer_kb: 65536,
         command: vec!["true".into()],
+        command_only: false,
     };
     let (tx, rx) = mpsc::channel();
     let recorder = std::thread::spawn(move || {
@@ -306,5 +313,49 @@ fn a_command_that_exits_during_the_warm_up_ends_the_recording_at_once() {
         other => panic!("expected an error naming the warm-up, got {other:?}"),
     }
     assert!(!out.exists());
+    assert_eq!(tracefs_state(), before, "every setting restored");
+}
+
+#[test]
+fn command_only_records_the_command_and_its_children_and_no_other_process() {
+    let Some(_lock) = may_record() else { return };
+    let before = tracefs_state();
+    let out = out_file("command-only.gz");
+    // Another process tree that allocates and frees pages all the time (hundreds of
+    // short processes) while the recording runs: a system-wide trace would hold it.
+    let mut noise = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "i=0; while [ $i -lt 100000 ]; do /bin/true; i=$((i + 1)); done",
+        ])
+        .spawn()
+        .expect("sh runs");
+    let options = RecordOptions {
+        seconds: Some(HANG.as_secs_f64()),
+        warmup: 0.0,
+        out: out.clone(),
+        buffer_kb: 65536,
+        // The shell and three children: four processes.
+        command: vec![
+            "sh".into(),
+            "-c".into(),
+            "for i in 1 2 3; do cat /proc/self/status > /dev/null; done".into(),
+        ],
+        command_only: true,
+    };
+    let recorded = record::record(&options);
+    let _ = noise.kill();
+    let _ = noise.wait();
+    recorded.expect("records");
+    let trace = parse::load(&std::fs::read(&out).unwrap()).unwrap();
+    std::fs::remove_file(&out).unwrap();
+    let recording = trace.recording.as_ref().unwrap();
+    assert!(recording.meta("scope").unwrap().starts_with("command"));
+    let pids: std::collections::BTreeSet<u32> = trace.events.iter().map(|e| e.pid).collect();
+    assert!(!pids.is_empty(), "the command's own events are recorded");
+    assert!(
+        pids.len() <= 4 && !pids.contains(&noise.id()),
+        "only the command's four processes: {pids:?}"
+    );
     assert_eq!(tracefs_state(), before, "every setting restored");
 }
