@@ -279,6 +279,7 @@ fn config(args: &TestArgs) -> Result<PercpuConfig, CliError> {
         unit_size,
         nr_units: args.cpus,
         policy,
+        first_chunk: None,
     };
     config.validate().map_err(|e| {
         let flag = match e {

@@ -11,6 +11,11 @@
 //! pointer faults instead of reading zeros. [`MmapBacking::resident_bytes`] asks the OS
 //! (`mincore`) what is resident.
 //!
+//! The first and the reserved chunk are reserved and populated like the others when the
+//! allocator is built; the static region before them has no memory here (the allocator
+//! only counts its pages), so [`MmapBacking::resident_bytes`] is below `Percpu:` by the
+//! static pages.
+//!
 //! The model's page size may be larger than the OS page (64 KiB on a 4 KiB x86 host, to
 //! model POWER9); a model page is then several OS pages, populated together.
 //!
@@ -207,7 +212,9 @@ impl MmapBacking {
 
 impl ChunkBacking for MmapBacking {
     fn create_chunk(&mut self, chunk: ChunkId, nr_pages: usize) -> Result<(), BackingError> {
-        debug_assert_eq!(nr_pages * self.page_size, self.unit_size);
+        // The first and the reserved chunk map only the pages around their regions; every
+        // chunk keeps the unit stride, so unit `u` of any chunk starts at `u × unit_size`.
+        debug_assert!(nr_pages * self.page_size <= self.unit_size);
         let reservation = Reservation::new(self.nr_units * self.unit_size)?;
         self.chunks.insert(chunk, reservation);
         Ok(())
