@@ -12,9 +12,11 @@
 //! (`mincore`) what is resident.
 //!
 //! The first and the reserved chunk are reserved and populated like the others when the
-//! allocator is built; the static region before them has no memory here (the allocator
-//! only counts its pages), so [`MmapBacking::resident_bytes`] is below `Percpu:` by the
-//! static pages.
+//! allocator is built, and the static region's whole pages before them get a mapping of
+//! their own, committed and never returned, so [`MmapBacking::resident_bytes`] follows
+//! `Percpu:` from boot on (a page the static region shares with the first chunk belongs
+//! to the chunk; with a reserved chunk the page it shares with the first chunk is resident
+//! in both mappings, one page per unit above `Percpu:`).
 //!
 //! The model's page size may be larger than the OS page (64 KiB on a 4 KiB x86 host, to
 //! model POWER9); a model page is then several OS pages, populated together.
@@ -139,6 +141,8 @@ pub struct MmapBacking {
     unit_size: usize,
     page_size: usize,
     chunks: HashMap<ChunkId, Reservation>,
+    /// The static region of the first chunk, if the allocator has one.
+    static_area: Option<Reservation>,
     protect_failures: u64,
 }
 
@@ -152,6 +156,7 @@ impl MmapBacking {
             unit_size,
             page_size,
             chunks: HashMap::new(),
+            static_area: None,
             protect_failures: 0,
         }
     }
@@ -188,7 +193,12 @@ impl MmapBacking {
 
     /// Bytes of every chunk that the OS reports resident (`mincore`).
     pub fn resident_bytes(&self) -> u64 {
-        let pages: usize = self.chunks.values().map(Reservation::resident_pages).sum();
+        let pages: usize = self
+            .chunks
+            .values()
+            .chain(&self.static_area)
+            .map(Reservation::resident_pages)
+            .sum();
         (pages * page_size()) as u64
     }
 
@@ -235,6 +245,15 @@ impl ChunkBacking for MmapBacking {
                 return Err(err);
             }
         }
+        Ok(())
+    }
+
+    fn back_static(&mut self, pages: usize) -> Result<(), BackingError> {
+        let reservation = Reservation::new(self.nr_units * self.unit_size)?;
+        for unit in 0..self.nr_units {
+            reservation.commit(self.unit_range(unit, &(0..pages)))?;
+        }
+        self.static_area = Some(reservation);
         Ok(())
     }
 

@@ -164,6 +164,10 @@ impl<B: ChunkBacking> PercpuAllocator<B> {
     /// counts every page of `<static | reserved | dynamic>`.
     fn setup_first_chunk(&mut self, layout: FirstChunkLayout) -> Result<(), ConfigError> {
         let refused = ConfigError::FirstChunk("first chunk: the backing could not hold it");
+        let static_pages = layout.reserved_start() / self.config.page_size;
+        self.backing
+            .back_static(static_pages)
+            .map_err(|_| refused)?;
         if layout.reserved_size > 0 {
             let chunk = Chunk::new_first(
                 layout.reserved_start(),

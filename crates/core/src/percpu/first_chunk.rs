@@ -64,6 +64,43 @@ impl FirstChunkLayout {
         }
     }
 
+    /// The unit size Linux picks for this first chunk when it embeds it in `atom_size`
+    /// allocations for `nr_cpus` CPUs of one NUMA node (`pcpu_build_alloc_info`): the most
+    /// units per atom that leave at most a third of the CPUs' worth of units unused, without
+    /// needing more allocations. x86-64 uses 2 MiB atoms.
+    ///
+    /// ```
+    /// use mmkit_core::percpu::FirstChunkLayout;
+    /// let layout = FirstChunkLayout::embedded(202_520, 0, 28 << 10, 4096);
+    /// assert_eq!(layout.embedded_unit_size(2, 2 << 20, 4096), 1 << 20); // "u1048576"
+    /// assert_eq!(layout.embedded_unit_size(4, 2 << 20, 4096), 512 << 10);
+    /// assert_eq!(layout.embedded_unit_size(8, 2 << 20, 4096), 256 << 10);
+    /// ```
+    pub fn embedded_unit_size(&self, nr_cpus: usize, atom_size: usize, page_size: usize) -> usize {
+        let min_unit_size = self.size_sum().max(super::PCPU_MIN_UNIT_SIZE);
+        let alloc_size = min_unit_size.next_multiple_of(atom_size);
+        let fits = |upa: usize| alloc_size % upa == 0 && (alloc_size / upa) % page_size == 0;
+        let max_upa = (1..=alloc_size / min_unit_size)
+            .rev()
+            .find(|&upa| fits(upa))
+            .unwrap_or(1);
+        let mut best_upa = 1;
+        let mut last_allocs = usize::MAX;
+        for upa in (1..=max_upa).rev().filter(|&upa| fits(upa)) {
+            let allocs = nr_cpus.div_ceil(upa);
+            // Linux: "Don't accept if wastage is over 1/3", then "don't consume more memory".
+            if allocs * upa - nr_cpus > nr_cpus / 3 {
+                continue;
+            }
+            if allocs > last_allocs {
+                break;
+            }
+            last_allocs = allocs;
+            best_upa = upa;
+        }
+        alloc_size / best_upa
+    }
+
     /// `size_sum`: static + reserved + dynamic bytes per unit.
     pub fn size_sum(&self) -> usize {
         self.static_size + self.reserved_size + self.dynamic_size
