@@ -200,19 +200,26 @@ impl CgroupTree {
         Ok(path)
     }
 
-    /// Remove the children for which `which` says so, in reverse creation order.
+    /// Remove the children for which `which` says so, in reverse creation order; on an
+    /// error or a signal the rest stay listed (and `Drop` removes them).
     fn rmdir_where(&mut self, which: impl Fn(&Path) -> bool) -> Result<(), CliError> {
-        for index in (0..self.children.len()).rev() {
-            if !which(&self.children[index]) {
-                continue;
+        let mut kept = Vec::with_capacity(self.children.len());
+        let mut result = Ok(());
+        while let Some(path) = self.children.pop() {
+            if result.is_ok() && which(&path) {
+                result = check_interrupt().and_then(|()| {
+                    rmdir_retrying(&path)
+                        .map_err(|e| CliError::failed(format!("rmdir {}: {e}", path.display())))
+                });
+                if result.is_ok() {
+                    continue;
+                }
             }
-            check_interrupt()?;
-            let path = &self.children[index];
-            rmdir_retrying(path)
-                .map_err(|e| CliError::failed(format!("rmdir {}: {e}", path.display())))?;
-            self.children.remove(index);
+            kept.push(path);
         }
-        Ok(())
+        kept.reverse();
+        self.children = kept;
+        result
     }
 }
 
