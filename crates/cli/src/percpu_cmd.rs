@@ -1,14 +1,17 @@
 //! `mmkit percpu test`: the percpu_test.sh of the partial-depopulation thread (Roman
 //! Gushchin's cover letter, `docs/reference/workloads.md` §2.5), on the runtime's percpu pool.
 //!
-//! Each memory cgroup `mkdir` makes the percpu allocations Linux v5.14 makes for it (the
-//! list below, or `--objects FILE`); `outer` groups each get `inner` children, the
+//! Each memory cgroup `mkdir` makes the percpu allocations the `--kernel` makes for it
+//! (v5.14's or 6.18's list below, or `--objects FILE`), on an allocator that starts as
+//! that kernel does after boot (its first chunk; `--first-chunk` overrides it);
+//! `outer` groups each get `inner` children, the
 //! children are removed, the balance work runs (the script's `sleep 10`), and the
 //! `Percpu:` line of /proc/meminfo is printed before, after creation and after deletion,
 //! computed as Linux computes it (`pcpu_nr_populated × pcpu_nr_units` pages), next to the
 //! memory the OS reports resident for the chunks (`mincore`) and for the whole process
 //! (`/proc/self/statm`). The arena is real memory:
-//! 1000 × 50 at the default 4 CPUs peaks around 0.7 GB.
+//! 1000 × 50 at the default 4 CPUs peaks around 0.7 GB. `--live` runs the loop on the
+//! host kernel instead ([`crate::percpu_live`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;

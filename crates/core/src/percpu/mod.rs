@@ -17,6 +17,7 @@
 //! | `slots` | slot numbers and the slot lists | `pcpu_chunk_lists`, `pcpu_size_to_slot` |
 //! | `allocator` | allocation, free, isolation, global counts | `pcpu_alloc`, `free_percpu` |
 //! | `balance` | the balance work | `pcpu_balance_workfn` |
+//! | `first_chunk` | the boot layout `<static \| reserved \| dynamic>`, the unit size | `pcpu_setup_first_chunk`, `pcpu_build_alloc_info` |
 //! | `backing` | the trait the runtime implements, and a fake | `mm/percpu-vm.c` |
 //! | `policy` | v5.13, v5.14 and the thread's variants | (the series) |
 //! | `verify` | the walker that checks every bit and hint | `pcpu_check_block_hint` |
