@@ -13,6 +13,7 @@ mod machine;
 mod output;
 mod pcp_script;
 mod percpu_cmd;
+mod percpu_live;
 mod reclaim_cmd;
 mod shard;
 mod sim_cmd;

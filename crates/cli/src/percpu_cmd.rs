@@ -1,28 +1,32 @@
 //! `mmkit percpu test`: the percpu_test.sh of the partial-depopulation thread (Roman
 //! Gushchin's cover letter, `docs/reference/workloads.md` §2.5), on the runtime's percpu pool.
 //!
-//! Each memory cgroup `mkdir` makes the percpu allocations Linux v5.14 makes for it (the
-//! list below, or `--objects FILE`); `outer` groups each get `inner` children, the
+//! Each memory cgroup `mkdir` makes the percpu allocations the `--kernel` makes for it
+//! (v5.14's or 6.18's list below, or `--objects FILE`), on an allocator that starts as
+//! that kernel does after boot (its first chunk; `--first-chunk` overrides it);
+//! `outer` groups each get `inner` children, the
 //! children are removed, the balance work runs (the script's `sleep 10`), and the
 //! `Percpu:` line of /proc/meminfo is printed before, after creation and after deletion,
 //! computed as Linux computes it (`pcpu_nr_populated × pcpu_nr_units` pages), next to the
 //! memory the OS reports resident for the chunks (`mincore`) and for the whole process
 //! (`/proc/self/statm`). The arena is real memory:
-//! 1000 × 50 at the default 4 CPUs peaks around 0.7 GB.
+//! 1000 × 50 at the default 4 CPUs peaks around 0.7 GB. `--live` runs the loop on the
+//! host kernel instead ([`crate::percpu_live`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::{Args, Subcommand};
 use mmkit_core::percpu::{
-    AllocKind, ConfigError, PercpuConfig, PercpuPolicy, PercpuPtr, PCPU_MIN_ALLOC_SIZE,
-    PCPU_MIN_UNIT_SIZE, PERCPU_PRESETS,
+    AllocKind, ConfigError, FirstChunkLayout, PercpuConfig, PercpuPolicy, PercpuPtr,
+    PCPU_MIN_ALLOC_SIZE, PCPU_MIN_UNIT_SIZE, PERCPU_DYNAMIC_RESERVE, PERCPU_MODULE_RESERVE,
+    PERCPU_PRESETS,
 };
 use mmkit_runtime::PercpuPool;
 use serde::Serialize;
 
 use crate::size::parse_bytes;
-use crate::{limits, CliError};
+use crate::{limits, percpu_live, CliError};
 
 /// Arguments of `mmkit percpu`.
 #[derive(Args, Debug)]
@@ -49,33 +53,114 @@ struct TestArgs {
     #[arg(long, default_value_t = 50)]
     inner: usize,
     /// Percpu policy: v5.13, v5.14, reclaim-threshold or bytes-thresholds.
-    #[arg(long, default_value = "v5.14")]
+    #[arg(long, default_value = "v5.14", conflicts_with = "live")]
     policy: String,
+    /// The kernel whose cgroups and first chunk to model: v5.14 (the thread's x86-64
+    /// guest: 4 CPUs, modules) or linux-6.18 (this project's measuring VM: 2 CPUs, no
+    /// modules, object sizes read from its BTF). Sets the object list, the first chunk and
+    /// the default CPU count.
+    #[arg(long, default_value = "v5.14", conflicts_with = "live")]
+    kernel: String,
+    /// The first chunk as boot prints it (`dmesg | grep 'percpu: Embedded'`):
+    /// `s202520,r0,d30952` (static, reserved, dynamic bytes), or `none` to model only
+    /// dynamic chunks. Default: the --kernel's.
+    #[arg(long, conflicts_with = "live")]
+    first_chunk: Option<String>,
     /// Page size: 4k (x86-64) or 64k (POWER9 as in Pratik Sampat's test).
-    #[arg(long, default_value = "4k")]
+    #[arg(long, default_value = "4k", conflicts_with = "live")]
     page_size: String,
-    /// Possible CPUs (units per chunk). The default, 4, models Pratik Sampat's Intel KVM
-    /// guest (4 CPUs, 4 GB) from the thread; it keeps 1000 × 50 under a gigabyte of real
-    /// memory and a few seconds.
-    #[arg(long, default_value_t = 4)]
-    cpus: usize,
-    /// Unit size; default 256k with 4k pages (x86-64 "u262144") and 640k with 64k pages
-    /// (10 pages, from memory of ppc64le boot logs).
-    #[arg(long)]
+    /// Possible CPUs (units per chunk). Default 4 with --kernel v5.14 (Pratik Sampat's
+    /// Intel KVM guest from the thread; 1000 × 50 stays under a gigabyte of real memory)
+    /// and 2 with linux-6.18 (the measuring VM).
+    #[arg(long, conflicts_with = "live")]
+    cpus: Option<usize>,
+    /// Unit size. Default with 4k pages: what x86-64 Linux picks for the first chunk and
+    /// CPU count (`pcpu_build_alloc_info` with 2 MiB atoms: 1 MiB for 2 CPUs, "u1048576"
+    /// on the measuring VM; 512 KiB for 4; 256 KiB from 8); with 64k pages 640k (10 pages,
+    /// from memory of ppc64le boot logs).
+    #[arg(long, conflicts_with = "live")]
     unit_size: Option<String>,
     /// NUMA nodes: one lruvec_stats_percpu per node per cgroup.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, conflicts_with = "live")]
     nodes: usize,
     /// The percpu objects of one cgroup, one per line: `NAME SIZE [ALIGN] [per-node]`
-    /// (`#` starts a comment). Default: the v5.14 list in docs/PERCPU.md.
-    #[arg(long)]
+    /// (`#` starts a comment). Default: the --kernel's list (docs/PERCPU.md).
+    #[arg(long, conflicts_with = "live")]
     objects: Option<PathBuf>,
-    /// Print the object list in the `--objects` format and exit.
-    #[arg(long)]
+    /// Print the --kernel's object list in the `--objects` format and exit.
+    #[arg(long, conflicts_with = "live")]
     list_objects: bool,
+    /// Run the loop on this machine's kernel instead of the model (root): create the
+    /// memory cgroups for real, put a process in each briefly, remove them, and read
+    /// `Percpu:` from /proc/meminfo. Every cgroup it makes is removed, also on Ctrl-C and
+    /// SIGTERM. Without root it says so and does nothing.
+    #[arg(long)]
+    live: bool,
+    /// With --live: seconds to wait after each removal before reading (the script's
+    /// `sleep 10`: the RCU-deferred frees and the balance work run meanwhile).
+    #[arg(long, default_value_t = 10.0, requires = "live")]
+    settle_seconds: f64,
     /// Print JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// A kernel whose percpu use the model can replay: its object list, its first chunk and
+/// the CPU count of the machine it was measured on.
+struct Kernel {
+    name: &'static str,
+    objects: &'static str,
+    /// The first chunk's static and reserved sizes; the dynamic region is
+    /// `PERCPU_DYNAMIC_RESERVE` grown to the page end (`pcpu_build_alloc_info`).
+    static_size: usize,
+    reserved_size: usize,
+    cpus: usize,
+}
+
+impl Kernel {
+    fn first_chunk(&self, page_size: usize) -> FirstChunkLayout {
+        FirstChunkLayout::embedded(
+            self.static_size,
+            self.reserved_size,
+            PERCPU_DYNAMIC_RESERVE,
+            page_size,
+        )
+    }
+}
+
+/// The static per-CPU data of the measuring VM's 6.18 kernel image (boot line `percpu:
+/// Embedded 57 pages/cpu s202520 r0 d30952 u1048576`). The v5.14 preset borrows it: no
+/// v5.14 image was measured, and a distribution kernel's static size is of this order.
+const STATIC_SIZE_MEASURED: usize = 202_520;
+
+const KERNELS: [Kernel; 2] = [
+    Kernel {
+        name: "v5.14",
+        objects: OBJECTS_V5_14,
+        // v5.14 defaults with modules: PERCPU_MODULE_RESERVE, PERCPU_DYNAMIC_RESERVE.
+        static_size: STATIC_SIZE_MEASURED,
+        reserved_size: PERCPU_MODULE_RESERVE,
+        cpus: 4,
+    },
+    Kernel {
+        name: "linux-6.18",
+        objects: OBJECTS_LINUX_6_18,
+        // Measured: the boot line above (the VM's kernel has no modules: r0, and its
+        // d30952 is PERCPU_DYNAMIC_RESERVE grown to the page end).
+        static_size: STATIC_SIZE_MEASURED,
+        reserved_size: 0,
+        cpus: 2,
+    },
+];
+
+fn kernel(name: &str) -> Result<&'static Kernel, CliError> {
+    KERNELS.iter().find(|k| k.name == name).ok_or_else(|| {
+        let names: Vec<_> = KERNELS.iter().map(|k| k.name).collect();
+        CliError::usage(format!(
+            "--kernel: unknown kernel {name:?} (one of {})",
+            names.join(", ")
+        ))
+    })
 }
 
 /// One percpu allocation a cgroup `mkdir` makes.
@@ -93,7 +178,7 @@ struct ObjectSpec {
 /// What Linux v5.14 allocates from the percpu allocator when a cgroup with the memory
 /// controller is created, in allocation order (x86-64, distribution config; sizes from
 /// the v5.14 structs, counts of stat items from memory: see docs/PERCPU.md).
-const DEFAULT_OBJECTS: &str = "\
+const OBJECTS_V5_14: &str = "\
 # name                      size align   (Linux source)
 cgroup_self_refcnt          8    8       # kernel/cgroup/cgroup.c cgroup_create: percpu_ref_init(&cgrp->self.refcnt)
 cgroup_rstat_cpu            64   8       # kernel/cgroup/rstat.c cgroup_rstat_init: alloc_percpu(struct cgroup_rstat_cpu)
@@ -103,6 +188,27 @@ memcg_vmstats_percpu        2232 8       # mm/memcontrol.c mem_cgroup_alloc: sta
 lruvec_stats_percpu         640  8 per-node  # mm/memcontrol.c alloc_mem_cgroup_per_node_info: state/state_prev[40]
 wb_completions              4    4       # mm/page-writeback.c wb_domain_init: fprop_global_init -> percpu_counter_init (s32)
 memory_css_refcnt           8    8       # kernel/cgroup/cgroup.c css_create: percpu_ref_init(&css->refcnt)
+objcg_refcnt                8    8       # mm/memcontrol.c memcg_online_kmem: obj_cgroup_alloc -> percpu_ref_init
+";
+
+/// What Linux 6.18 allocates from the percpu allocator for `mkdir` in a cgroup v1 memory
+/// hierarchy, in allocation order, on the measuring VM (x86-64, 1 node, CONFIG_PSI,
+/// CONFIG_MEMCG_V1, CONFIG_CGROUP_WRITEBACK). Sizes: the struct sizes of that kernel's
+/// own BTF (/sys/kernel/btf/vmlinux); calls: 6.18's cgroup_create, css_create and
+/// mem_cgroup_alloc. On cgroup v2 `memcg1_events_percpu` is not allocated and
+/// `cgroup_bpf_inherit` adds an 8-byte percpu_ref.
+const OBJECTS_LINUX_6_18: &str = "\
+# name                      size align   (Linux 6.18 source; size from the VM's BTF)
+cgroup_self_refcnt          8    8       # kernel/cgroup/cgroup.c cgroup_create: percpu_ref_init(&cgrp->self.refcnt)
+cgroup_rstat_base_cpu       128  8       # kernel/cgroup/rstat.c cgroup_rstat_base_init: alloc_percpu(struct cgroup_rstat_base_cpu), 4 x cgroup_base_stat
+cgroup_self_rstat_cpu       32   8       # kernel/cgroup/rstat.c css_rstat_init(&cgrp->self): alloc_percpu(struct css_rstat_cpu)
+psi_group_cpu               128  64      # kernel/sched/psi.c psi_cgroup_alloc: alloc_percpu(struct psi_group_cpu), cacheline aligned
+memcg_vmstats_percpu        1216 64      # mm/memcontrol.c mem_cgroup_alloc: state/state_prev[40], events/events_prev[31], 3 words; cacheline aligned
+memcg1_events_percpu        24   8       # mm/memcontrol-v1.c memcg1_alloc_events: nr_page_events, targets[2]
+lruvec_stats_percpu         528  8 per-node  # mm/memcontrol.c alloc_mem_cgroup_per_node_info: state/state_prev[33]
+wb_completions              4    4       # mm/page-writeback.c wb_domain_init: fprop_global_init -> percpu_counter_init (s32)
+memory_css_refcnt           8    8       # kernel/cgroup/cgroup.c css_create: percpu_ref_init(&css->refcnt)
+memory_css_rstat_cpu        32   8       # kernel/cgroup/cgroup.c css_create: css_rstat_init(css), memory has css_rstat_flush
 objcg_refcnt                8    8       # mm/memcontrol.c memcg_online_kmem: obj_cgroup_alloc -> percpu_ref_init
 ";
 
@@ -160,10 +266,10 @@ fn parse_objects(text: &str) -> Result<Vec<ObjectSpec>, String> {
     Ok(objects)
 }
 
-/// The objects of `--objects FILE` (errors as `FILE:LINE: message`), or the built-in list.
-fn objects(path: Option<&Path>) -> Result<Vec<ObjectSpec>, CliError> {
+/// The objects of `--objects FILE` (errors as `FILE:LINE: message`), or the kernel's list.
+fn objects(path: Option<&Path>, kernel: &Kernel) -> Result<Vec<ObjectSpec>, CliError> {
     let Some(path) = path else {
-        return Ok(parse_objects(DEFAULT_OBJECTS).expect("the built-in list parses"));
+        return Ok(parse_objects(kernel.objects).expect("the built-in lists parse"));
     };
     let refuse = |what: String| CliError::usage(format!("--objects {}:{what}", path.display()));
     let bytes = std::fs::read(path).map_err(|e| refuse(format!(" {e}")))?;
@@ -204,6 +310,14 @@ fn check_cgroups_fit(
     )
 }
 
+/// The first chunk's regions, bytes per unit.
+#[derive(Clone, Copy, Debug, Serialize)]
+struct FirstChunkReport {
+    static_size: usize,
+    reserved_size: usize,
+    dynamic_size: usize,
+}
+
 /// One reading of the meters.
 #[derive(Clone, Copy, Debug, Serialize)]
 struct Reading {
@@ -224,6 +338,8 @@ struct Report {
     outer: usize,
     inner: usize,
     cgroups: usize,
+    kernel: &'static str,
+    first_chunk: Option<FirstChunkReport>,
     policy: &'static str,
     cpus: usize,
     nodes: usize,
@@ -248,7 +364,45 @@ pub fn run(args: &PercpuArgs) -> Result<(), CliError> {
     }
 }
 
-fn config(args: &TestArgs) -> Result<PercpuConfig, CliError> {
+/// `--first-chunk`: `none`, or static, reserved and dynamic bytes as boot prints them
+/// (`s202520,r0,d30952`; commas or spaces between, any order).
+fn parse_first_chunk(text: &str) -> Result<Option<FirstChunkLayout>, String> {
+    if text == "none" {
+        return Ok(None);
+    }
+    let mut sizes: [Option<usize>; 3] = [None; 3];
+    for field in text.split([',', ' ']).filter(|f| !f.is_empty()) {
+        let (slot, number) = match field.split_at_checked(1) {
+            Some(("s", n)) => (0, n),
+            Some(("r", n)) => (1, n),
+            Some(("d", n)) => (2, n),
+            _ => return Err(format!("{field:?} is not sBYTES, rBYTES or dBYTES")),
+        };
+        let bytes = parse_bytes(number)
+            .ok()
+            .and_then(|b| usize::try_from(b).ok())
+            .filter(|&b| b <= 1 << 30)
+            .ok_or_else(|| format!("{field:?}: {number:?} is not a size up to 1 GiB"))?;
+        if sizes[slot].replace(bytes).is_some() {
+            return Err(format!("{field:?} given twice"));
+        }
+    }
+    match sizes {
+        [Some(static_size), Some(reserved_size), Some(dynamic_size)] => {
+            Ok(Some(FirstChunkLayout {
+                static_size,
+                reserved_size,
+                dynamic_size,
+            }))
+        }
+        _ => Err("expected none or sSTATIC,rRESERVED,dDYNAMIC (e.g. s202520,r0,d30952)".into()),
+    }
+}
+
+/// x86-64's `pcpu_embed_first_chunk` atom: a PMD, 2 MiB.
+const X86_64_ATOM_SIZE: usize = 2 << 20;
+
+fn config(args: &TestArgs, kernel: &Kernel) -> Result<PercpuConfig, CliError> {
     let policy = PercpuPolicy::preset(&args.policy).ok_or_else(|| {
         CliError::usage(format!(
             "--policy: unknown percpu policy {:?} (one of {})",
@@ -266,9 +420,17 @@ fn config(args: &TestArgs) -> Result<PercpuConfig, CliError> {
     if page_size != 4 << 10 && page_size != 64 << 10 {
         return Err(CliError::usage("--page-size must be 4k or 64k"));
     }
+    let first_chunk = match &args.first_chunk {
+        Some(text) => parse_first_chunk(text)
+            .map_err(|e| CliError::usage(format!("--first-chunk {text:?}: {e}")))?,
+        None => Some(kernel.first_chunk(page_size)),
+    };
+    let cpus = args.cpus.unwrap_or(kernel.cpus);
     let unit_size = match &args.unit_size {
         Some(text) => bytes("--unit-size", text)?,
-        None if page_size == 4 << 10 => 256 << 10,
+        None if page_size == 4 << 10 => first_chunk
+            .unwrap_or(kernel.first_chunk(page_size))
+            .embedded_unit_size(cpus.clamp(1, 4096), X86_64_ATOM_SIZE, page_size),
         None => 10 * page_size,
     };
     if args.nodes == 0 || args.nodes > 64 {
@@ -277,14 +439,16 @@ fn config(args: &TestArgs) -> Result<PercpuConfig, CliError> {
     let config = PercpuConfig {
         page_size,
         unit_size,
-        nr_units: args.cpus,
+        nr_units: cpus,
         policy,
+        first_chunk,
     };
     config.validate().map_err(|e| {
         let flag = match e {
             ConfigError::PageSize => "--page-size",
             ConfigError::UnitSize => "--unit-size",
             ConfigError::Units => "--cpus",
+            ConfigError::FirstChunk(_) => "--first-chunk",
         };
         CliError::usage(format!("{flag}: {e}"))
     })?;
@@ -346,15 +510,27 @@ fn remove_group(pool: &PercpuPool, group: Vec<PercpuPtr>) -> Result<(), CliError
 }
 
 fn run_test(args: &TestArgs) -> Result<(), CliError> {
+    if args.live {
+        if args.outer == 0 {
+            return Err(CliError::usage("--outer must be at least 1"));
+        }
+        return percpu_live::run(&percpu_live::LiveArgs {
+            outer: args.outer,
+            inner: args.inner,
+            settle_seconds: args.settle_seconds,
+            json: args.json,
+        });
+    }
+    let kernel = kernel(&args.kernel)?;
     if args.list_objects {
-        print!("{DEFAULT_OBJECTS}");
+        print!("{}", kernel.objects);
         return Ok(());
     }
-    let objects = objects(args.objects.as_deref())?;
+    let objects = objects(args.objects.as_deref(), kernel)?;
     if args.outer == 0 {
         return Err(CliError::usage("--outer must be at least 1"));
     }
-    let config = config(args)?;
+    let config = config(args, kernel)?;
     if let Some(object) = objects.iter().find(|o| o.align > config.page_size) {
         let source = args
             .objects
@@ -401,6 +577,12 @@ fn run_test(args: &TestArgs) -> Result<(), CliError> {
         outer: args.outer,
         inner: args.inner,
         cgroups: args.outer * (args.inner + 1),
+        kernel: kernel.name,
+        first_chunk: config.first_chunk.map(|l| FirstChunkReport {
+            static_size: l.static_size,
+            reserved_size: l.reserved_size,
+            dynamic_size: l.dynamic_size,
+        }),
         policy: config.policy.name,
         cpus: config.nr_units,
         nodes: args.nodes,
@@ -431,18 +613,26 @@ fn print_report(report: &Report, json: bool) -> Result<(), CliError> {
         return Ok(());
     }
     println!(
-        "percpu_test: {} outer x {} inner = {} cgroups, {} bytes per CPU each ({} objects), \
+        "percpu_test: {} outer x {} inner = {} cgroups, {} bytes per CPU each ({} objects of {}), \
          policy {}, {} CPUs, {} KiB pages, {} KiB units",
         report.outer,
         report.inner,
         report.cgroups,
         report.bytes_per_cpu_per_cgroup,
         report.objects.len(),
+        report.kernel,
         report.policy,
         report.cpus,
         report.page_size >> 10,
         report.unit_size >> 10
     );
+    match report.first_chunk {
+        Some(l) => println!(
+            "first chunk: s{} r{} d{} (static, reserved, dynamic bytes per unit), populated from boot",
+            l.static_size, l.reserved_size, l.dynamic_size
+        ),
+        None => println!("first chunk: none (every chunk dynamic)"),
+    }
     for (label, reading) in [
         ("before", report.before),
         ("after creation", report.after_creation),
@@ -499,6 +689,7 @@ mod tests {
         assert!(parse_objects("a 8 3")
             .unwrap_err()
             .contains("\"3\" is neither"));
-        assert_eq!(parse_objects(DEFAULT_OBJECTS).unwrap().len(), 9);
+        assert_eq!(parse_objects(OBJECTS_V5_14).unwrap().len(), 9);
+        assert_eq!(parse_objects(OBJECTS_LINUX_6_18).unwrap().len(), 11);
     }
 }

@@ -265,6 +265,31 @@ fn percpu_test_bounds_its_cgroups_by_memory_and_names_every_flag() {
     test(&["--page-size", "8k"], "--page-size");
     test(&["--page-size", "lots"], "--page-size");
     test(&["--policy", "v6.0"], "--policy");
+    test(&["--kernel", "linux-7.0"], "--kernel");
+    test(&["--first-chunk", "s1,r2"], "--first-chunk");
+    test(&["--first-chunk", "s202520,r0,d30952,s4"], "--first-chunk");
+    test(&["--first-chunk", "x1,r0,d30952"], "--first-chunk");
+    // Layouts Linux refuses at boot: no static data, too little dynamic room, not
+    // ending on a page, larger than the unit.
+    test(&["--first-chunk", "s0,r0,d32768"], "--first-chunk");
+    test(&["--first-chunk", "s4096,r0,d16384"], "--first-chunk");
+    test(&["--first-chunk", "s4000,r0,d28672"], "--first-chunk");
+    test(
+        &["--first-chunk", "s1m,r0,d28672", "--unit-size", "256k"],
+        "--first-chunk",
+    );
+    // --live measures the host: the model's flags do not apply, and it refuses what the
+    // kernel cannot hold before it checks for root.
+    test(&["--live", "--policy", "v5.13"], "--policy");
+    test(&["--live", "--kernel", "linux-6.18"], "--kernel");
+    test(&["--live", "--cpus", "4"], "--cpus");
+    test(&["--settle-seconds", "1"], "--live");
+    test(&["--live", "--settle-seconds", "-1"], "--settle-seconds");
+    test(&["--live", "--settle-seconds", "nan"], "--settle-seconds");
+    test(
+        &["--live", "--outer", "70000", "--inner", "0"],
+        "MEM_CGROUP_ID_MAX",
+    );
 }
 
 #[test]

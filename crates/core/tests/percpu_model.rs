@@ -1,8 +1,9 @@
 //! The percpu allocator against a naive model: one `Vec<bool>` of 4-byte bits per chunk.
 //!
-//! proptest drives random allocations (sizes, alignments, atomic or not), frees, bad frees
-//! (double, misaligned, unknown chunk), balance runs and backing failures under every
-//! policy and both page sizes. After each step: the allocator's `verify()` walker (every
+//! proptest drives random allocations (sizes, alignments, atomic, reserved or neither),
+//! frees, bad frees (double, misaligned, unknown chunk, into the hidden ends of the first
+//! chunk), balance runs and backing failures under every policy, both page sizes, and with
+//! or without a first chunk (with or without a reserved chunk). After each step: the allocator's `verify()` walker (every
 //! bit, every block and chunk hint, slot membership, empty-page counts per chunk and
 //! global, populated bitmap against allocations), the model's bits against the
 //! allocator's allocations chunk by chunk, and the fake backing's pages against the
@@ -11,8 +12,8 @@
 use std::collections::BTreeMap;
 
 use mmkit_core::percpu::{
-    AllocError, AllocKind, ChunkId, FreeError, MemoryBacking, PercpuAllocator, PercpuConfig,
-    PercpuPolicy, PercpuPtr,
+    AllocError, AllocKind, ChunkId, FirstChunkLayout, FreeError, MemoryBacking, PercpuAllocator,
+    PercpuConfig, PercpuPolicy, PercpuPtr,
 };
 use proptest::prelude::*;
 
@@ -23,7 +24,12 @@ enum Op {
         align: usize,
         atomic: bool,
     },
+    AllocReserved {
+        size: usize,
+        align: usize,
+    },
     Free(usize),
+    FreeHidden,
     DoubleFree,
     FreeInside(usize),
     FreeUnknownChunk,
@@ -39,8 +45,10 @@ fn op() -> impl Strategy<Value = Op> {
     ];
     let align = (0u32..=7).prop_map(|s| 1usize << s);
     prop_oneof![
-        10 => (size, align, prop::bool::weighted(0.2))
+        10 => (size.clone(), align.clone(), prop::bool::weighted(0.2))
             .prop_map(|(size, align, atomic)| Op::Alloc { size, align, atomic }),
+        2 => (size, align).prop_map(|(size, align)| Op::AllocReserved { size, align }),
+        1 => Just(Op::FreeHidden),
         7 => any::<usize>().prop_map(Op::Free),
         1 => Just(Op::DoubleFree),
         1 => any::<usize>().prop_map(Op::FreeInside),
@@ -63,11 +71,23 @@ fn config() -> impl Strategy<Value = PercpuConfig> {
         1 => Just((4 << 10, 256 << 10)),
         2 => Just((64 << 10, 128 << 10)),
     ];
-    (policy, geometry).prop_map(|(policy, (page_size, unit_size))| PercpuConfig {
-        page_size,
-        unit_size,
-        nr_units: 2,
-        policy,
+    // A static size that is not a multiple of 4 exercises the rounding of
+    // `pcpu_setup_first_chunk`; a reserved chunk of one page or less, or none.
+    let first_chunk = prop_oneof![
+        1 => Just(None),
+        2 => (1usize..8000, prop_oneof![Just(0usize), Just(2996), Just(4096)])
+            .prop_map(Some),
+    ];
+    (policy, geometry, first_chunk).prop_map(|(policy, (page_size, unit_size), first_chunk)| {
+        PercpuConfig {
+            page_size,
+            unit_size,
+            nr_units: 2,
+            policy,
+            first_chunk: first_chunk.map(|(static_size, reserved_size)| {
+                FirstChunkLayout::embedded(static_size, reserved_size, 20 << 10, page_size)
+            }),
+        }
     })
 }
 
@@ -96,6 +116,7 @@ fn check(pcpu: &PercpuAllocator<MemoryBacking>, model: &mut Model) -> Result<(),
     pcpu.verify()
         .map_err(|e| TestCaseError::fail(e.to_string()))?;
     let ids: Vec<_> = pcpu.chunk_ids().collect();
+    let mut dynamic_pages = 0;
     model.bits.retain(|id, bits| {
         let alive = ids.contains(id);
         assert!(
@@ -118,8 +139,23 @@ fn check(pcpu: &PercpuAllocator<MemoryBacking>, model: &mut Model) -> Result<(),
         prop_assert_eq!(&actual, bits, "chunk {:?} bits differ from the model", id);
         let backed = pcpu.backing().populated(*id).unwrap();
         prop_assert_eq!(backed.iter().filter(|&&p| p).count(), info.nr_populated);
+        if info.immutable {
+            prop_assert_eq!(
+                info.nr_populated,
+                info.nr_pages,
+                "the first chunk lost pages"
+            );
+        } else {
+            dynamic_pages += info.nr_populated;
+        }
     }
-    prop_assert_eq!(pcpu.backing().nr_populated(), pcpu.nr_populated_pages());
+    // `Percpu:` counts the dynamic chunks' pages and the whole first chunk from boot.
+    let page_size = pcpu.config().page_size;
+    let boot_pages = pcpu
+        .config()
+        .first_chunk
+        .map_or(0, |layout| layout.size_sum() / page_size);
+    prop_assert_eq!(dynamic_pages + boot_pages, pcpu.nr_populated_pages());
     Ok(())
 }
 
@@ -141,21 +177,55 @@ fn step(
             };
             match pcpu.alloc(size, align, kind) {
                 Ok(ptr) => {
-                    prop_assert_eq!(ptr.offset % align.max(4), 0, "misaligned");
-                    let bits = size.div_ceil(4);
-                    let nr_bits = pcpu.config().unit_size / 4;
-                    let map = model
-                        .bits
-                        .entry(ptr.chunk)
-                        .or_insert_with(|| vec![false; nr_bits]);
-                    let area = &mut map[ptr.offset / 4..ptr.offset / 4 + bits];
-                    prop_assert!(area.iter().all(|b| !b), "allocation overlaps a live one");
-                    area.fill(true);
-                    model.live.push((ptr, bits));
+                    prop_assert!(
+                        !is_reserved(pcpu, ptr),
+                        "an ordinary request in the reserved chunk"
+                    );
+                    record(pcpu, model, ptr, size, align)?;
                 }
                 Err(AllocError::NoPopulatedSpace) => prop_assert!(atomic),
                 Err(AllocError::Backing(_)) => prop_assert!(pcpu.backing().fail),
                 Err(err) => prop_assert!(false, "unexpected {err:?}"),
+            }
+        }
+        Op::AllocReserved { size, align } => {
+            let reserved = pcpu
+                .config()
+                .first_chunk
+                .is_some_and(|layout| layout.reserved_size > 0);
+            let before = snapshot(pcpu);
+            match pcpu.alloc_reserved(size, align) {
+                Ok(ptr) => {
+                    prop_assert_eq!(is_reserved(pcpu, ptr), reserved);
+                    record(pcpu, model, ptr, size, align)?;
+                }
+                Err(AllocError::NoReservedSpace) => {
+                    prop_assert!(reserved);
+                    prop_assert_eq!(before, snapshot(pcpu));
+                }
+                Err(AllocError::Backing(_)) => prop_assert!(!reserved && pcpu.backing().fail),
+                Err(err) => prop_assert!(false, "unexpected {err:?}"),
+            }
+        }
+        Op::FreeHidden => {
+            // Offset 0 of the first and the reserved chunk lies in the static region (or
+            // is the region's first byte); the end is past the region. Neither is ever an
+            // allocation.
+            for id in pcpu.chunk_ids().collect::<Vec<_>>() {
+                let info = pcpu.chunk_info(id).unwrap();
+                if !info.immutable {
+                    continue;
+                }
+                let end = info.nr_pages * pcpu.config().page_size - 4;
+                for offset in [0, end] {
+                    let bad = PercpuPtr { chunk: id, offset };
+                    if pcpu.allocations(id).iter().any(|a| a.start == offset) {
+                        continue;
+                    }
+                    let before = snapshot(pcpu);
+                    prop_assert_eq!(pcpu.free(bad), Err(FreeError::NotAllocated(bad)));
+                    prop_assert_eq!(before, snapshot(pcpu));
+                }
             }
         }
         Op::Free(i) if !model.live.is_empty() => {
@@ -208,6 +278,33 @@ fn step(
     Ok(())
 }
 
+fn is_reserved(pcpu: &PercpuAllocator<MemoryBacking>, ptr: PercpuPtr) -> bool {
+    pcpu.reserved_chunk() == Some(ptr.chunk)
+}
+
+/// Record a new allocation in the model: aligned, and on bits that were free.
+fn record(
+    pcpu: &PercpuAllocator<MemoryBacking>,
+    model: &mut Model,
+    ptr: PercpuPtr,
+    size: usize,
+    align: usize,
+) -> Result<(), TestCaseError> {
+    prop_assert_eq!(ptr.offset % align.max(4), 0, "misaligned");
+    let bits = size.div_ceil(4);
+    let info = pcpu.chunk_info(ptr.chunk).unwrap();
+    let nr_bits = info.nr_pages * pcpu.config().page_size / 4;
+    let map = model
+        .bits
+        .entry(ptr.chunk)
+        .or_insert_with(|| vec![false; nr_bits]);
+    let area = &mut map[ptr.offset / 4..ptr.offset / 4 + bits];
+    prop_assert!(area.iter().all(|b| !b), "allocation overlaps a live one");
+    area.fill(true);
+    model.live.push((ptr, bits));
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
@@ -237,7 +334,8 @@ proptest! {
         }
         pcpu.balance();
         check(&pcpu, &mut model)?;
-        prop_assert!(pcpu.chunk_ids().count() <= 2, "{} chunks left", pcpu.chunk_ids().count());
+        let dynamic = pcpu.chunk_ids().filter(|&id| !pcpu.chunk_info(id).unwrap().immutable).count();
+        prop_assert!(dynamic <= 2, "{} dynamic chunks left", dynamic);
         prop_assert_eq!(pcpu.verify().unwrap().allocations, 0);
     }
 }
@@ -258,6 +356,7 @@ fn random_walks_reach_reclaim_under_every_policy() {
             unit_size: 32 << 10,
             nr_units: 2,
             policy,
+            first_chunk: None,
         };
         let mut pcpu = PercpuAllocator::new(config, MemoryBacking::new()).unwrap();
         let mut live = Vec::new();

@@ -21,6 +21,7 @@ fn allocator(policy: PercpuPolicy) -> PercpuAllocator<MemoryBacking> {
         unit_size: 32 << 10,
         nr_units: 2,
         policy,
+        first_chunk: None,
     };
     PercpuAllocator::new(config, MemoryBacking::new()).unwrap()
 }

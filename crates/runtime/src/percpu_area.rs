@@ -11,6 +11,13 @@
 //! pointer faults instead of reading zeros. [`MmapBacking::resident_bytes`] asks the OS
 //! (`mincore`) what is resident.
 //!
+//! The first and the reserved chunk are reserved and populated like the others when the
+//! allocator is built, and the static region's whole pages before them get a mapping of
+//! their own, committed and never returned, so [`MmapBacking::resident_bytes`] follows
+//! `Percpu:` from boot on (a page the static region shares with the first chunk belongs
+//! to the chunk; with a reserved chunk the page it shares with the first chunk is resident
+//! in both mappings, one page per unit above `Percpu:`).
+//!
 //! The model's page size may be larger than the OS page (64 KiB on a 4 KiB x86 host, to
 //! model POWER9); a model page is then several OS pages, populated together.
 //!
@@ -134,6 +141,8 @@ pub struct MmapBacking {
     unit_size: usize,
     page_size: usize,
     chunks: HashMap<ChunkId, Reservation>,
+    /// The static region of the first chunk, if the allocator has one.
+    static_area: Option<Reservation>,
     protect_failures: u64,
 }
 
@@ -147,6 +156,7 @@ impl MmapBacking {
             unit_size,
             page_size,
             chunks: HashMap::new(),
+            static_area: None,
             protect_failures: 0,
         }
     }
@@ -183,7 +193,12 @@ impl MmapBacking {
 
     /// Bytes of every chunk that the OS reports resident (`mincore`).
     pub fn resident_bytes(&self) -> u64 {
-        let pages: usize = self.chunks.values().map(Reservation::resident_pages).sum();
+        let pages: usize = self
+            .chunks
+            .values()
+            .chain(&self.static_area)
+            .map(Reservation::resident_pages)
+            .sum();
         (pages * page_size()) as u64
     }
 
@@ -207,7 +222,9 @@ impl MmapBacking {
 
 impl ChunkBacking for MmapBacking {
     fn create_chunk(&mut self, chunk: ChunkId, nr_pages: usize) -> Result<(), BackingError> {
-        debug_assert_eq!(nr_pages * self.page_size, self.unit_size);
+        // The first and the reserved chunk map only the pages around their regions; every
+        // chunk keeps the unit stride, so unit `u` of any chunk starts at `u × unit_size`.
+        debug_assert!(nr_pages * self.page_size <= self.unit_size);
         let reservation = Reservation::new(self.nr_units * self.unit_size)?;
         self.chunks.insert(chunk, reservation);
         Ok(())
@@ -228,6 +245,15 @@ impl ChunkBacking for MmapBacking {
                 return Err(err);
             }
         }
+        Ok(())
+    }
+
+    fn back_static(&mut self, pages: usize) -> Result<(), BackingError> {
+        let reservation = Reservation::new(self.nr_units * self.unit_size)?;
+        for unit in 0..self.nr_units {
+            reservation.commit(self.unit_range(unit, &(0..pages)))?;
+        }
+        self.static_area = Some(reservation);
         Ok(())
     }
 

@@ -1,10 +1,11 @@
 //! The percpu pool on real memory: per-CPU counters across threads, zeroed and separate
-//! copies, bad frees refused, and depopulation that the OS sees (resident memory falls
-//! with the `Percpu:` figure). Small on purpose: these also run under valgrind.
+//! copies, bad frees refused, depopulation that the OS sees (resident memory falls with the
+//! `Percpu:` figure), and a first chunk that is real memory from the start. Small on
+//! purpose: these also run under valgrind.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use mmkit_core::percpu::{AllocKind, PercpuConfig, PercpuPolicy, PercpuPtr};
+use mmkit_core::percpu::{AllocKind, FirstChunkLayout, PercpuConfig, PercpuPolicy, PercpuPtr};
 use mmkit_runtime::{PercpuError, PercpuPool};
 
 #[test]
@@ -137,4 +138,28 @@ fn partial_depopulation_gives_memory_back_to_the_os() {
         after_rss * 10 >= after_kb * 9,
         "resident {after_rss} of {after_kb} kB"
     );
+}
+
+/// A pool with a first chunk (this project's 6.18 machine: `s202520 r0 d30952`, 1 MiB
+/// units): `Percpu:` starts at the 57 boot pages of each unit, the first chunk is real
+/// memory that holds the first areas, and none of it is ever given back.
+#[test]
+fn first_chunk_is_real_memory_from_the_start() {
+    let config = PercpuConfig {
+        unit_size: 1 << 20,
+        ..PercpuConfig::x86_64(2)
+    }
+    .with_first_chunk(FirstChunkLayout::embedded(202_520, 0, 28 << 10, 4096));
+    let pool = PercpuPool::with_config(config).unwrap();
+    assert_eq!(pool.meminfo_percpu_kb(), 57 * 2 * 4);
+    // The 49 pages of static data and the first chunk's 8 are resident in both units.
+    assert_eq!(pool.resident_bytes() / 1024, 57 * 2 * 4);
+    let counter = pool.counter().unwrap();
+    counter.add(5);
+    assert_eq!(counter.sum(), 5);
+    drop(counter);
+    pool.balance();
+    assert_eq!(pool.meminfo_percpu_kb(), 57 * 2 * 4);
+    assert_eq!(pool.resident_bytes() / 1024, 57 * 2 * 4);
+    pool.verify().unwrap();
 }

@@ -16,8 +16,8 @@ use super::chunk::Chunk;
 use super::policy::ReclaimCandidate;
 use super::slots::{SlotLayout, SlotList, PCPU_SLOT_FAIL_THRESHOLD};
 use super::{
-    AllocError, ChunkId, ConfigError, FreeError, PercpuConfig, PercpuPtr, PCPU_MIN_ALLOC_SIZE,
-    PCPU_MIN_UNIT_SIZE,
+    AllocError, ChunkId, ConfigError, FirstChunkLayout, FreeError, PercpuConfig, PercpuPtr,
+    PCPU_MIN_ALLOC_SIZE, PCPU_MIN_UNIT_SIZE,
 };
 
 /// Whether a request may populate pages (and sleep).
@@ -74,6 +74,8 @@ pub struct ChunkInfo {
     pub free_bytes: usize,
     /// Whether it is isolated for reclaim.
     pub isolated: bool,
+    /// The first or the reserved chunk (populated from boot, never freed).
+    pub immutable: bool,
     /// Its chunk-wide hints.
     pub chunk_md: super::BlockMd,
 }
@@ -103,8 +105,16 @@ pub struct PercpuAllocator<B: ChunkBacking> {
     /// Over isolated chunks (v4 patch 4's `pcpu_nr_isolated_empty_pop_pages`; kept in
     /// every policy, read only by the reclaim-threshold ones).
     pub(crate) nr_isolated_empty_pop_pages: isize,
-    /// `pcpu_nr_populated`: populated pages over all chunks (per unit).
+    /// `pcpu_nr_populated`: populated pages over all chunks (per unit), and the whole first
+    /// chunk with its static region from boot.
     pub(crate) nr_populated: usize,
+    /// `PFN_DOWN(size_sum)`: the pages of `<static | reserved | dynamic>` counted in
+    /// `nr_populated` since boot (0 without a first chunk).
+    pub(crate) first_chunk_pages: usize,
+    /// `pcpu_first_chunk`: the chunk serving the first chunk's dynamic region.
+    pub(crate) first_chunk: Option<usize>,
+    /// `pcpu_reserved_chunk`: on no slot list, never in the global empty-page count.
+    pub(crate) reserved_chunk: Option<usize>,
     /// `pcpu_atomic_alloc_failed`.
     pub(crate) atomic_alloc_failed: bool,
     pub(crate) balance_pending: bool,
@@ -113,11 +123,22 @@ pub struct PercpuAllocator<B: ChunkBacking> {
 }
 
 impl<B: ChunkBacking> PercpuAllocator<B> {
-    /// An allocator with no chunks yet.
+    /// An allocator as Linux has it after boot: with the configuration's first chunk (the
+    /// reserved chunk, if any, then the first chunk, populated through the backing), or
+    /// with no chunks at all. A backing that cannot hold the first chunk is refused
+    /// (Linux panics).
     pub fn new(config: PercpuConfig, backing: B) -> Result<PercpuAllocator<B>, ConfigError> {
         config.validate()?;
+        let mut allocator = PercpuAllocator::empty(config, backing);
+        if let Some(layout) = config.first_chunk {
+            allocator.setup_first_chunk(layout)?;
+        }
+        Ok(allocator)
+    }
+
+    fn empty(config: PercpuConfig, backing: B) -> PercpuAllocator<B> {
         let layout = SlotLayout::new(config.unit_size);
-        Ok(PercpuAllocator {
+        PercpuAllocator {
             config,
             layout,
             chunks: Vec::new(),
@@ -127,11 +148,64 @@ impl<B: ChunkBacking> PercpuAllocator<B> {
             nr_empty_pop_pages: 0,
             nr_isolated_empty_pop_pages: 0,
             nr_populated: 0,
+            first_chunk_pages: 0,
+            first_chunk: None,
+            reserved_chunk: None,
             atomic_alloc_failed: false,
             balance_pending: false,
             stats: PercpuStats::default(),
             backing,
-        })
+        }
+    }
+
+    /// `pcpu_setup_first_chunk`: the reserved chunk over the reserved region (if any),
+    /// the first chunk over the dynamic region, both fully populated; the first chunk's
+    /// empty pages start the global count and it goes on its slot; `pcpu_nr_populated`
+    /// counts every page of `<static | reserved | dynamic>`.
+    fn setup_first_chunk(&mut self, layout: FirstChunkLayout) -> Result<(), ConfigError> {
+        let refused = ConfigError::FirstChunk("first chunk: the backing could not hold it");
+        let static_pages = layout.reserved_start() / self.config.page_size;
+        self.backing
+            .back_static(static_pages)
+            .map_err(|_| refused)?;
+        if layout.reserved_size > 0 {
+            let chunk = Chunk::new_first(
+                layout.reserved_start(),
+                layout.reserved_size,
+                self.config.page_size,
+            );
+            self.reserved_chunk = Some(self.boot_chunk(chunk).map_err(|_| refused)?);
+        }
+        let (start, size) = layout.dynamic_region();
+        let chunk = Chunk::new_first(start, size, self.config.page_size);
+        let index = self.boot_chunk(chunk).map_err(|_| refused)?;
+        self.first_chunk = Some(index);
+        self.nr_empty_pop_pages = self.chunk(index).nr_empty_pop_pages;
+        self.relocate(index, None);
+        self.first_chunk_pages = layout.size_sum() / self.config.page_size;
+        self.nr_populated = self.first_chunk_pages;
+        Ok(())
+    }
+
+    /// Give a boot chunk its index and memory (all its pages populated).
+    fn boot_chunk(&mut self, chunk: Chunk) -> Result<usize, super::BackingError> {
+        let index = self.chunks.len();
+        self.chunks.push(None);
+        self.generations.push(0);
+        let id = self.id_of(index);
+        let nr_pages = chunk.nr_pages();
+        let backed = self
+            .backing
+            .create_chunk(id, nr_pages)
+            .and_then(|()| self.backing.populate(id, 0..nr_pages));
+        if let Err(err) = backed {
+            self.chunks.pop();
+            self.generations.pop();
+            return Err(err);
+        }
+        self.chunks[index] = Some(chunk);
+        self.stats.chunks_created += 1;
+        Ok(index)
     }
 
     /// The configuration.
@@ -185,6 +259,16 @@ impl<B: ChunkBacking> PercpuAllocator<B> {
         self.balance_pending
     }
 
+    /// `pcpu_first_chunk`: the chunk serving the first chunk's dynamic region.
+    pub fn first_chunk(&self) -> Option<ChunkId> {
+        self.first_chunk.map(|index| self.id_of(index))
+    }
+
+    /// `pcpu_reserved_chunk`: the chunk serving reserved requests, if the layout has one.
+    pub fn reserved_chunk(&self) -> Option<ChunkId> {
+        self.reserved_chunk.map(|index| self.id_of(index))
+    }
+
     /// The chunks that exist, by index.
     pub fn chunk_ids(&self) -> impl Iterator<Item = ChunkId> + '_ {
         self.chunks
@@ -206,6 +290,7 @@ impl<B: ChunkBacking> PercpuAllocator<B> {
             nr_empty_pop_pages: usize::try_from(chunk.nr_empty_pop_pages).unwrap_or(0),
             free_bytes: chunk.free_bytes,
             isolated: chunk.isolated,
+            immutable: chunk.immutable,
             chunk_md: chunk.chunk_md,
         })
     }
@@ -217,7 +302,7 @@ impl<B: ChunkBacking> PercpuAllocator<B> {
         };
         let chunk = self.chunk(index);
         let mut out = Vec::new();
-        for run in chunk.alloc_map.set_runs(0..chunk.nr_bits()) {
+        for run in chunk.alloc_map.set_runs(chunk.served_bits()) {
             let mut start = run.start;
             while start < run.end {
                 let end = chunk.bound_map.next_set(start + 1, chunk.nr_bits());
@@ -245,12 +330,49 @@ impl<B: ChunkBacking> PercpuAllocator<B> {
         result
     }
 
-    fn alloc_inner(
+    /// Allocate from the reserved chunk (`__alloc_reserved_percpu`, what the module
+    /// loader uses for a module's static per-CPU variables). The reserved chunk is
+    /// populated from boot and never grows: a request it cannot fit fails. Without a
+    /// reserved chunk the request is an ordinary one, as in Linux.
+    pub fn alloc_reserved(&mut self, size: usize, align: usize) -> Result<PercpuPtr, AllocError> {
+        let Some(index) = self.reserved_chunk else {
+            return self.alloc(size, align, AllocKind::Kernel);
+        };
+        let result = self.alloc_reserved_inner(index, size, align);
+        match result {
+            Ok(_) => self.stats.allocs += 1,
+            Err(_) => self.stats.alloc_failures += 1,
+        }
+        result
+    }
+
+    fn alloc_reserved_inner(
         &mut self,
+        index: usize,
         size: usize,
         align: usize,
-        kind: AllocKind,
     ) -> Result<PercpuPtr, AllocError> {
+        let (_, bits, bit_align) = self.request(size, align)?;
+        let start = self
+            .chunk(index)
+            .find_block_fit(bits, bit_align, false)
+            .ok_or(AllocError::NoReservedSpace)?;
+        let (bit_off, empty_delta) = self
+            .chunk_mut(index)
+            .alloc_area(bits, bit_align, start)
+            .ok_or(AllocError::NoReservedSpace)?;
+        self.update_empty_pages(index, empty_delta);
+        debug_assert_eq!(self.chunk(index).nr_populated, self.chunk(index).nr_pages());
+        self.check_low();
+        Ok(PercpuPtr {
+            chunk: self.id_of(index),
+            offset: bit_off * PCPU_MIN_ALLOC_SIZE,
+        })
+    }
+
+    /// Check a request as `pcpu_alloc` does; returns the size rounded up to 4 bytes, its
+    /// bits and its alignment in bits.
+    fn request(&self, size: usize, align: usize) -> Result<(usize, usize, usize), AllocError> {
         if size == 0 || size > PCPU_MIN_UNIT_SIZE {
             return Err(AllocError::InvalidSize(size));
         }
@@ -258,8 +380,28 @@ impl<B: ChunkBacking> PercpuAllocator<B> {
             return Err(AllocError::InvalidAlign(align));
         }
         let size = size.next_multiple_of(PCPU_MIN_ALLOC_SIZE);
-        let bits = size / PCPU_MIN_ALLOC_SIZE;
         let bit_align = align.max(PCPU_MIN_ALLOC_SIZE) / PCPU_MIN_ALLOC_SIZE;
+        Ok((size, size / PCPU_MIN_ALLOC_SIZE, bit_align))
+    }
+
+    /// Schedule the balance work if atomic requests are short of empty populated pages.
+    fn check_low(&mut self) {
+        let low = self
+            .config
+            .policy
+            .empty_pop_pages_low(self.config.page_size);
+        if self.nr_empty_pop_pages < low as isize {
+            self.schedule_balance();
+        }
+    }
+
+    fn alloc_inner(
+        &mut self,
+        size: usize,
+        align: usize,
+        kind: AllocKind,
+    ) -> Result<PercpuPtr, AllocError> {
+        let (size, bits, bit_align) = self.request(size, align)?;
         let atomic = kind == AllocKind::Atomic;
         // Two rounds at most: a fully free chunk fits every valid request.
         let mut created = false;
@@ -283,14 +425,7 @@ impl<B: ChunkBacking> PercpuAllocator<B> {
         if !atomic {
             self.populate_area(index, offset, size, bit_off)?;
         }
-        if self.nr_empty_pop_pages
-            < self
-                .config
-                .policy
-                .empty_pop_pages_low(self.config.page_size) as isize
-        {
-            self.schedule_balance();
-        }
+        self.check_low();
         Ok(PercpuPtr {
             chunk: self.id_of(index),
             offset,
@@ -403,9 +538,13 @@ impl<B: ChunkBacking> PercpuAllocator<B> {
         Ok(bits * PCPU_MIN_ALLOC_SIZE)
     }
 
-    /// `pcpu_should_reclaim_chunk` for a chunk of ours.
+    /// `pcpu_should_reclaim_chunk` for a chunk of ours: never the first or the reserved
+    /// chunk.
     fn should_reclaim(&self, index: usize) -> bool {
         let chunk = self.chunk(index);
+        if chunk.immutable {
+            return false;
+        }
         let candidate = ReclaimCandidate {
             nr_pages: chunk.nr_pages(),
             nr_empty_pop_pages: usize::try_from(chunk.nr_empty_pop_pages).unwrap_or(0),
@@ -472,10 +611,15 @@ impl<B: ChunkBacking> PercpuAllocator<B> {
         }
     }
 
-    /// `pcpu_update_empty_pages`: the chunk's count and the global one it belongs to.
+    /// `pcpu_update_empty_pages`: the chunk's count and the global one it belongs to (none
+    /// for the reserved chunk: atomic requests cannot use its pages).
     pub(crate) fn update_empty_pages(&mut self, index: usize, delta: isize) {
+        let reserved = self.reserved_chunk == Some(index);
         let chunk = self.chunk_mut(index);
         chunk.nr_empty_pop_pages += delta;
+        if reserved {
+            return;
+        }
         if chunk.isolated {
             self.nr_isolated_empty_pop_pages += delta;
         } else {
@@ -586,8 +730,12 @@ impl<B: ChunkBacking> PercpuAllocator<B> {
         }
     }
 
-    /// `list_move` / `list_move_tail` onto a slot list.
+    /// `list_move` / `list_move_tail` onto a slot list (`__pcpu_chunk_move`: never the
+    /// reserved chunk, which is on no list).
     pub(crate) fn chunk_move(&mut self, index: usize, slot: usize, front: bool) {
+        if self.reserved_chunk == Some(index) {
+            return;
+        }
         self.list_del(index);
         self.list_add(index, slot, front);
     }

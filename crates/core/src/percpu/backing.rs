@@ -37,6 +37,13 @@ pub trait ChunkBacking {
     fn populate(&mut self, chunk: ChunkId, pages: Range<usize>) -> Result<(), BackingError>;
     /// Give the memory of `pages` in every unit back.
     fn depopulate(&mut self, chunk: ChunkId, pages: Range<usize>);
+    /// Back the first `pages` pages of every unit for the kernel image's static per-CPU
+    /// data, before the first chunk's own pages; called once, when the allocator is built
+    /// with a first chunk, and never given back. Books-only backings need not do anything.
+    fn back_static(&mut self, pages: usize) -> Result<(), BackingError> {
+        let _ = pages;
+        Ok(())
+    }
 }
 
 /// An in-memory fake: records which pages of which chunk are backed, can be told to fail,

@@ -45,6 +45,13 @@ pub(crate) struct Chunk {
     pub(crate) nr_empty_pop_pages: isize,
     /// Taken off the active slots to have its empty pages reclaimed.
     pub(crate) isolated: bool,
+    /// The first or the reserved chunk: populated from boot, never depopulated or freed.
+    pub(crate) immutable: bool,
+    /// Bits hidden (allocated for good) before and after the region an immutable chunk
+    /// serves: its map starts at the page below the region and ends at the page above
+    /// (`chunk->start_offset`, `chunk->end_offset`, in bits here).
+    pub(crate) hidden_start_bits: usize,
+    pub(crate) hidden_end_bits: usize,
     /// Bits per block: `PAGE_SIZE / 4`.
     pub(crate) block_bits: usize,
     /// The slot list the chunk is on, and its neighbours there (chunk indexes).
@@ -68,11 +75,66 @@ impl Chunk {
             nr_populated: 0,
             nr_empty_pop_pages: 0,
             isolated: false,
+            immutable: false,
+            hidden_start_bits: 0,
+            hidden_end_bits: 0,
             block_bits,
             list_slot: 0,
             list_prev: None,
             list_next: None,
         }
+    }
+
+    /// A chunk serving `map_size` bytes from byte `start` of each unit, from boot
+    /// (`pcpu_alloc_first_chunk`): the map covers the pages around the region, all
+    /// populated, and the bits before and after the region are hidden as allocated so that
+    /// nothing is ever placed there. Offsets into the chunk count from the first of its
+    /// pages.
+    pub(crate) fn new_first(start: usize, map_size: usize, page_size: usize) -> Chunk {
+        let start_offset = start % page_size;
+        let region_size = (start_offset + map_size).next_multiple_of(page_size);
+        let mut chunk = Chunk::new(region_size / page_size, page_size);
+        chunk.immutable = true;
+        let nr_pages = chunk.nr_pages();
+        chunk.populated.assign_range(0..nr_pages, true);
+        chunk.nr_populated = nr_pages;
+        chunk.nr_empty_pop_pages = nr_pages as isize;
+        chunk.free_bytes = map_size;
+        chunk.hidden_start_bits = start_offset / PCPU_MIN_ALLOC_SIZE;
+        chunk.hidden_end_bits = (region_size - start_offset - map_size) / PCPU_MIN_ALLOC_SIZE;
+        let nr_bits = chunk.nr_bits();
+        if chunk.hidden_start_bits > 0 {
+            let bits = chunk.hidden_start_bits;
+            chunk.hide(0, bits);
+            chunk.chunk_md.first_free = bits;
+        }
+        if chunk.hidden_end_bits > 0 {
+            let bits = chunk.hidden_end_bits;
+            chunk.hide(nr_bits - bits, bits);
+        }
+        chunk
+    }
+
+    /// Mark `bits` at `bit_off` allocated for good, as `pcpu_alloc_first_chunk` does
+    /// (bitmap and bounds set by hand, then `pcpu_block_update_hint_alloc`; `free_bytes`
+    /// already leaves them out).
+    fn hide(&mut self, bit_off: usize, bits: usize) {
+        self.alloc_map.assign_range(bit_off..bit_off + bits, true);
+        self.bound_map.set(bit_off);
+        self.bound_map.set(bit_off + bits);
+        // Ours: the chunk's edge runs stay lower bounds (see the module comment).
+        if bit_off == 0 {
+            self.chunk_md.left_free = 0;
+        } else {
+            self.chunk_md.right_free = 0;
+        }
+        let empty_delta = self.block_update_hint_alloc(bit_off, bits);
+        self.nr_empty_pop_pages += empty_delta;
+    }
+
+    /// The bits an allocation may use: all but the hidden ones.
+    pub(crate) fn served_bits(&self) -> Range<usize> {
+        self.hidden_start_bits..self.nr_bits() - self.hidden_end_bits
     }
 
     pub(crate) fn nr_bits(&self) -> usize {
@@ -361,9 +423,12 @@ impl Chunk {
     }
 
     /// Whether `bit_off` is the first bit of a live allocation. Interior bound bits are
-    /// cleared by every allocation, so an allocated bit with its bound bit set is one.
+    /// cleared by every allocation, so an allocated bit with its bound bit set is one; the
+    /// hidden ends of an immutable chunk are not allocations.
     pub(crate) fn is_allocation_start(&self, bit_off: usize) -> bool {
-        bit_off < self.nr_bits() && self.alloc_map.test(bit_off) && self.bound_map.test(bit_off)
+        self.served_bits().contains(&bit_off)
+            && self.alloc_map.test(bit_off)
+            && self.bound_map.test(bit_off)
     }
 
     /// Free the allocation starting at `bit_off` (`pcpu_free_area`). Returns its size in

@@ -17,13 +17,22 @@
 //! | `slots` | slot numbers and the slot lists | `pcpu_chunk_lists`, `pcpu_size_to_slot` |
 //! | `allocator` | allocation, free, isolation, global counts | `pcpu_alloc`, `free_percpu` |
 //! | `balance` | the balance work | `pcpu_balance_workfn` |
+//! | `first_chunk` | the boot layout `<static \| reserved \| dynamic>`, the unit size | `pcpu_setup_first_chunk`, `pcpu_build_alloc_info` |
 //! | `backing` | the trait the runtime implements, and a fake | `mm/percpu-vm.c` |
 //! | `policy` | v5.13, v5.14 and the thread's variants | (the series) |
 //! | `verify` | the walker that checks every bit and hint | `pcpu_check_block_hint` |
 //!
+//! The first chunk is optional ([`PercpuConfig::first_chunk`]). With it, the allocator
+//! starts as Linux does after `pcpu_setup_first_chunk`: the kernel image's static per-CPU
+//! data, the reserved chunk (module statics, served only by
+//! [`PercpuAllocator::alloc_reserved`]) and the first chunk (the dynamic region) are
+//! populated from the start, counted in `Percpu:`, and never depopulated or freed. Without
+//! it every chunk is dynamic and memory counts start at zero, which suits the runtime's
+//! user-space pool (it has no static per-CPU variables).
+//!
 //! Where we differ from Linux:
-//! - There is no first chunk (the kernel image's static per-CPU variables) and no reserved
-//!   chunk: every chunk is dynamic. Memory counts therefore start at zero.
+//! - The static region has no chunk and no memory behind it: Linux copies the kernel
+//!   image's `.data..percpu` there, we only count its pages in `Percpu:`.
 //! - The balance work does not run by itself: [`PercpuAllocator::balance_pending`] says
 //!   Linux would have scheduled it, and the caller runs [`PercpuAllocator::balance`].
 //! - Requests with alignment 0 are refused (Linux raises them to 4).
@@ -35,6 +44,7 @@ mod balance;
 mod bitmap;
 mod block;
 mod chunk;
+mod first_chunk;
 mod policy;
 mod slots;
 mod verify;
@@ -42,6 +52,9 @@ mod verify;
 pub use allocator::{AllocKind, ChunkInfo, PercpuAllocator, PercpuStats};
 pub use backing::{BackingError, ChunkBacking, MemoryBacking};
 pub use block::BlockMd;
+pub use first_chunk::{
+    FirstChunkLayout, PERCPU_DYNAMIC_EARLY_SIZE, PERCPU_DYNAMIC_RESERVE, PERCPU_MODULE_RESERVE,
+};
 pub use policy::{
     PercpuPolicy, ReclaimCandidate, EMPTY_POP_HIGH_BYTES, EMPTY_POP_LOW_BYTES,
     PCPU_EMPTY_POP_PAGES_HIGH, PCPU_EMPTY_POP_PAGES_LOW, PCPU_EMPTY_POP_RECLAIM_THRESHOLD,
@@ -92,6 +105,9 @@ pub struct PercpuConfig {
     pub nr_units: usize,
     /// Reclaim policy.
     pub policy: PercpuPolicy,
+    /// The boot-time layout `<static | reserved | dynamic>` of the first chunk, or `None`
+    /// for an allocator whose chunks are all dynamic (see the module comment).
+    pub first_chunk: Option<FirstChunkLayout>,
 }
 
 impl PercpuConfig {
@@ -103,6 +119,15 @@ impl PercpuConfig {
             unit_size: 256 << 10,
             nr_units,
             policy: PercpuPolicy::V5_14,
+            first_chunk: None,
+        }
+    }
+
+    /// The same machine with a first chunk laid out as `layout`.
+    pub fn with_first_chunk(self, layout: FirstChunkLayout) -> PercpuConfig {
+        PercpuConfig {
+            first_chunk: Some(layout),
+            ..self
         }
     }
 
@@ -125,6 +150,11 @@ impl PercpuConfig {
         if self.nr_units == 0 || self.nr_units > 4096 {
             return Err(ConfigError::Units);
         }
+        if let Some(layout) = self.first_chunk {
+            layout
+                .check(self.page_size, self.unit_size)
+                .map_err(ConfigError::FirstChunk)?;
+        }
         Ok(())
     }
 }
@@ -138,6 +168,8 @@ pub enum ConfigError {
     UnitSize,
     /// Units must be 1 to 4096.
     Units,
+    /// The first chunk's layout is one Linux would refuse at boot; the words say why.
+    FirstChunk(&'static str),
 }
 
 impl core::error::Error for ConfigError {}
@@ -150,6 +182,7 @@ impl fmt::Display for ConfigError {
                 "unit size must be whole pages, at least 32 KiB (PCPU_MIN_UNIT_SIZE) and at most 1 GiB"
             }
             ConfigError::Units => "units (possible CPUs) must be 1 to 4096",
+            ConfigError::FirstChunk(why) => why,
         })
     }
 }
@@ -164,6 +197,9 @@ pub enum AllocError {
     /// An atomic request found no populated space (`atomic alloc failed, no space left`);
     /// the balance work will populate more.
     NoPopulatedSpace,
+    /// A reserved request found no room in the reserved chunk (`alloc from reserved chunk
+    /// failed`); the reserved chunk never grows.
+    NoReservedSpace,
     /// The backing refused a chunk or pages.
     Backing(BackingError),
 }
@@ -183,6 +219,9 @@ impl fmt::Display for AllocError {
             ),
             AllocError::NoPopulatedSpace => {
                 f.write_str("atomic percpu allocation failed: no populated space left")
+            }
+            AllocError::NoReservedSpace => {
+                f.write_str("reserved percpu allocation failed: the reserved chunk is full")
             }
             AllocError::Backing(err) => write!(f, "{err}"),
         }

@@ -108,8 +108,12 @@ impl<B: ChunkBacking> PercpuAllocator<B> {
             self.verify_chunk(chunk, &mut census)
                 .map_err(|VerifyError(e)| VerifyError(format!("chunk {id:?}: {e}")))?;
             census.chunks += 1;
-            populated += chunk.nr_populated;
-            if chunk.isolated {
+            if !chunk.immutable {
+                populated += chunk.nr_populated;
+            }
+            if self.reserved_chunk == Some(index) {
+                // Its empty pages count nowhere: atomic requests cannot use them.
+            } else if chunk.isolated {
                 census.isolated_chunks += 1;
                 empty_isolated += chunk.nr_empty_pop_pages;
                 ensure!(
@@ -133,21 +137,27 @@ impl<B: ChunkBacking> PercpuAllocator<B> {
             self.nr_isolated_empty_pop_pages
         );
         ensure!(
-            populated == self.nr_populated,
-            "pcpu_nr_populated {} but chunks hold {populated}",
-            self.nr_populated
+            populated + self.first_chunk_pages == self.nr_populated,
+            "pcpu_nr_populated {} but chunks hold {populated} beside the first chunk's {}",
+            self.nr_populated,
+            self.first_chunk_pages
         );
-        self.verify_lists(census.chunks)?;
+        let listed = census.chunks - usize::from(self.reserved_chunk.is_some());
+        self.verify_lists(listed)?;
         Ok(census)
     }
 
     fn verify_chunk(&self, chunk: &Chunk, census: &mut PercpuCensus) -> Result<(), VerifyError> {
         let nr_bits = chunk.nr_bits();
-        ensure!(
-            chunk.unit_size() == self.config.unit_size,
-            "unit of {} bytes",
-            chunk.unit_size()
-        );
+        if chunk.immutable {
+            verify_immutable(chunk)?;
+        } else {
+            ensure!(
+                chunk.unit_size() == self.config.unit_size,
+                "unit of {} bytes",
+                chunk.unit_size()
+            );
+        }
         // Every allocated bit belongs to one allocation: a bound bit at its start, the
         // next bound bit at its end, all bits between allocated.
         let mut allocated_bits = 0;
@@ -186,7 +196,11 @@ impl<B: ChunkBacking> PercpuAllocator<B> {
             "free_bytes {} but {free_bits} bits are free",
             chunk.free_bytes
         );
-        census.allocated_bytes += allocated_bits * PCPU_MIN_ALLOC_SIZE;
+        // The hidden ends of an immutable chunk are bits held for good, not allocations.
+        let hidden_bits = chunk.hidden_start_bits + chunk.hidden_end_bits;
+        census.allocations -=
+            usize::from(chunk.hidden_start_bits > 0) + usize::from(chunk.hidden_end_bits > 0);
+        census.allocated_bytes += (allocated_bits - hidden_bits) * PCPU_MIN_ALLOC_SIZE;
         census.free_bytes += chunk.free_bytes;
         ensure!(
             chunk.populated.count_set(0..chunk.nr_pages()) == chunk.nr_populated,
@@ -215,6 +229,21 @@ impl<B: ChunkBacking> PercpuAllocator<B> {
     fn verify_slot(&self, index: usize, chunk: &Chunk) -> Result<(), VerifyError> {
         let layout = self.layout;
         let slot = chunk.list_slot;
+        ensure!(
+            chunk.immutable
+                == (Some(index) == self.first_chunk || Some(index) == self.reserved_chunk),
+            "immutable is {} for a chunk that is {}the first or the reserved chunk",
+            chunk.immutable,
+            if chunk.immutable { "not " } else { "" }
+        );
+        ensure!(
+            !(chunk.immutable && chunk.isolated),
+            "the first or the reserved chunk is isolated"
+        );
+        if Some(index) == self.reserved_chunk {
+            // On no slot list; `verify_lists` checks that no list holds it.
+            return Ok(());
+        }
         if chunk.isolated {
             ensure!(
                 slot == layout.sidelined || slot == layout.to_depopulate,
@@ -262,6 +291,33 @@ impl<B: ChunkBacking> PercpuAllocator<B> {
         ensure!(listed == nr_chunks, "{listed} chunks listed of {nr_chunks}");
         Ok(())
     }
+}
+
+/// The first or the reserved chunk: every page populated, the hidden ends still held
+/// (allocated, with their bounds), and nothing else allocated by boot.
+fn verify_immutable(chunk: &Chunk) -> Result<(), VerifyError> {
+    let nr_bits = chunk.nr_bits();
+    ensure!(
+        chunk.nr_populated == chunk.nr_pages(),
+        "immutable chunk with {} of {} pages populated",
+        chunk.nr_populated,
+        chunk.nr_pages()
+    );
+    let served = chunk.served_bits();
+    for (range, what) in [(0..served.start, "start"), (served.end..nr_bits, "end")] {
+        if range.is_empty() {
+            continue;
+        }
+        ensure!(
+            chunk.alloc_map.next_clear(range.start, range.end) == range.end
+                && chunk.bound_map.test(range.start)
+                && chunk.bound_map.test(range.end),
+            "the hidden {what} {}..{} is not held",
+            range.start,
+            range.end
+        );
+    }
+    Ok(())
 }
 
 fn verify_block(chunk: &Chunk, index: usize, block: &BlockMd) -> Result<(), VerifyError> {
