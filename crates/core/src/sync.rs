@@ -7,6 +7,7 @@
 //! the allocator (crossbeam's facade pattern): with the `shuttle` feature, locks, the
 //! drain mutex's atomic and spin-waits become shuttle's, so its scheduler can explore
 //! the interleavings of pageset try-locks and remote drains (`tests/shuttle_drain.rs`).
+//! The 64-bit counters come from here too, for targets without 64-bit atomics.
 
 #[cfg(not(feature = "shuttle"))]
 mod imp {
@@ -70,6 +71,14 @@ mod imp {
 }
 
 pub use imp::*;
+
+/// The 64-bit counters and page counts (event counters, watermarks, `NR_FREE_PAGES`):
+/// `portable-atomic`'s. Where the target has 64-bit atomics (x86-64, aarch64, riscv64)
+/// they are core's types behind an inlined wrapper, the same instructions; where it has
+/// only 32-bit ones (thumbv7em, a Cortex-M4/M7) they fall back to a lock-based
+/// implementation, so the core builds there too. Narrower counters would wrap: a zone's
+/// `PGALLOC` passes 2^32 pages after 16 TiB of allocations, hours on a busy machine.
+pub use portable_atomic::{AtomicI64, AtomicU64};
 
 /// A value alone on its own pair of cache lines. Linux's per-CPU areas keep one CPU's
 /// pageset apart from another's by construction; our pagesets sit in one array, where two

@@ -601,6 +601,30 @@ fn failed_blocking_allocation_gives_back_the_reserve_without_merging() {
 }
 
 #[test]
+fn noretry_fails_without_giving_back_the_last_reserved_pageblock() {
+    // The zone of the test above: a fresh zone below low, one high-atomic pageblock.
+    let allocator = normal_zone(1024, min_free_kbytes(3280));
+    let zone = normal(&allocator);
+    let p = alloc(&allocator, Gfp::ATOMIC, order(1));
+    free(&allocator, p, order(1));
+    assert_eq!(zone.nr_reserved_highatomic(), PAGEBLOCK_PAGES);
+    // The first retry gives back a reserved pageblock only if it is not the last;
+    // `__GFP_NORETRY` stops there, where the retry loop would give the last one back.
+    let noretry = Gfp::KERNEL | Gfp::NORETRY;
+    assert_eq!(
+        try_alloc(&allocator, noretry, order(10)),
+        Err(AllocError::OutOfMemory { order: order(10) })
+    );
+    assert_eq!(zone.nr_reserved_highatomic(), PAGEBLOCK_PAGES);
+    assert_eq!(
+        try_alloc(&allocator, Gfp::KERNEL, order(10)),
+        Err(AllocError::OutOfMemory { order: order(10) })
+    );
+    assert_eq!(zone.nr_reserved_highatomic(), 0);
+    allocator.verify().unwrap();
+}
+
+#[test]
 fn reserve_in_a_pageblock_crossing_the_zone_start_does_not_fail_later_allocations() {
     // 1021 pages from START + 3: pageblock 0 starts before the zone. min 420, low 525.
     let spec = ZoneSpec {

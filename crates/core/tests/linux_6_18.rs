@@ -32,7 +32,7 @@ fn normal(allocator: &PageAllocator) -> &Zone {
     allocator.zone(0, ZoneType::Normal).expect("Normal exists")
 }
 
-fn load(counter: &std::sync::atomic::AtomicU64) -> u64 {
+fn load(counter: &mmkit_core::sync::AtomicU64) -> u64 {
     counter.load(std::sync::atomic::Ordering::Relaxed)
 }
 

@@ -82,7 +82,7 @@ struct Counters {
 impl Counters {
     fn read(zone: &Zone) -> Counters {
         let e = zone.events();
-        let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        let load = |c: &mmkit_core::sync::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
         Counters {
             zone_locked_pages: load(&e.alloc_zone_locked),
             zone_locked_blocks: load(&e.alloc_zone_locked_events),

@@ -13,7 +13,7 @@
 //! Normal 196608 pages, `min_free_kbytes` 67584): Normal batch 63, high_min 4265 / 2 =
 //! 2132, high_max 196608 / 8 / 2 = 12288.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
 
 use mmkit_core::page_alloc::pcp::PerCpuPages;
@@ -84,7 +84,7 @@ fn limits(allocator: &PageAllocator, id: ZoneId, cpu: u32) -> (u64, u64, u64) {
     (pcp.batch, pcp.high_min, pcp.high_max)
 }
 
-fn load(counter: &AtomicU64) -> u64 {
+fn load(counter: &mmkit_core::sync::AtomicU64) -> u64 {
     counter.load(Relaxed)
 }
 

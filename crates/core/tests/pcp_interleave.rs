@@ -12,7 +12,7 @@
 //! The random source is xorshift64* seeded per run; no dependency.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 
 use mmkit_core::page_alloc::{AllocError, Caller, ZoneFlags, ZoneId};
 use mmkit_core::settings::MinFreeKbytes;
@@ -421,7 +421,7 @@ impl Run<'_> {
 
 /// Every counter of every zone, and each pageset's count and high: the run's fingerprint.
 fn fingerprint(allocator: &PageAllocator) -> Vec<u64> {
-    let load = |c: &AtomicU64| c.load(Relaxed);
+    let load = |c: &mmkit_core::sync::AtomicU64| c.load(Relaxed);
     let mut all = Vec::new();
     for zone in allocator.zones() {
         let e = zone.events();

@@ -102,7 +102,7 @@ fn pcp(allocator: &PageAllocator, cpu: u32) -> PerCpuPages {
     normal(allocator).pageset(cpu).expect("cpu exists")
 }
 
-fn load(counter: &std::sync::atomic::AtomicU64) -> u64 {
+fn load(counter: &mmkit_core::sync::AtomicU64) -> u64 {
     counter.load(std::sync::atomic::Ordering::Relaxed)
 }
 

@@ -1,13 +1,20 @@
 //! Which CPU the calling thread runs on.
 //!
-//! One of the two modules of mmkit with `unsafe` (the other is [`crate::arena`]). We read
-//! the CPU straight from the thread's rseq area (`struct rseq.cpu_id`, which the kernel
-//! keeps current and glibc ≥ 2.35 registers and publishes through `__rseq_offset`), and
-//! fall back to `sched_getcpu(3)` where rseq is not registered. Measured on this project's
-//! 2-CPU VM (`cargo run --release -p mmkit-runtime --example cpu_identity`): rseq read
-//! 0.34 ns, `sched_getcpu` 3.66 ns (glibc reads the same field, behind a call), the
-//! `getcpu` system call 108.6 ns. An order-0 alloc+free pair looks the CPU up twice
-//! against a 10 ns budget, so the direct read pays for itself.
+//! One of the modules of mmkit with `unsafe` (see the crate's front page for the others).
+//! On x86-64 with glibc we read the CPU straight from the thread's rseq area
+//! (`struct rseq.cpu_id`, which the kernel keeps current and glibc ≥ 2.35 registers and
+//! publishes through `__rseq_offset`), and fall back to `sched_getcpu(3)` where rseq is
+//! not registered. Measured on this project's 2-CPU VM (`cargo run --release -p
+//! mmkit-runtime --example cpu_identity`): rseq read 0.34 ns, `sched_getcpu` 3.66 ns
+//! (glibc reads the same field, behind a call), the `getcpu` system call 108.6 ns. An
+//! order-0 alloc+free pair looks the CPU up twice against a 10 ns budget, so the direct
+//! read pays for itself.
+//!
+//! Everywhere else (aarch64, musl, which defines neither `__rseq_offset` nor
+//! `__rseq_size`) the CPU comes from `sched_getcpu` alone: the direct read needs the
+//! thread pointer (`fs:0` is x86-64's) and glibc's two symbols, and a build that names
+//! them does not link against musl. Linux's own `raw_smp_processor_id` is per-architecture
+//! for the same reason.
 //!
 //! A thread may migrate between reading its CPU and taking that CPU's pageset lock. That
 //! is safe: the core takes the pageset's lock (try-lock), so the worst case is serving
@@ -65,7 +72,9 @@ pub fn getcpu_syscall() -> u32 {
 /// The CPU from the thread's rseq area (`struct rseq.cpu_id`), as registered by glibc
 /// ≥ 2.35; `None` if rseq is not registered. This is what `sched_getcpu` reads too, minus
 /// the function call; [`sched_getcpu`] stays the default because it also works where rseq
-/// is unavailable (`examples/cpu_identity.rs` measures both).
+/// is unavailable (`examples/cpu_identity.rs` measures both). Always `None` off x86-64
+/// glibc (the module's documentation says why).
+#[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
 pub fn rseq_cpu() -> Option<u32> {
     extern "C" {
         /// Offset of the rseq area from the thread pointer (glibc ≥ 2.35, `<sys/rseq.h>`).
@@ -91,6 +100,15 @@ pub fn rseq_cpu() -> Option<u32> {
     let cpu = unsafe { cpu_id.add(1).read_volatile() };
     // The kernel writes a negative value (RSEQ_CPU_ID_UNINITIALIZED) before registration.
     i32::try_from(cpu).ok().map(|c| c as u32)
+}
+
+/// The CPU from the thread's rseq area: always `None` here, where the direct read is not
+/// built (it needs x86-64 and glibc; the module's documentation says why), so
+/// [`current_cpu`] asks [`sched_getcpu`].
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu")))]
+#[inline]
+pub fn rseq_cpu() -> Option<u32> {
+    None
 }
 
 /// Serve this thread's requests from `cpu`'s pagesets (`None`: follow the real CPU).

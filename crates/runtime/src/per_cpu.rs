@@ -18,7 +18,7 @@
 
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 
 use mmkit_core::percpu::{
@@ -52,38 +52,11 @@ impl std::fmt::Display for PercpuError {
 impl std::error::Error for PercpuError {}
 
 /// Types for which all-zero bytes are a valid value, so a fresh percpu area (zeroed in
-/// every unit, as Linux's `alloc_percpu` is) can be read as one.
-///
-/// # Safety
-///
-/// The all-zero bit pattern must be a valid value of the type, and the type must not
-/// need `Drop` (the handle frees the memory without dropping the copies).
-pub unsafe trait Zeroable {}
-
-macro_rules! zeroable {
-    ($($t:ty),*) => {
-        // SAFETY: integers and atomics of integers are valid at zero and have no Drop.
-        $(unsafe impl Zeroable for $t {})*
-    };
-}
-zeroable!(
-    u8,
-    u16,
-    u32,
-    u64,
-    usize,
-    i8,
-    i16,
-    i32,
-    i64,
-    isize,
-    AtomicU32,
-    AtomicU64,
-    AtomicUsize
-);
-zeroable!(std::sync::atomic::AtomicI64, std::sync::atomic::AtomicBool);
-// SAFETY: an array of zeroable elements is zero element by element and needs no Drop.
-unsafe impl<T: Zeroable, const N: usize> Zeroable for [T; N] {}
+/// every unit, as Linux's `alloc_percpu` is) can be read as one: `bytemuck`'s trait,
+/// implemented for integers, atomics, arrays of any length and `#[derive(Zeroable)]`
+/// structs. A `T` that needs `Drop` is dropped once per CPU when its [`PerCpu`] handle
+/// drops.
+pub use bytemuck::Zeroable;
 
 /// Linux's percpu allocator on real memory, shared by threads.
 ///
@@ -356,6 +329,17 @@ impl PerCpu<'_, AtomicU64> {
 
 impl<T> Drop for PerCpu<'_, T> {
     fn drop(&mut self) {
+        if std::mem::needs_drop::<T>() {
+            for cpu in 0..self.pool.config.nr_units {
+                let offset = cpu * self.pool.config.unit_size;
+                // SAFETY: by the invariant, `cpu`'s copy lives at `base + offset bytes`
+                // and is a valid `T` this handle owns (it started zeroed, a valid `T` by
+                // `Zeroable`, and only `&T` were handed out since); `&mut self` means no
+                // reference to it is alive, and the memory is freed below, so no copy is
+                // used or dropped again.
+                unsafe { std::ptr::drop_in_place(self.base.as_ptr().byte_add(offset)) };
+            }
+        }
         // The handle owns the allocation (invariant), so the free cannot be refused.
         self.pool
             .free_ptr(self.ptr)

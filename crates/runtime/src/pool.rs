@@ -329,7 +329,25 @@ impl PagePool {
         self.alloc_gfp(Gfp::USER | Gfp::MOVABLE, order)
     }
 
-    /// Allocate with explicit GFP flags (zone, mobility, reserve rights).
+    /// Allocate with explicit GFP flags (zone, mobility, reserve rights). What the core
+    /// leaves to its caller ([`Gfp::OWED_BY_CALLER`]) the pool does: `__GFP_ZERO`
+    /// blocks are zeroed before they are returned; `__GFP_COMP` needs nothing, a block is
+    /// one unit freed whole by its order and the pool shows no tail pages; `__GFP_ACCOUNT`
+    /// is refused ([`AllocError::InvalidGfp`]): a pool has no memcgs to charge
+    /// ([`crate::MappedMemory`] charges its own). The same holds for
+    /// [`PagePool::alloc_raw`] and [`PagePool::alloc_bulk_gfp`].
+    ///
+    /// ```
+    /// # use mmkit_runtime::PagePool;
+    /// # use mmkit_core::{Gfp, Order};
+    /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(1).build()?;
+    /// let mut dirty = pool.alloc(Order::ZERO)?;
+    /// dirty.fill(0xab);
+    /// drop(dirty);
+    /// let clean = pool.alloc_gfp(Gfp::KERNEL | Gfp::ZERO, Order::ZERO)?;
+    /// assert!(clean.iter().all(|&byte| byte == 0));
+    /// # Ok::<(), mmkit_runtime::PoolError>(())
+    /// ```
     ///
     /// ```
     /// # use mmkit_runtime::PagePool;
@@ -341,7 +359,11 @@ impl PagePool {
     /// # Ok::<(), mmkit_runtime::PoolError>(())
     /// ```
     pub fn alloc_gfp(&self, gfp: Gfp, order: Order) -> Result<PageBlock<'_>, PoolError> {
-        let pfn = self.alloc_pfn(gfp, order)?;
+        let pfn = if gfp.owed_by_caller().is_empty() {
+            self.alloc_pfn(gfp, order)
+        } else {
+            self.alloc_pfn_owed(gfp, order)
+        }?;
         Ok(PageBlock::new(self, pfn, order))
     }
 
@@ -363,7 +385,33 @@ impl PagePool {
     /// # Ok::<(), PoolError>(())
     /// ```
     pub fn alloc_raw(&self, gfp: Gfp, order: Order) -> Result<Pfn, PoolError> {
+        if !gfp.owed_by_caller().is_empty() {
+            return self.alloc_pfn_owed(gfp, order);
+        }
         self.alloc_pfn(gfp, order)
+    }
+
+    /// [`PagePool::alloc_pfn`] with flags whose work the core leaves to its caller
+    /// ([`Gfp::OWED_BY_CALLER`]), done as [`PagePool::alloc_gfp`] says. Out of line, and
+    /// tested for in the public entry points rather than in `alloc_pfn`: there the test
+    /// changed the code generated for the whole plain path (+6 instructions per order-0
+    /// allocation, `crates/bench/callgrind-check.sh`), here it costs +2.
+    #[inline(never)]
+    fn alloc_pfn_owed(&self, gfp: Gfp, order: Order) -> Result<Pfn, PoolError> {
+        refuse_account(gfp)?;
+        let pfn = self.alloc_pfn(gfp, order)?;
+        if gfp.contains(Gfp::ZERO) {
+            self.zero_block(pfn, order);
+        }
+        Ok(pfn)
+    }
+
+    /// Zero a block just allocated, before anyone else knows it (Linux:
+    /// `kernel_init_pages` in `post_alloc_hook`), through a handle held for the write.
+    fn zero_block(&self, pfn: Pfn, order: Order) {
+        let mut block = PageBlock::new(self, pfn, order);
+        block.fill(0);
+        block.into_raw();
     }
 
     fn alloc_pfn(&self, gfp: Gfp, order: Order) -> Result<Pfn, PoolError> {
@@ -442,9 +490,30 @@ impl PagePool {
     /// # Ok::<(), mmkit_runtime::PoolError>(())
     /// ```
     pub fn alloc_bulk_gfp(&self, gfp: Gfp, out: &mut [Option<Pfn>]) -> Result<usize, PoolError> {
+        if !gfp.owed_by_caller().is_empty() {
+            return self.alloc_bulk_owed(gfp, out);
+        }
         self.alloc_bulk_as_task(|allocator, caller| {
             allocator.alloc_pages_bulk_array(caller, gfp, None, out)
         })
+    }
+
+    /// [`PagePool::alloc_bulk_gfp`] with flags whose work the core leaves to its caller,
+    /// done as [`PagePool::alloc_gfp`] says: the slots this call fills are zeroed for
+    /// `__GFP_ZERO`, the ones already full are left alone.
+    #[inline(never)]
+    fn alloc_bulk_owed(&self, gfp: Gfp, out: &mut [Option<Pfn>]) -> Result<usize, PoolError> {
+        refuse_account(gfp)?;
+        let empty: Vec<usize> = (0..out.len()).filter(|&i| out[i].is_none()).collect();
+        let filled = self.alloc_bulk_as_task(|allocator, caller| {
+            allocator.alloc_pages_bulk_array(caller, gfp, None, out)
+        })?;
+        if gfp.contains(Gfp::ZERO) {
+            for pfn in empty.into_iter().filter_map(|i| out[i]) {
+                self.zero_block(pfn, Order::ZERO);
+            }
+        }
+        Ok(filled)
     }
 
     /// Append up to `nr_pages` order-0 pages to `list` under one pageset lock hold
@@ -888,6 +957,17 @@ impl Drop for PagePool {
             background.stop();
         }
     }
+}
+
+/// Refuse `__GFP_ACCOUNT`: a pool has no memcgs to charge, and the core leaves the
+/// charge to its caller ([`Gfp::OWED_BY_CALLER`]).
+pub(crate) fn refuse_account(gfp: Gfp) -> Result<(), PoolError> {
+    if gfp.contains(Gfp::ACCOUNT) {
+        return Err(PoolError::Alloc(AllocError::InvalidGfp(
+            "__GFP_ACCOUNT: a page pool has no memory cgroups to charge",
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

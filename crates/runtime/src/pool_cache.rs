@@ -85,7 +85,8 @@ const _: () = assert!(
 pub struct PoolCacheConfig {
     /// The flags of every allocation from the [`PagePool`] (Linux: the `gfp` given to
     /// `page_pool_alloc_pages`). Default `GFP_USER | __GFP_MOVABLE`, what
-    /// [`PagePool::alloc_bulk`] uses.
+    /// [`PagePool::alloc_bulk`] uses. `__GFP_ZERO` and `__GFP_ACCOUNT` are refused by
+    /// [`PoolCache::new`]: recycled pages are not zeroed, and a pool has no memcgs.
     pub gfp: Gfp,
     /// The order of every block (Linux: `pool->p.order`). Order 0 refills in bulk.
     pub order: Order,
@@ -454,6 +455,16 @@ impl<'pool> PoolCache<'pool> {
                 "a pool cache needs a ring of at least one slot".into(),
             ));
         }
+        // Recycled pages come back as their last owner left them, as in Linux's
+        // page_pool: zeroing each on the way out would tax the fast path of every cache.
+        if config.gfp.contains(Gfp::ZERO) {
+            return Err(PoolError::Invalid(
+                "a pool cache recycles pages without zeroing them: __GFP_ZERO is not \
+                 allowed; allocate zeroed pages from the PagePool"
+                    .into(),
+            ));
+        }
+        crate::pool::refuse_account(config.gfp)?;
         Ok(PoolCache {
             len: 0,
             array: [Pfn(0); CACHE_SIZE],

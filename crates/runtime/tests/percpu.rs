@@ -49,6 +49,37 @@ fn copies_are_zeroed_and_separate() {
     assert!(again.iter().all(|copy| copy[15].load(Relaxed) == 0));
 }
 
+/// A per-CPU value that needs `Drop`: each drop adds one to the count its copy points at
+/// (through a static, since a zeroed copy has nowhere else to point).
+#[derive(bytemuck::Zeroable)]
+struct CountsItsDrop {
+    hits: AtomicU64,
+}
+
+static DROPS: AtomicU64 = AtomicU64::new(0);
+
+impl Drop for CountsItsDrop {
+    fn drop(&mut self) {
+        DROPS.fetch_add(1 + self.hits.load(Relaxed), Relaxed);
+    }
+}
+
+#[test]
+fn any_bytemuck_zeroable_type_works_and_each_copy_drops_once() {
+    let pool = PercpuPool::new(3).unwrap();
+    // Arrays of any length: not one of bytemuck's listed sizes.
+    let odd = pool.alloc::<[u32; 37]>().unwrap();
+    assert!(odd.iter().all(|copy| copy.iter().all(|&w| w == 0)));
+    drop(odd);
+    let values = pool.alloc::<CountsItsDrop>().unwrap();
+    values.per_cpu(2).hits.store(10, Relaxed);
+    assert_eq!(DROPS.load(Relaxed), 0);
+    drop(values);
+    // Three copies dropped once each; CPU 2's copy counted its 10 hits too.
+    assert_eq!(DROPS.load(Relaxed), 3 + 10);
+    assert_eq!(pool.verify().unwrap().allocations, 0);
+}
+
 #[test]
 fn bad_requests_and_frees_are_refused() {
     let pool = PercpuPool::new(2).unwrap();

@@ -11,7 +11,7 @@
 //! bypasses are counter changes.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 
 use mmkit_core::page_alloc::pcp::PcpFlags;
 use mmkit_core::page_alloc::{
@@ -110,7 +110,7 @@ impl Events {
     /// left 0 ([`Events::of_holds`] fills them for a step).
     fn read(zone: &Zone) -> Events {
         let events = zone.events();
-        let load = |counter: &AtomicU64| counter.load(Relaxed);
+        let load = |counter: &mmkit_core::sync::AtomicU64| counter.load(Relaxed);
         Events {
             pgalloc: zone.pgalloc(),
             pgfree: zone.pgfree(),

@@ -16,7 +16,7 @@ use super::allocator::PageAllocator;
 use super::buddy::ZoneLocked;
 use super::error::AllocError;
 use super::events::{HoldKind, LockEvents};
-use super::gfp::{AllocFlags, Gfp};
+use super::gfp::{AllocFlags, Gfp, GFP_NOT_FAST};
 use super::pcp::{order_to_pindex, pcp_allowed_order, PerCpuPages};
 use super::types::{Caller, CpuId, MigrateType, NodeId, ZoneType};
 use super::watermark::{self, WatermarkKind};
@@ -175,6 +175,7 @@ impl PageAllocator {
         node: NodeId,
         events: &mut E,
     ) -> Result<Pfn, AllocError> {
+        gfp.refused()?;
         let ac = self.alloc_context(caller, gfp, order, node)?;
         let flags =
             AllocFlags::empty().with_wmark(WatermarkKind::Low) | self.alloc_flags_nofragment(&ac);
@@ -241,8 +242,9 @@ impl PageAllocator {
     /// preferred zone passes its watermark check and the caller's pageset list has a page.
     /// Everything that pass would decide is decided here before anything changes, so a
     /// request this cannot serve (a zone below its mark, a busy pageset, an empty list, an
-    /// interrupt that bypasses the pagesets, flags without a fast-path entry, or
-    /// `__GFP_THISNODE`, whose preferred zone is searched for) goes to the general path
+    /// interrupt that bypasses the pagesets, flags without a fast-path entry,
+    /// `__GFP_THISNODE`, whose preferred zone is searched for, or flags the general path
+    /// refuses: [`GFP_NOT_FAST`]) goes to the general path
     /// exactly as if this had not run. What it does on success is what that pass does:
     /// `zone_allows` for the first zone, then `rmqueue` → `rmqueue_pcplist`; it only skips
     /// building the context (the preferred zone, highest zone and migratetype come from
@@ -261,7 +263,7 @@ impl PageAllocator {
         events: &mut E,
     ) -> Option<(Pfn, Option<Pfn>)> {
         let target = self.zonelists.get(node as usize)?.pcp_fast[gfp.decode_index()]?;
-        if gfp.contains(Gfp::THISNODE) || (self.policy.irq_bypass && caller.in_interrupt()) {
+        if gfp.intersects(GFP_NOT_FAST) || (self.policy.irq_bypass && caller.in_interrupt()) {
             return None;
         }
         debug_assert!(self
@@ -569,7 +571,8 @@ impl PageAllocator {
 
     /// The reduced slow path: wake kswapd, retry at the min watermark with the caller's
     /// reserve rights, then (for callers that may block, in place of direct reclaim) give
-    /// back high-atomic pageblocks and retry.
+    /// back a high-atomic pageblock, drain and retry, and (unless `__GFP_NORETRY`) give
+    /// back the rest of the reserve block by block.
     pub(crate) fn alloc_pages_slowpath<E: LockEvents>(
         &self,
         ac: &AllocContext<'_>,
@@ -598,6 +601,10 @@ impl PageAllocator {
         self.drain_all_for_retry(ac, events);
         if let Some(pfn) = self.get_page_from_freelist(ac, flags, events) {
             return Ok(pfn);
+        }
+        // `__GFP_NORETRY` gives up here, before `should_reclaim_retry`.
+        if ac.gfp.contains(Gfp::NORETRY) {
+            return Err(AllocError::OutOfMemory { order: ac.order });
         }
         // Out of retries (`should_reclaim_retry`): the reserve goes, down to the last block.
         while self.unreserve_highatomic_pageblock(ac, true, events) {
@@ -836,6 +843,52 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `__GFP_NOFAIL` and bits mmkit does not define are refused on every path (the
+    /// order-0 fast path, the general path, both bulk flavours with one page wanted and
+    /// with many) before anything changes.
+    #[test]
+    fn flags_no_allocation_honours_are_refused_and_change_nothing() {
+        let a = allocator();
+        // A warm pageset: without the refusal, the fast path would serve these flags.
+        let warm = a
+            .alloc_pages(Caller::task(0), MOVABLE, Order::ZERO)
+            .unwrap();
+        a.free_pages(Caller::task(0), warm, Order::ZERO).unwrap();
+        let before = state(&a);
+        let undefined = Gfp::from_bits_retain(0x200);
+        for gfp in [
+            MOVABLE | Gfp::NOFAIL,
+            MOVABLE | undefined,
+            Gfp::KERNEL | Gfp::NOFAIL,
+        ] {
+            for order in [Order::ZERO, Order::new(3).unwrap()] {
+                let got = a.alloc_pages(Caller::task(0), gfp, order);
+                assert!(
+                    matches!(got, Err(AllocError::InvalidGfp(_))),
+                    "{gfp:?} order {order}: {got:?}"
+                );
+            }
+            for wanted in [1, 8] {
+                let mut slots = alloc::vec![None; wanted];
+                let got = a.alloc_pages_bulk_array(Caller::task(0), gfp, None, &mut slots);
+                assert!(
+                    matches!(got, Err(AllocError::InvalidGfp(_))),
+                    "{gfp:?} × {wanted}: {got:?}"
+                );
+                assert!(slots.iter().all(Option::is_none));
+                let mut list = Vec::new();
+                let got = a.alloc_pages_bulk_list(Caller::task(0), gfp, None, wanted, &mut list);
+                assert!(
+                    matches!(got, Err(AllocError::InvalidGfp(_))),
+                    "{gfp:?} × {wanted}: {got:?}"
+                );
+                assert!(list.is_empty());
+            }
+        }
+        assert_eq!(state(&a), before);
+        a.verify().unwrap();
     }
 
     #[test]

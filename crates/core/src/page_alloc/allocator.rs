@@ -9,7 +9,7 @@
 //! (bulk allocation), `drain.rs` (drains, decay, `zone_pcp_disable`).
 
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use core::sync::atomic::{AtomicU32, AtomicU8};
 
@@ -22,7 +22,7 @@ use super::zone::{PagesetSlot, Zone};
 use crate::page::{Page, Pfn};
 use crate::policy::Policy;
 use crate::settings::{MinFreeKbytes, Settings, SettingsError};
-use crate::sync::{CachePadded, SpinLock};
+use crate::sync::{AtomicU64, CachePadded, SpinLock};
 use crate::topology::{Topology, ZoneSpec};
 
 /// kswapd wake-ups requested for a node. The core only records them; a runtime or

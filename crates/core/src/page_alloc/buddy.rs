@@ -8,7 +8,7 @@
 //! `unreserve_highatomic_pageblock`. CMA, page isolation for offlining and compaction
 //! capture are not modelled.
 
-use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::Ordering::Relaxed;
 
 use super::events::{HoldKind, LockEvents, ZoneLockHold};
 use super::free_area::{self, FreeArea, ListEnd};
@@ -18,7 +18,7 @@ use super::types::{CpuId, MigrateType};
 use super::watermark::{self, PAGEBLOCK_ORDER, PAGEBLOCK_PAGES};
 use super::zone::{Zone, ZoneFlags};
 use crate::page::{Order, Page, PageFlags, PageState, Pfn, MAX_ORDER};
-use crate::sync::SpinLockGuard;
+use crate::sync::{AtomicU64, SpinLockGuard};
 
 const PAGEBLOCK: Order = match Order::new(PAGEBLOCK_ORDER) {
     Some(order) => order,

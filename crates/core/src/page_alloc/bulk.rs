@@ -13,7 +13,7 @@ use super::alloc::{block_allocated, AllocContext};
 use super::allocator::PageAllocator;
 use super::error::AllocError;
 use super::events::LockEvents;
-use super::gfp::{AllocFlags, Gfp};
+use super::gfp::{AllocFlags, Gfp, GFP_REFUSED};
 use super::pcp::{order_to_pindex, PerCpuPages};
 use super::types::{Caller, CpuId, MigrateType, NodeId};
 use super::watermark::WatermarkKind;
@@ -129,8 +129,9 @@ impl PageAllocator {
                 .cpu_node(caller.cpu)
                 .ok_or(AllocError::InvalidCpu(caller.cpu))?,
         };
-        // Memcg accounting and single pages take the ordinary path.
-        if !gfp.contains(Gfp::ACCOUNT) && wanted > 1 {
+        // Memcg accounting, single pages and flags the ordinary path refuses
+        // ([`GFP_REFUSED`]) take the ordinary path.
+        if !gfp.intersects(Gfp::ACCOUNT.union(GFP_REFUSED)) && wanted > 1 {
             let fast = self.bulk_fast_path(caller, gfp, node, wanted, &mut sink, events)?;
             if let Some(taken) = fast {
                 if taken > 0 {
@@ -148,6 +149,8 @@ impl PageAllocator {
             // pageset alone): nothing was taken, so refuse the whole call as every entry
             // point does, rather than report no pages, which reads as out of memory.
             Err(AllocError::InvalidCpu(cpu)) => return Err(AllocError::InvalidCpu(cpu)),
+            // Flags no path honours are refused whichever path saw them first.
+            Err(refused @ AllocError::InvalidGfp(_)) => return Err(refused),
             // Linux returns what it has (none) when the single allocation fails.
             Err(_) => 0,
         };

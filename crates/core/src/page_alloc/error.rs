@@ -14,7 +14,8 @@ pub enum AllocError {
         /// The order requested.
         order: Order,
     },
-    /// The GFP flags contradict each other.
+    /// The GFP flags contradict each other, or ask for what no allocation can honour
+    /// (`__GFP_NOFAIL`, a bit mmkit does not define; see [`Gfp`](super::Gfp)).
     InvalidGfp(&'static str),
     /// The preferred node does not exist.
     InvalidNode(NodeId),

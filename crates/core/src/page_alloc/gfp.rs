@@ -11,6 +11,29 @@ use crate::page::Order;
 
 bitflags::bitflags! {
     /// Get-free-pages flags: the zone, mobility and reclaim rights of a request.
+    ///
+    /// # What the page allocator does with each bit
+    ///
+    /// Every bit is acted on, kept by construction, owed by the caller, or refused; none
+    /// is accepted and then ignored.
+    ///
+    /// | bit | the page allocator |
+    /// |---|---|
+    /// | `DMA`, `DMA32`, `HIGHMEM`, `MOVABLE` | choose the highest zone ([`Gfp::zone`]); two zone modifiers are refused |
+    /// | `MOVABLE`, `RECLAIMABLE` | choose the migratetype ([`Gfp::migratetype`]); both at once are refused |
+    /// | `HIGH` | may use half the min reserve (`ALLOC_MIN_RESERVE`) |
+    /// | `DIRECT_RECLAIM` | the caller may block: before failing, the slow path gives back high-atomic pageblocks and drains the pagesets; without it, more of the reserve (`ALLOC_NON_BLOCK`) and, for high orders, the high-atomic reserve |
+    /// | `KSWAPD_RECLAIM` | wake kswapd (a request below the low watermark, a boosted watermark) |
+    /// | `NORETRY` | the slow path fails after its first drain and retry, keeping the rest of the high-atomic reserve (Linux gives up before `should_reclaim_retry`) |
+    /// | `MEMALLOC`, `NOMEMALLOC` | ignore the watermarks; never use the reserves |
+    /// | `THISNODE` | only zones of the preferred node |
+    /// | `IO`, `FS` | kept by construction: they limit what direct reclaim may do, and the allocator reclaims nothing itself (kswapd and the mapping layer do) |
+    /// | `NOWARN` | kept by construction: the core never warns; a failure is only its error |
+    /// | `RETRY_MAYFAIL` | kept by construction: there is no OOM killer, and a failure is an error |
+    /// | `HARDWALL` | kept by construction: there are no cpusets, every request is in the root one |
+    /// | `ZERO`, `COMP`, `ACCOUNT` | owed by the caller ([`Gfp::OWED_BY_CALLER`]): work on memory or structures the allocator does not own |
+    /// | `NOFAIL` | refused ([`AllocError::InvalidGfp`]): the core cannot wait for memory to be freed, so it cannot promise success; a caller that must not fail retries `OutOfMemory` itself, after reclaiming |
+    /// | a bit not defined here | refused ([`AllocError::InvalidGfp`]) |
     #[derive(Clone, Copy, PartialEq, Eq, Debug, Default, Hash)]
     pub struct Gfp: u32 {
         /// Zone DMA only (`__GFP_DMA`).
@@ -81,6 +104,14 @@ const GFP_ZONE_MASK: Gfp = Gfp::DMA
     .union(Gfp::DMA32)
     .union(Gfp::MOVABLE);
 
+/// The bits no allocation honours: `__GFP_NOFAIL` and those mmkit does not define.
+pub(crate) const GFP_REFUSED: Gfp = Gfp::NOFAIL.union(Gfp::from_bits_retain(!Gfp::all().bits()));
+
+/// The bits that send an order-0 request past the pageset fast path to the general
+/// path: `__GFP_THISNODE`, whose preferred zone is searched for, and the refused bits,
+/// which the general path reports. One test, as `__GFP_THISNODE` alone was.
+pub(crate) const GFP_NOT_FAST: Gfp = Gfp::THISNODE.union(GFP_REFUSED);
+
 /// The bits [`Gfp::zone`] and [`Gfp::migratetype`] read: the zone modifiers and the two
 /// mobility flags, the low five bits.
 const GFP_DECODE_MASK: Gfp = GFP_ZONE_MASK.union(Gfp::RECLAIMABLE);
@@ -102,6 +133,50 @@ static GFP_DECODE: [Result<(ZoneType, MigrateType), AllocError>; GFP_DECODE_COMB
 };
 
 impl Gfp {
+    /// The bits whose work the page allocator leaves to its caller, because it is done
+    /// on memory or structures the allocator does not own. A block allocated with any of
+    /// them is handed out with that work still to do ([`Gfp::owed_by_caller`]):
+    ///
+    /// - `__GFP_ZERO`: zero the block's memory. The core never reads or writes page
+    ///   contents (it may not even be able to address them); Linux zeroes in
+    ///   `post_alloc_hook`. `mmkit-runtime` zeroes before it returns the block.
+    /// - `__GFP_COMP`: link the tails to the head (`prep_compound_page`). The core frees
+    ///   every block whole by its order anyway; the mapping layer's folios set the links.
+    /// - `__GFP_ACCOUNT`: charge a memcg (`__memcg_kmem_charge_page`). The page allocator
+    ///   has no memcgs; the mapping layer charges its own. The bulk allocator still takes
+    ///   one page at a time for it, as Linux does.
+    ///
+    /// ```
+    /// use mmkit_core::Gfp;
+    ///
+    /// let gfp = Gfp::KERNEL | Gfp::ZERO;
+    /// assert_eq!(gfp.owed_by_caller(), Gfp::ZERO);
+    /// assert!(Gfp::KERNEL.owed_by_caller().is_empty());
+    /// ```
+    pub const OWED_BY_CALLER: Gfp = Gfp::ZERO.union(Gfp::COMP).union(Gfp::ACCOUNT);
+
+    /// What the caller of an allocation with these flags still has to do to the block
+    /// ([`Gfp::OWED_BY_CALLER`]).
+    #[inline(always)]
+    pub const fn owed_by_caller(self) -> Gfp {
+        self.intersection(Gfp::OWED_BY_CALLER)
+    }
+
+    /// Refuse the flags no allocation can honour: `__GFP_NOFAIL` (the core cannot wait
+    /// for memory to be freed) and bits mmkit does not define.
+    pub const fn refused(self) -> Result<(), AllocError> {
+        if self.contains(Gfp::NOFAIL) {
+            return Err(AllocError::InvalidGfp(
+                "__GFP_NOFAIL: the allocator cannot wait for memory, so it cannot promise \
+                 success; retry OutOfMemory in the caller",
+            ));
+        }
+        if self.intersects(GFP_REFUSED) {
+            return Err(AllocError::InvalidGfp("a bit mmkit does not define"));
+        }
+        Ok(())
+    }
+
     /// The highest zone the request may use (`gfp_zone`, x86-64: no highmem, so
     /// `__GFP_HIGHMEM` means Normal unless combined with `__GFP_MOVABLE`).
     pub const fn zone(self) -> Result<ZoneType, AllocError> {
@@ -284,6 +359,46 @@ mod tests {
             let expected = gfp.zone().and_then(|z| Ok((z, gfp.migratetype()?)));
             assert_eq!(gfp.zone_and_migratetype(), expected, "{gfp:?}");
         }
+    }
+
+    /// The table in [`Gfp`]'s documentation, as sets: every defined bit is in exactly
+    /// one, so a bit added later must be given a row; only the refused ones are refused.
+    #[test]
+    fn every_gfp_bit_is_acted_on_kept_owed_or_refused() {
+        let acted = Gfp::DMA
+            | Gfp::HIGHMEM
+            | Gfp::DMA32
+            | Gfp::MOVABLE
+            | Gfp::RECLAIMABLE
+            | Gfp::HIGH
+            | Gfp::DIRECT_RECLAIM
+            | Gfp::KSWAPD_RECLAIM
+            | Gfp::NORETRY
+            | Gfp::MEMALLOC
+            | Gfp::NOMEMALLOC
+            | Gfp::THISNODE;
+        let kept = Gfp::IO | Gfp::FS | Gfp::NOWARN | Gfp::RETRY_MAYFAIL | Gfp::HARDWALL;
+        let owed = Gfp::OWED_BY_CALLER;
+        let refused = Gfp::NOFAIL;
+        let rows = [acted, kept, owed, refused];
+        for (i, a) in rows.iter().enumerate() {
+            for b in &rows[i + 1..] {
+                assert!(!a.intersects(*b), "{a:?} and {b:?} share a bit");
+            }
+        }
+        assert_eq!(acted | kept | owed | refused, Gfp::all());
+        for bit in Gfp::all().iter() {
+            let expected = bit.intersects(refused);
+            assert_eq!(bit.refused().is_err(), expected, "{bit:?}");
+            assert_eq!((Gfp::KERNEL | bit).refused().is_err(), expected, "{bit:?}");
+        }
+        for shift in 0..32 {
+            let bit = Gfp::from_bits_retain(1 << shift);
+            if !Gfp::all().contains(bit) {
+                assert!(bit.refused().is_err(), "undefined bit {shift}");
+            }
+        }
+        assert_eq!(GFP_NOT_FAST, Gfp::THISNODE | GFP_REFUSED);
     }
 
     #[test]

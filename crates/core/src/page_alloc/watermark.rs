@@ -6,11 +6,12 @@
 //! `mm/khugepaged.c`. The formulas are pure functions here so tests can check them against
 //! `docs/reference/linux-mm.md` §8 without building a zone; [`super::Zone`] stores their results.
 
-use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::Ordering::Relaxed;
 
 use super::gfp::AllocFlags;
 use super::types::ZoneType;
 use crate::page::Order;
+use crate::sync::AtomicU64;
 
 /// Pages per pageblock: the unit of migratetype grouping (`pageblock_nr_pages`, order 9).
 pub const PAGEBLOCK_ORDER: u8 = 9;

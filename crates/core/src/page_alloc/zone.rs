@@ -7,7 +7,7 @@
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 
 use super::buddy::ZoneLocked;
 use super::free_area::{FreeArea, FreeBlockBits, ListEnd};
@@ -17,7 +17,7 @@ use super::pcp_sizing::PcpLimits;
 use super::types::{CpuId, MigrateType, NodeId, ZoneType, MAX_NR_ZONES};
 use super::watermark::{WatermarkInput, WatermarkKind, Watermarks};
 use crate::page::{Order, Pfn, NR_PAGE_ORDERS};
-use crate::sync::{CachePadded, SpinLock, SpinLockGuard};
+use crate::sync::{AtomicI64, AtomicU64, CachePadded, SpinLock, SpinLockGuard};
 use crate::topology::ZoneSpec;
 
 bitflags::bitflags! {
