@@ -127,6 +127,33 @@ pub fn tracing_unavailable() -> Option<String> {
     if !Path::new(TRACEFS).exists() {
         return Some(format!("{TRACEFS} does not exist"));
     }
+    tracing_in_use()
+}
+
+/// Why tracefs is busy, or `None`: one of the events we record is already enabled, or an
+/// event pid filter is set, so another tracer (another `mmkit trace record`, `perf`,
+/// `trace-cmd`) is using the one global tracefs instance. Recording then would change its
+/// settings under it, and its restore would undo ours.
+pub fn tracing_in_use() -> Option<String> {
+    let root = Path::new(TRACEFS);
+    if !root.join("trace").exists() {
+        return None;
+    }
+    for event in EVENTS {
+        let enable = root.join(format!("events/kmem/{event}/enable"));
+        if fs::read_to_string(&enable).is_ok_and(|v| v.trim() == "1") {
+            return Some(format!(
+                "tracefs is in use by another tracer (events/kmem/{event} is enabled): wait for it to finish"
+            ));
+        }
+    }
+    let pids = fs::read_to_string(root.join("set_event_pid")).unwrap_or_default();
+    if !pids.trim().is_empty() {
+        return Some(format!(
+            "tracefs is in use by another tracer (set_event_pid is {}): wait for it to finish",
+            pids.split_whitespace().collect::<Vec<_>>().join(" ")
+        ));
+    }
     None
 }
 
@@ -481,6 +508,10 @@ fn prepare(
     buffer_kb: u64,
     command_only: bool,
 ) -> Result<(), RecordError> {
+    // Before anything is changed: another tracer's settings are not ours to take over.
+    if let Some(why) = tracing_in_use() {
+        return Err(RecordError::Setup(why));
+    }
     guard.set("tracing_on", "0")?;
     guard.clear()?;
     guard.set("buffer_size_kb", &buffer_kb.to_string())?;

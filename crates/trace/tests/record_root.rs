@@ -359,3 +359,41 @@ fn command_only_records_the_command_and_its_children_and_no_other_process() {
     );
     assert_eq!(tracefs_state(), before, "every setting restored");
 }
+
+#[test]
+fn another_tracers_enabled_event_is_refused_and_nothing_changes() {
+    let Some(_lock) = may_record() else { return };
+    let mounted = tracefs_mounted();
+    if !mounted {
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tracefs", "nodev", TRACEFS])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    // Stand in for another tracer: one of our events enabled by someone else.
+    let enable = Path::new(TRACEFS).join(format!("events/kmem/{}/enable", parse::EVENTS[0]));
+    std::fs::write(&enable, "1").unwrap();
+    let before = tracefs_state();
+    let out = out_file("busy.gz");
+    let options = RecordOptions {
+        seconds: Some(HANG.as_secs_f64()),
+        warmup: 0.0,
+        out: out.clone(),
+        buffer_kb: 1024,
+        command: vec!["true".into()],
+        command_only: true,
+    };
+    let refused = record::record(&options);
+    let after = tracefs_state();
+    std::fs::write(&enable, "0").unwrap();
+    if !mounted {
+        let _ = std::process::Command::new("umount").arg(TRACEFS).status();
+    }
+    let message = refused
+        .expect_err("another tracer's event is enabled")
+        .to_string();
+    assert!(message.contains("in use by another tracer"), "{message}");
+    assert_eq!(after, before, "nothing changed");
+    assert!(!out.exists(), "no file written");
+}
