@@ -228,3 +228,45 @@ fn sim_runs_the_machine_a_zoneinfo_snapshot_describes() {
     }
     std::fs::remove_file(&bad).unwrap();
 }
+
+#[test]
+fn placement_moves_the_unix_pairs_and_is_refused_elsewhere() {
+    // 64 CPUs, 2 sockets of 32: spread gives each zone 8 of the 16 pairs, one-node all 16
+    // to node 0's zone, whose one lock is then more contended.
+    let contention = |placement: &str| {
+        let out = Command::cargo_bin("mmkit")
+            .unwrap()
+            .args([
+                "sim",
+                "--workload",
+                "unix",
+                "--cpus",
+                "64",
+                "--scale",
+                "0.02",
+            ])
+            .args(["--policies", "base", "--json", "--placement", placement])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        json["runs"][0]["lock_contend_pct"].as_f64().unwrap()
+    };
+    let (spread, one_node) = (contention("spread"), contention("one-node"));
+    assert!(
+        one_node > 1.5 * spread,
+        "spread {spread} %, one-node {one_node} %"
+    );
+    sim(&["--workload", "netperf", "--placement", "one-node"])
+        .assert()
+        .code(2)
+        .stderr(contains("--placement one-node: only the unix workload"));
+    sim(&["--workload", "unix", "--placement", "packed"])
+        .assert()
+        .code(2)
+        .stderr(contains("--placement: unknown placement \"packed\""));
+}

@@ -544,3 +544,49 @@ impl Workload for Stream {
         Some(self.end_ns)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sockets of each pair's two CPUs, for `pairs` unix pairs on 2 × 8 CPUs.
+    fn sockets(placement: Placement, pairs: u32) -> Vec<[u32; 2]> {
+        let params = StreamParams {
+            pairs,
+            placement,
+            ..StreamParams::unix(0.01)
+        };
+        Stream::new(params, 16, 8, 7)
+            .pairs
+            .iter()
+            .map(|p| [p.cpus[0] / 8, p.cpus[1] / 8])
+            .collect()
+    }
+
+    #[test]
+    fn one_node_fills_the_first_socket_before_the_next_and_spread_alternates() {
+        assert_eq!(sockets(Placement::OneNode, 4), vec![[0, 0]; 4]);
+        assert_eq!(
+            sockets(Placement::OneNode, 6),
+            [[0, 0]; 4]
+                .into_iter()
+                .chain([[1, 1]; 2])
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(
+            sockets(Placement::Spread, 4),
+            vec![[0, 0], [1, 1], [0, 0], [1, 1]]
+        );
+    }
+
+    #[test]
+    fn placements_read_back_from_their_names() {
+        for p in Placement::ALL {
+            assert_eq!(p.name().parse::<Placement>(), Ok(p));
+        }
+        assert!("packed"
+            .parse::<Placement>()
+            .unwrap_err()
+            .contains("spread or one-node"));
+    }
+}
