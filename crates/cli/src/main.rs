@@ -5,6 +5,7 @@
 
 mod bench;
 mod demo;
+mod demo_report;
 mod limits;
 mod live;
 mod machine;
