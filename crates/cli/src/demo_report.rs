@@ -56,8 +56,8 @@ th, td { border: 1px solid #d1d9e0; padding: 0.25em 0.6em; text-align: right; wh
 th { background: #f6f8fa; }
 th[scope=row] { text-align: left; }
 .published { color: #59636e; }
-.published::before { content: \" | \"; }
-.mark { display: inline-block; min-width: 1.6em; text-align: left; padding-left: 0.3em; font-weight: bold; }
+.separator { color: #d1d9e0; }
+.mark, .no-mark { display: inline-block; min-width: 1.6em; text-align: left; padding-left: 0.3em; font-weight: bold; }
 td.within .mark { color: #1a7f37; }
 td.out .mark { color: #cf222e; }
 td.out { background: #fff5f5; }
@@ -169,16 +169,17 @@ fn cell(out: &mut String, column: &TableColumn, value: &Value) {
     if let Some(published) = column.published_text(value) {
         let _ = write!(
             out,
-            "<span class=\"published\">{}</span>",
+            "<span class=\"separator\"> | </span><span class=\"published\">{}</span>",
             escape(&published)
         );
-    }
-    if let Some(cell) = &value.cell {
-        let _ = write!(
-            out,
-            "<span class=\"mark\">{}</span>",
-            escape(demo::mark(Some(cell)).trim_start())
-        );
+        // An unscored cell keeps the mark's room, so the column's numbers line up.
+        match &value.cell {
+            Some(cell) => {
+                let mark = demo::mark(Some(cell)).trim_start();
+                let _ = write!(out, "<span class=\"mark\">{}</span>", escape(mark));
+            }
+            None => out.push_str("<span class=\"no-mark\"></span>"),
+        }
     }
     out.push_str("</td>");
 }
