@@ -1,15 +1,17 @@
 //! `mmkit demo`: the main job on built-in defaults. Simulates the three PCP experiments of
 //! Huang 2023 — kbuild on 224 CPUs, netperf SCTP_STREAM_MANY and lmbench AF_UNIX on 128 —
 //! for base, patch1, patch3, patch5, patch7 and patch9, prints each table beside the
-//! numbers Huang 2023 published (`docs/reference/workloads.md` §2.0), and writes the plots.
+//! numbers Huang 2023 published (`docs/reference/workloads.md` §2.0), and writes the plots
+//! and report.html (`demo_report.rs`), which shows the same tables and the plots in one page.
 
 use std::path::PathBuf;
 
 use clap::Args;
 use mmkit_core::Policy;
 use mmkit_sim::published::{self, Cell, Column};
-use mmkit_sim::{table, RunResult, RunSpec, WorkloadKind};
+use mmkit_sim::{table, RunResult, RunSpec, TableRow, WorkloadKind};
 
+use crate::demo_report;
 use crate::shard::{Shard, Sweep};
 use crate::sim_cmd::{render_json, run_all};
 use crate::CliError;
@@ -17,7 +19,7 @@ use crate::CliError;
 /// Arguments of `mmkit demo`.
 #[derive(Args, Debug)]
 pub struct DemoArgs {
-    /// Folder for the plots.
+    /// Folder for the plots and report.html (the tables and plots in one page).
     #[arg(long, default_value = "mmkit-demo-out")]
     pub out: PathBuf,
     /// Seed of every random choice.
@@ -59,7 +61,7 @@ fn title(workload: WorkloadKind) -> &'static str {
 }
 
 /// The mark of a scored cell: within tolerance or not, and `t` for a training target.
-fn mark(cell: Option<&Cell>) -> &'static str {
+pub fn mark(cell: Option<&Cell>) -> &'static str {
     match cell {
         None => "  ",
         Some(c) if c.trained && c.within => "t✓",
@@ -69,28 +71,166 @@ fn mark(cell: Option<&Cell>) -> &'static str {
     }
 }
 
-/// The table of one workload: simulated | published and its mark, per column; and the
-/// workload's scored cells.
-pub fn render_beside_published(results: &[RunResult]) -> (String, Vec<Cell>) {
-    use std::fmt::Write;
-    let mut out = String::new();
-    let Some(first) = results.first() else {
-        return (out, Vec::new());
-    };
-    let workload = first.workload;
-    let Some(publ) = published::table(workload) else {
-        return (out, Vec::new());
-    };
-    let rows = table(results);
-    let cells = published::score(workload, &rows);
-    let find = |policy: &str, column: Column| {
+/// A value column of a demo table: its name and how its numbers are written. The terminal
+/// uses the widths; the terminal and report.html both use the decimals.
+#[derive(Clone, Debug)]
+pub struct TableColumn {
+    /// The header.
+    pub name: String,
+    /// The scored column of the published table it is compared with, if any.
+    scored: Option<Column>,
+    /// The column's width on the terminal.
+    width: usize,
+    /// Width and decimals of the simulated value.
+    simulated: (usize, usize),
+    /// Width and decimals of the published value; `None`: nothing was published to compare.
+    published: Option<(usize, usize)>,
+}
+
+impl TableColumn {
+    fn new(name: &str, scored: Option<Column>, width: usize) -> TableColumn {
+        TableColumn {
+            name: name.into(),
+            scored,
+            width,
+            simulated: (6, 1),
+            published: Some((6, 1)),
+        }
+    }
+
+    /// The simulated value as written.
+    pub fn simulated_text(&self, value: &Value) -> String {
+        format!("{:.*}", self.simulated.1, value.simulated)
+    }
+
+    /// The published value as written (`-` where none was published for the row), or
+    /// `None` for a column with nothing published.
+    pub fn published_text(&self, value: &Value) -> Option<String> {
+        let (_, decimals) = self.published?;
+        Some(
+            value
+                .published
+                .map_or("-".into(), |p| format!("{p:.decimals$}")),
+        )
+    }
+
+    /// The cell as the terminal shows it: `simulated |published mark`, right-aligned.
+    fn terminal_text(&self, value: &Value) -> String {
+        let simulated = format!("{:>1$}", self.simulated_text(value), self.simulated.0);
+        let text = match (self.published, self.published_text(value)) {
+            (Some((width, _)), Some(published)) => format!(
+                "{simulated} |{published:>width$} {}",
+                mark(value.cell.as_ref())
+            ),
+            _ => simulated,
+        };
+        format!("{text:>width$}", width = self.width)
+    }
+}
+
+/// One value of a demo table.
+#[derive(Clone, Debug)]
+pub struct Value {
+    /// The simulated value.
+    pub simulated: f64,
+    /// The published value beside it; `None` where none was published.
+    pub published: Option<f64>,
+    /// The scored cell this value is, if it is one.
+    pub cell: Option<Cell>,
+}
+
+/// The table of one workload, simulated beside published, as both the terminal and
+/// report.html show it: built once from the runs and the scored cells, written twice.
+#[derive(Clone, Debug)]
+pub struct DemoTable {
+    /// The workload and the machine it runs on.
+    pub title: &'static str,
+    /// The line above the table: workload, machine, pageset and measured time.
+    pub heading: String,
+    /// The value columns, after the policy.
+    pub columns: Vec<TableColumn>,
+    /// Each policy and its values, one per column.
+    pub rows: Vec<(String, Vec<Value>)>,
+    /// The line below the table on memory used (kbuild only).
+    pub used_memory: Option<String>,
+    /// The workload's scored cells, in scoring order.
+    pub cells: Vec<Cell>,
+}
+
+/// The value columns of a demo table, `score_name` (score or build time) first, with the
+/// terminal's widths and decimals.
+fn columns(score_name: &str) -> Vec<TableColumn> {
+    vec![
+        TableColumn::new(score_name, Some(Column::Score), 17),
+        TableColumn {
+            simulated: (6, 2),
+            ..TableColumn::new("lock contend%", Some(Column::LockContend), 17)
+        },
+        TableColumn::new("free_high", Some(Column::FreeHigh), 17),
+        TableColumn::new("alloc_zone", Some(Column::AllocZone), 17),
+        TableColumn {
+            simulated: (5, 2),
+            published: Some((4, 1)),
+            ..TableColumn::new("cache miss%", Some(Column::CacheDirection), 15)
+        },
+        TableColumn {
+            simulated: (9, 1),
+            published: None,
+            ..TableColumn::new("PCP mean", None, 9)
+        },
+    ]
+}
+
+/// One row's values in [`columns`]' order: simulated, published, and the scored cell.
+fn values(
+    columns: &[TableColumn],
+    row: &TableRow,
+    publ: &published::Row,
+    cells: &[Cell],
+) -> Vec<Value> {
+    let simulated = [
+        row.score,
+        row.lock_contend_pct,
+        row.free_high,
+        row.alloc_zone,
+        row.cache_miss_pct,
+        row.pcp_pages_mean,
+    ];
+    let published = [
+        Some(publ.score),
+        Some(publ.lock_contend_pct),
+        Some(publ.free_high),
+        Some(publ.alloc_zone),
+        publ.cache_miss_pct,
+        None,
+    ];
+    let cell = |scored: Column| {
         cells
             .iter()
-            .find(|c| c.policy == policy && c.column == column)
+            .find(|c| c.policy == row.policy && c.column == scored)
+            .cloned()
     };
+    columns
+        .iter()
+        .zip(simulated.into_iter().zip(published))
+        .map(|(column, (simulated, published))| Value {
+            simulated,
+            published,
+            cell: column.scored.and_then(cell),
+        })
+        .collect()
+}
+
+/// The table of one workload beside the published one (`None` for no runs or a workload
+/// without a published table).
+pub fn beside_published(results: &[RunResult]) -> Option<DemoTable> {
+    let first = results.first()?;
+    let workload = first.workload;
+    let publ = published::table(workload)?;
+    let rows = table(results);
+    let cells = published::score(workload, &rows);
     let p = &first.pageset;
-    let _ = writeln!(
-        out,
+    let heading = format!(
         "{} — simulated | published (Huang 2023)   (pageset batch {}, high {}..{}; {:.0} of {:.0} virtual ms measured)",
         title(workload),
         p.batch,
@@ -99,57 +239,51 @@ pub fn render_beside_published(results: &[RunResult]) -> (String, Vec<Cell>) {
         first.measured_ns as f64 / 1e6,
         first.wall_ns as f64 / 1e6
     );
-    let _ = writeln!(
-        out,
-        "{:<8} {:>17} {:>17} {:>17} {:>17} {:>15} {:>9}",
-        "policy",
-        first.score_name,
-        "lock contend%",
-        "free_high",
-        "alloc_zone",
-        "cache miss%",
-        "PCP mean"
-    );
-    for (row, publ) in rows.iter().zip(publ) {
-        let policy = row.policy.as_str();
-        let cell = |sim: f64, publ: f64, column| {
-            format!("{sim:>6.1} |{publ:>6.1} {}", mark(find(policy, column)))
-        };
-        let miss = match publ.cache_miss_pct {
-            Some(m) => format!(
-                "{:>5.2} |{m:>4.1} {}",
-                row.cache_miss_pct,
-                mark(find(policy, Column::CacheDirection))
-            ),
-            None => format!("{:>5.2} |   - {}", row.cache_miss_pct, mark(None)),
-        };
-        let _ = writeln!(
-            out,
-            "{:<8} {:>17} {:>17} {:>17} {:>17} {:>15} {:>9.1}",
-            policy,
-            cell(row.score, publ.score, Column::Score),
-            format!(
-                "{:>6.2} |{:>6.1} {}",
-                row.lock_contend_pct,
-                publ.lock_contend_pct,
-                mark(find(policy, Column::LockContend))
-            ),
-            cell(row.free_high, publ.free_high, Column::FreeHigh),
-            cell(row.alloc_zone, publ.alloc_zone, Column::AllocZone),
-            miss,
-            row.pcp_pages_mean
-        );
-    }
-    if workload == WorkloadKind::Kbuild {
-        let _ = writeln!(
-            out,
+    let columns = columns(&first.score_name);
+    let shown = rows
+        .iter()
+        .zip(&publ)
+        .map(|(row, publ)| (row.policy.clone(), values(&columns, row, publ, &cells)))
+        .collect();
+    let used_memory = (workload == WorkloadKind::Kbuild).then(|| {
+        format!(
             "used memory (pages held + pagesets, mean over the build) vs base: patch7 {:+.1} %, patch9 {:+.1} %; published: up to +{} %",
             rows.get(4).map_or(0.0, |r| r.used_memory_mean_pct),
             rows.get(5).map_or(0.0, |r| r.used_memory_mean_pct),
             published::KBUILD_USED_MEMORY_PCT
-        );
+        )
+    });
+    Some(DemoTable {
+        title: title(workload),
+        heading,
+        columns,
+        rows: shown,
+        used_memory,
+        cells,
+    })
+}
+
+/// The table as the terminal shows it.
+pub fn render_terminal(table: &DemoTable) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", table.heading);
+    let _ = write!(out, "{:<8}", "policy");
+    for column in &table.columns {
+        let _ = write!(out, " {:>1$}", column.name, column.width);
     }
-    (out, cells)
+    out.push('\n');
+    for (policy, values) in &table.rows {
+        let _ = write!(out, "{policy:<8}");
+        for (column, value) in table.columns.iter().zip(values) {
+            let _ = write!(out, " {}", column.terminal_text(value));
+        }
+        out.push('\n');
+    }
+    if let Some(line) = &table.used_memory {
+        let _ = writeln!(out, "{line}");
+    }
+    out
 }
 
 /// The closing line: cells within tolerance, held-out and training apart.
@@ -191,12 +325,28 @@ fn run_shard(args: &DemoArgs, jobs: &[(RunSpec, Policy)], shard: &Shard) -> Resu
     Ok(())
 }
 
+/// The line under the heading that says how to read the tables.
+pub const LEGEND: &str = "values relative to base = 100, except lock contend% and cache miss rate% (absolute); ✓ within tolerance, ✗ not, t: a base-row training target of `mmkit sim calibrate`";
+
+/// The line after the score that gives the tolerances (`published::within`'s rules).
+pub const TOLERANCES: &str = "tolerances: score ±2 points (kbuild, netperf) or ±10 % (lmbench); lock contend% ±30 % or ±0.5; free_high and alloc_zone ±25 % or ±3 points; cache miss: the published direction";
+
 /// `mmkit demo`.
 pub fn run_demo(args: &DemoArgs) -> Result<(), CliError> {
     crate::output::check_dir("--out", &args.out)?;
     crate::sim_cmd::check_scale(args.scale)?;
     if args.threads == Some(0) {
         return Err(CliError::usage("--threads must be at least 1"));
+    }
+    let shard = match args.merge.is_empty() {
+        true => crate::shard::select(&args.shard, &crate::shard::process_env)?,
+        false => None,
+    };
+    let report = args.out.join(demo_report::FILE_NAME);
+    if shard.is_none() && args.out.is_dir() {
+        // A new --out folder was checked above; in an existing one, report.html may be a
+        // folder or read-only.
+        crate::output::check_file("--out", &report)?;
     }
     let workloads = [
         WorkloadKind::Kbuild,
@@ -216,55 +366,66 @@ pub fn run_demo(args: &DemoArgs) -> Result<(), CliError> {
         };
         jobs.extend(policies.iter().map(|p| (spec.clone(), *p)));
     }
-    let merged = if args.merge.is_empty() {
-        None
-    } else {
-        Some(crate::shard::merge(Sweep::Demo, &args.merge)?)
-    };
-    if merged.is_none() {
-        if let Some(shard) = crate::shard::select(&args.shard, &crate::shard::process_env)? {
-            return run_shard(args, &jobs, &shard);
-        }
+    if let Some(shard) = shard {
+        return run_shard(args, &jobs, &shard);
     }
+    let merged = match args.merge.is_empty() {
+        true => None,
+        false => Some(crate::shard::merge(Sweep::Demo, &args.merge)?),
+    };
     // A merge prints what the single run printed: its run count, seed and scale.
     let (runs, seed, scale) = match merged.as_deref() {
         Some(results @ [first, ..]) => (results.len(), first.seed, first.scale),
         _ => (jobs.len(), args.seed, args.scale),
     };
-    println!(
-        "mmkit demo: the PCP experiments of Huang 2023 (\"mm: PCP high auto-tuning\") in the simulator ({} runs; random seed {}, scale {})",
-        runs,
-        seed,
-        scale
+    let intro = format!(
+        "mmkit demo: the PCP experiments of Huang 2023 (\"mm: PCP high auto-tuning\") in the simulator ({runs} runs; random seed {seed}, scale {scale})"
     );
-    println!(
-        "values relative to base = 100, except lock contend% and cache miss rate% (absolute); ✓ within tolerance, ✗ not, t: a base-row training target of `mmkit sim calibrate`\n"
-    );
+    println!("{intro}");
+    println!("{LEGEND}\n");
     let results = match merged {
         Some(results) => results,
         None => run_all(&jobs, args.threads, false)?,
     };
     std::fs::create_dir_all(&args.out)
         .map_err(|e| CliError::failed(format!("{}: {e}", args.out.display())))?;
-    let mut plots = 0;
-    let mut cells = Vec::new();
+    let mut sections = Vec::new();
     for (workload, runs) in workloads.iter().zip(results.chunks(policies.len())) {
-        let (text, scored) = render_beside_published(runs);
-        println!("{text}");
-        cells.extend(scored);
-        plots += mmkit_sim::plot::write_plots(runs, &args.out, workload.name())
-            .map_err(CliError::failed)?
-            .len();
+        let table = beside_published(runs).ok_or_else(|| {
+            CliError::failed(format!("{workload}: no runs or no published table"))
+        })?;
+        println!("{}", render_terminal(&table));
+        let plots = mmkit_sim::plot::write_plots(runs, &args.out, workload.name())
+            .map_err(CliError::failed)?;
         if args.json {
             let path = args.out.join(format!("{}.json", workload.name()));
             std::fs::write(&path, render_json(runs)?)
                 .map_err(|e| CliError::failed(format!("{}: {e}", path.display())))?;
         }
+        sections.push(demo_report::Section { table, plots });
     }
-    println!("{}", render_score(&cells));
+    let cells: Vec<Cell> = sections
+        .iter()
+        .flat_map(|s| s.table.cells.iter().cloned())
+        .collect();
+    let score = render_score(&cells);
+    println!("{score}");
+    println!("{TOLERANCES}");
+    let html = demo_report::render(&demo_report::Report {
+        command: demo_report::command_line(),
+        intro: &intro,
+        seed,
+        scale,
+        sections: &sections,
+        score: &score,
+    })?;
+    std::fs::write(&report, html)
+        .map_err(|e| CliError::failed(format!("{}: {e}", report.display())))?;
     println!(
-        "tolerances: score ±2 points (kbuild, netperf) or ±10 % (lmbench); lock contend% ±30 % or ±0.5; free_high and alloc_zone ±25 % or ±3 points; cache miss: the published direction"
+        "{} plots and {} written to {}/",
+        sections.iter().map(|s| s.plots.len()).sum::<usize>(),
+        demo_report::FILE_NAME,
+        args.out.display()
     );
-    println!("{plots} plots written to {}/", args.out.display());
     Ok(())
 }

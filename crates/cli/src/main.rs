@@ -7,6 +7,7 @@ mod bench;
 mod calibrate_cmd;
 mod compare_sim;
 mod demo;
+mod demo_report;
 mod limits;
 mod live;
 mod machine;

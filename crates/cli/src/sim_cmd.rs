@@ -442,8 +442,8 @@ fn report(
             .map_err(CliError::failed)?;
         if !json {
             println!("plots: {}", files.len());
-            for f in files {
-                println!("  {}", f.display());
+            for plot in files {
+                println!("  {}", plot.path.display());
             }
         }
     }

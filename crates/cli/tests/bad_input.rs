@@ -435,6 +435,11 @@ fn sim_and_demo_check_their_output_folder_before_simulating() {
     refused(&["demo", "--out", &file, "--scale", "0.001"], "--out");
     let below_file = format!("{file}/plots");
     refused(&["demo", "--out", &below_file, "--scale", "0.001"], "--out");
+    // The demo writes OUT/report.html last, after every simulation and plot.
+    let out = scratch.path("out");
+    std::fs::create_dir_all(format!("{out}/report.html")).unwrap();
+    refused(&["demo", "--out", &out, "--scale", "0.001"], "report.html");
+    std::fs::remove_dir_all(&out).unwrap();
     refused(
         &[
             "sim",

@@ -12,7 +12,16 @@ use crate::run::RunResult;
 
 type Line = (String, Vec<(f64, f64)>);
 
-fn draw(path: &Path, title: &str, y_desc: &str, lines: &[Line]) -> Result<(), String> {
+/// A plot written: its file and its caption, the title drawn on it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plot {
+    /// The SVG file.
+    pub path: PathBuf,
+    /// The title drawn at its top, which a report shows as the figure's caption.
+    pub caption: String,
+}
+
+fn draw(path: PathBuf, title: String, y_desc: &str, lines: &[Line]) -> Result<Plot, String> {
     let err = |e: &dyn std::fmt::Debug| format!("{}: {e:?}", path.display());
     let x_max = lines
         .iter()
@@ -23,10 +32,10 @@ fn draw(path: &Path, title: &str, y_desc: &str, lines: &[Line]) -> Result<(), St
         .flat_map(|l| l.1.iter().map(|p| p.1))
         .fold(1e-9, f64::max)
         * 1.1;
-    let root = SVGBackend::new(path, (900, 500)).into_drawing_area();
+    let root = SVGBackend::new(&path, (900, 500)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 20))
+        .caption(&title, ("sans-serif", 20))
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(70)
@@ -56,7 +65,13 @@ fn draw(path: &Path, title: &str, y_desc: &str, lines: &[Line]) -> Result<(), St
         .position(SeriesLabelPosition::UpperRight)
         .draw()
         .map_err(|e| err(&e))?;
-    root.present().map_err(|e| err(&e))
+    root.present().map_err(|e| err(&e))?;
+    drop(chart);
+    drop(root);
+    Ok(Plot {
+        path,
+        caption: title,
+    })
 }
 
 /// The CPUs' series with identical ones drawn once: a line drawn over another hides it,
@@ -92,12 +107,8 @@ fn ms(t_ns: u64) -> f64 {
 }
 
 /// Write the plots of `results` (one workload) into `dir` as `<prefix>-*.svg`. Returns the
-/// files written.
-pub fn write_plots(
-    results: &[RunResult],
-    dir: &Path,
-    prefix: &str,
-) -> Result<Vec<PathBuf>, String> {
+/// plots written, in the order written.
+pub fn write_plots(results: &[RunResult], dir: &Path, prefix: &str) -> Result<Vec<Plot>, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut files = Vec::new();
     let Some(first) = results.first() else {
@@ -118,14 +129,12 @@ pub fn write_plots(
             (r.policy.clone(), points)
         })
         .collect();
-    let path = dir.join(format!("{prefix}-pcp-memory.svg"));
-    draw(
-        &path,
-        &format!("{workload}: memory held in PCPs"),
+    files.push(draw(
+        dir.join(format!("{prefix}-pcp-memory.svg")),
+        format!("{workload}: memory held in PCPs"),
         "MiB",
         &held,
-    )?;
-    files.push(path);
+    )?);
 
     let wait: Vec<Line> = results
         .iter()
@@ -144,14 +153,12 @@ pub fn write_plots(
             (r.policy.clone(), points)
         })
         .collect();
-    let path = dir.join(format!("{prefix}-lock-wait.svg"));
-    draw(
-        &path,
-        &format!("{workload}: zone-lock wait (share of all CPU time, idle CPUs included)"),
+    files.push(draw(
+        dir.join(format!("{prefix}-lock-wait.svg")),
+        format!("{workload}: zone-lock wait (share of all CPU time, idle CPUs included)"),
         "spin, % of all CPU time",
         &wait,
-    )?;
-    files.push(path);
+    )?);
 
     for r in results {
         let s = &r.series;
@@ -167,14 +174,12 @@ pub fn write_plots(
                 (label, points)
             })
             .collect();
-        let path = dir.join(format!("{prefix}-high-{}.svg", r.policy));
-        draw(
-            &path,
-            &format!("{workload} / {}: pcp->high (local zone)", r.policy),
+        files.push(draw(
+            dir.join(format!("{prefix}-high-{}.svg", r.policy)),
+            format!("{workload} / {}: pcp->high (local zone)", r.policy),
             "pages",
             &lines,
-        )?;
-        files.push(path);
+        )?);
     }
     Ok(files)
 }
