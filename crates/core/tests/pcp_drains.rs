@@ -382,7 +382,7 @@ fn workqueue_drain_waits_for_every_target_cpu() {
 
 #[test]
 fn workqueue_drain_of_one_zone_picks_cpus_by_that_zone_and_drains_all_their_zones() {
-    // Seed 001: the zone decides which CPUs get work (`cpus_with_pcps`), but the work
+    // Gorman 2017: the zone decides which CPUs get work (`cpus_with_pcps`), but the work
     // (`drain_local_pages_wq`) calls `drain_local_pages(NULL)`: every zone of the CPU.
     let allocator = machine(workqueue(), 3);
     warm(&allocator, 0);
@@ -417,7 +417,7 @@ fn workqueue_drain_of_one_zone_picks_cpus_by_that_zone_and_drains_all_their_zone
 
 #[test]
 fn workqueue_drain_from_a_workqueue_worker_returns_at_once() {
-    // Seed 001: "Workqueues cannot recurse": a worker would wait for its own pool.
+    // Gorman 2017: "Workqueues cannot recurse": a worker would wait for its own pool.
     let allocator = machine(workqueue(), 2);
     warm(&allocator, 0);
     let worker = DrainCaller::WorkqueueWorker;

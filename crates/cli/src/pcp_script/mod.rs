@@ -54,7 +54,7 @@ pub enum DrainArg {
     /// Lock each remote pageset and drain it from the calling CPU (Linux ≥ 6.0).
     Direct,
     /// Queue work on each CPU with pages; each drains all its zones itself (Linux 4.11,
-    /// seed 001); `drain all … later` leaves the work for `run-work` lines.
+    /// Gorman 2017); `drain all … later` leaves the work for `run-work` lines.
     Workqueue,
 }
 

@@ -13,7 +13,7 @@
 //! [`PageAllocator::run_drain_work`] at its next safe point (the runtime's worker, the
 //! simulator's scheduler, `mmkit pcp-script`'s `run-work` line).
 //!
-//! The workqueue mode is seed 001's (Gorman 2017, 4.11): the work function
+//! The workqueue mode is Gorman 2017's (4.11): the work function
 //! `drain_local_pages_wq` calls `drain_local_pages(NULL)`, so a target CPU drains **every**
 //! zone, even when the request named one (the zone only chooses which CPUs get work; a
 //! later kernel passed the zone to the work through `struct pcpu_drain`). A caller that
@@ -75,7 +75,7 @@ pub enum DrainAll {
     /// [`PageAllocator::drain_work_finished`] reports them all done.
     Queued(DrainWork),
     /// Workqueue mode, and the caller is a workqueue worker: nothing done, not even the
-    /// drain mutex taken (seed 001: "Workqueues cannot recurse").
+    /// drain mutex taken (Gorman 2017: "Workqueues cannot recurse").
     FromWorker,
 }
 
