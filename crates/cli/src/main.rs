@@ -7,6 +7,7 @@ mod bench;
 mod calibrate_cmd;
 mod compare_sim;
 mod demo;
+mod high_order_cmd;
 mod limits;
 mod live;
 mod machine;
