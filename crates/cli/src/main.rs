@@ -8,6 +8,7 @@ mod calibrate_cmd;
 mod compare_sim;
 mod demo;
 mod demo_report;
+mod high_order_cmd;
 mod limits;
 mod live;
 mod machine;

@@ -41,6 +41,11 @@ enum TraceCommand {
     /// spread over the recordings (docs/FIDELITY.md; crates/trace/workloads/live-check.sh
     /// records and compares).
     CompareSim(crate::compare_sim::CompareSimArgs),
+    /// Count when recorded builds free blocks of orders 1–3 to the pagesets and what each
+    /// pageset freed just before (patch 1's free_high condition): per process and per
+    /// fault, after a high-order free, runs, and where in a process's life (exit, mid-life,
+    /// kernel thread, softirq), with the mean ± sd over the recordings.
+    HighOrder(crate::high_order_cmd::HighOrderArgs),
 }
 
 #[derive(Args, Debug)]
@@ -119,6 +124,7 @@ pub fn run(args: &TraceArgs) -> Result<(), CliError> {
         TraceCommand::Record(args) => run_record(args),
         TraceCommand::Replay(args) => run_replay(args),
         TraceCommand::CompareSim(args) => crate::compare_sim::run(args),
+        TraceCommand::HighOrder(args) => crate::high_order_cmd::run(args),
     }
 }
 

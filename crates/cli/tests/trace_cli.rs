@@ -1,4 +1,5 @@
-//! `mmkit trace replay` on the committed traces, and bad input exits with status 2.
+//! `mmkit trace replay` and `mmkit trace high-order` on the committed traces, and bad input
+//! exits with status 2.
 
 use assert_cmd::Command;
 use predicates::prelude::*;
@@ -143,5 +144,57 @@ fn a_truncated_trace_is_refused_unless_allowed() {
         .assert()
         .success()
         .stdout(predicate::str::contains("kernel (trace)"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn high_order_counts_each_recording_and_the_mean_over_them() {
+    let output = mmkit()
+        .args([
+            "trace",
+            "high-order",
+            &data("compile.mmkit.gz"),
+            &data("compile.mmkit.gz"),
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json["rows"].as_array().unwrap().len(), 2);
+    let faults = json["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"].as_str().unwrap().starts_with("faults"))
+        .unwrap();
+    assert!(faults["mean"].as_f64().unwrap() > 0.0);
+    assert_eq!(faults["sd"].as_f64().unwrap(), 0.0, "the same file twice");
+    mmkit()
+        .args(["trace", "high-order", &data("compile.mmkit.gz")])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("% in softirq (RCU)"))
+        .stdout(predicate::str::contains("mean ± sd"));
+}
+
+#[test]
+fn high_order_refuses_a_file_without_page_events() {
+    let dir = scratch("high-order");
+    let garbage = dir.join("garbage.txt");
+    std::fs::write(&garbage, "not a trace\n").unwrap();
+    mmkit()
+        .args(["trace", "high-order", garbage.to_str().unwrap()])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("no kmem page events"));
+    mmkit()
+        .args(["trace", "high-order", "/nonexistent/trace"])
+        .assert()
+        .code(2);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -78,6 +78,11 @@ pub struct Event {
     pub migratetype: i32,
     /// `percpu_refill` of `mm_page_alloc_zone_locked` (false for the other events).
     pub percpu_refill: bool,
+    /// The event ran in softirq context: the flags column's third character is `s` (or
+    /// `H`, a hard interrupt inside a softirq). RCU callbacks run there, so a block freed
+    /// by `call_rcu` shows it, whichever task the softirq interrupted. False when the line
+    /// has no flags column (`options/irq-info` off).
+    pub softirq: bool,
 }
 
 /// What was wrong with one line.
@@ -340,7 +345,9 @@ fn parse_line_with_comm(number: usize, line: &str) -> Result<(Event, &str), Prob
     let mut tokens = rest.split_whitespace();
     let mut first = tokens.next().ok_or(ProblemKind::Malformed)?;
     // The flags column ("....." or "d..1.") is optional (options/irq-info off).
+    let mut softirq = false;
     if !first.ends_with(':') {
+        softirq = matches!(first.as_bytes().get(2), Some(b's' | b'H'));
         first = tokens.next().ok_or(ProblemKind::Malformed)?;
     }
     let ts_ns = parse_timestamp(first.strip_suffix(':').ok_or(ProblemKind::Malformed)?)
@@ -398,6 +405,7 @@ fn parse_line_with_comm(number: usize, line: &str) -> Result<(Event, &str), Prob
         order,
         migratetype,
         percpu_refill: percpu_refill.unwrap_or(false),
+        softirq,
     };
     Ok((event, comm))
 }
@@ -471,6 +479,7 @@ mod tests {
                 order: 0,
                 migratetype: 0,
                 percpu_refill: false,
+                softirq: false,
             }
         );
     }
@@ -483,6 +492,24 @@ mod tests {
         assert_eq!(comm, "kworker/u4:1-ev ents");
         assert!(event.percpu_refill);
         assert_eq!(event.ts_ns, 12_500_000_000);
+        assert!(!event.softirq, "no flags column, no context");
+    }
+
+    #[test]
+    fn the_flags_column_tells_a_softirq_free_from_a_task_free() {
+        let event = |flags: &str| {
+            let line = format!(
+                "ksoftirqd/1-22 [001] {flags} 15033.360164: mm_page_free: pfn=0x18a038 order=3"
+            );
+            parse_line(1, &line).unwrap()
+        };
+        assert!(event("..s..").softirq);
+        assert!(event("d.H1.").softirq, "a hard interrupt inside a softirq");
+        assert!(!event(".....").softirq);
+        assert!(
+            !event("d.h1.").softirq,
+            "a hard interrupt alone is not a softirq"
+        );
     }
 
     #[test]

@@ -9,6 +9,15 @@
 //! the order-1 PGD last (`exit_mmap`, then `__mmdrop → pgd_free`). A share of frees runs on
 //! another CPU of the socket (RCU-freed page tables, migrated tasks). The next process on
 //! the slot starts after a short gap and reuses what the last one freed.
+//!
+//! Kernel blocks of orders 1–3 (slab pages) are rare and freed by RCU callbacks: a block
+//! the process lets go of (at a random point of its life, or at its exit) is freed one
+//! grace period later on the same CPU, in softirq, between whatever that CPU runs then.
+//! Measured on a compile-like build (`KbuildParams::kernel_blocks_per_fault`): every
+//! order-1–3 pageset free of the build ran in softirq, none in the exit's burst of frees
+//! or in a task's own context, so none follows the PGD as part of the exit.
+
+use std::collections::VecDeque;
 
 use mmkit_core::page_alloc::Gfp;
 use mmkit_core::{Order, Pfn};
@@ -52,12 +61,25 @@ pub struct KbuildParams {
     pub midlife_free_share: f64,
     /// Mean pages of one mid-life free burst (geometric): a 256 KiB `munmap`.
     pub unmap_mean_pages: f64,
-    /// Kernel blocks of orders 1–3 per page fault (slab pages of the task's kernel
-    /// objects, `kmalloc` of 8–32 KiB), by order: measured on the measuring VM, 2 s of two
-    /// gcc loops: 10 order-1, 616 order-2 and 4 order-3 allocations among 274,297
-    /// (`docs/reference/workloads.md` §4.3). Each is freed at a random point of the
-    /// process's later life, among its other frees.
+    /// Kernel blocks of orders 1–3 per page fault (slab pages), by order: measured as the
+    /// order-1–3 pageset frees of a compile-like build, 2 order-1, 0 order-2 and 7 order-3
+    /// among 1,820,099 faults (six recordings of 3,390 processes on the 2-CPU measuring VM,
+    /// Linux 6.18; every one in softirq, 8 of the 9 alone, one pair of order-1 frees in
+    /// one RCU batch):
+    /// `mmkit trace record --command-only --out F -- sh crates/trace/workloads/compile.sh 10`
+    /// (three with 3 rounds, three with 10), then `mmkit trace high-order F…`. The
+    /// build's high-order allocations were as rare (reclaimable slab, 1–8 per recording);
+    /// the earlier figure, 630 per 274,297 allocations of two gcc loops over 2 s
+    /// (`docs/reference/workloads.md` §4.3), counted the whole machine's allocations. Each
+    /// block is let go of at a random point of the process's later life (or at its exit)
+    /// and freed [`KbuildParams::rcu_grace_ms`] later.
     pub kernel_blocks_per_fault: [f64; 3],
+    /// From letting go of a kernel block to its RCU callback freeing it, in ms: one tick of
+    /// the measuring VM's `CONFIG_HZ=250`, the shortest a grace period can end (a tick
+    /// after every CPU passed a quiescent state). The recordings cannot show the delay
+    /// (no RCU tracepoints without `CONFIG_RCU_TRACE`); what they show is that the free
+    /// runs in softirq, between the work of whatever task the CPU runs then.
+    pub rcu_grace_ms: f64,
     /// Share of frees done on another CPU of the socket (measured 7.1 %).
     pub cross_cpu_free_share: f64,
     /// Mean idle gap between processes on a slot (fork/exec, make's scheduling), in µs.
@@ -88,7 +110,8 @@ impl Default for KbuildParams {
             pgd_order: 1,
             midlife_free_share: 0.07,
             unmap_mean_pages: 64.0,
-            kernel_blocks_per_fault: [10.0 / 274_297.0, 616.0 / 274_297.0, 4.0 / 274_297.0],
+            kernel_blocks_per_fault: [2.0 / 1_820_099.0, 0.0, 7.0 / 1_820_099.0],
+            rcu_grace_ms: 4.0,
             cross_cpu_free_share: 0.07,
             exit_gap_us: 200.0,
             measured_faults: Vec::new(),
@@ -134,9 +157,12 @@ struct Slot {
     /// Pages left to free in the current mid-life free burst.
     unmap_left: u64,
     /// Kernel blocks of orders 1–3 the process holds, with the fault count left at which
-    /// each is freed.
+    /// each is let go of.
     kernel: Vec<(Pfn, Order, u64)>,
     remote: Vec<(Pfn, Order)>,
+    /// Kernel blocks waiting for their RCU callback on this CPU, with the time it runs;
+    /// in that order, since this CPU's clock only moves forward.
+    rcu: VecDeque<(u64, Pfn, Order)>,
 }
 
 /// The kbuild workload.
@@ -164,6 +190,11 @@ impl Kbuild {
         (self.params.warmup_ms * 1e6) as u64
     }
 
+    /// From letting go of a kernel block to its free.
+    fn rcu_grace_ns(&self) -> u64 {
+        (self.params.rcu_grace_ms * 1e6) as u64
+    }
+
     /// Processes that have exited.
     pub fn jobs_done(&self) -> u64 {
         self.jobs_done
@@ -183,6 +214,7 @@ impl Kbuild {
                 unmap_left: 0,
                 kernel: Vec::new(),
                 remote: Vec::new(),
+                rcu: VecDeque::new(),
             })
             .collect();
         Kbuild {
@@ -276,8 +308,19 @@ impl Workload for Kbuild {
             return Ok(Step::Continue);
         }
         let now = sim.now(cpu);
+        let finished = matches!(self.slots[c].phase, Phase::Finished);
+        // A due RCU callback runs first; after the build, the last ones run at once.
+        if let Some(&(due, pfn, order)) = self.slots[c].rcu.front() {
+            if due <= now || finished {
+                self.slots[c].rcu.pop_front();
+                sim.free(cpu, pfn, order)?;
+                self.held -= order.pages();
+                return Ok(Step::Continue);
+            }
+        }
+        let rcu_due = self.slots[c].rcu.front().map_or(u64::MAX, |r| r.0);
         match self.slots[c].phase {
-            Phase::Idle(until) if now < until => return Ok(Step::SleepUntil(until)),
+            Phase::Idle(until) if now < until => return Ok(Step::SleepUntil(until.min(rcu_due))),
             Phase::Idle(_) if self.jobs_started == self.jobs_total => {
                 self.slots[c].phase = Phase::Finished;
             }
@@ -299,8 +342,13 @@ impl Workload for Kbuild {
             }
             Phase::Run => self.run_step(sim, cpu)?,
             Phase::Exit if !self.slots[c].kernel.is_empty() => {
-                let (pfn, order, _) = self.slots[c].kernel.pop().expect("not empty");
-                self.free(sim, cpu, pfn, order)?
+                let due = now + self.rcu_grace_ns();
+                let slot = &mut self.slots[c];
+                slot.rcu.extend(
+                    slot.kernel
+                        .drain(..)
+                        .map(|(pfn, order, _)| (due, pfn, order)),
+                );
             }
             Phase::Exit => match self.slots[c].pages.pop() {
                 Some(pfn) => {
@@ -355,10 +403,13 @@ impl Kbuild {
         let c = cpu as usize;
         let p = &self.params;
         let slot = &mut self.slots[c];
-        // A kernel block due at this point of the process's life goes first.
+        // A kernel block let go of at this point of the process's life waits for its
+        // RCU callback.
         if let Some(i) = slot.kernel.iter().position(|k| k.2 >= slot.to_fault) {
             let (pfn, order, _) = slot.kernel.swap_remove(i);
-            return self.free(sim, cpu, pfn, order);
+            let due = sim.now(cpu) + (p.rcu_grace_ms * 1e6) as u64;
+            slot.rcu.push_back((due, pfn, order));
+            return Ok(());
         }
         if slot.unmap_left > 0 {
             slot.unmap_left -= 1;
