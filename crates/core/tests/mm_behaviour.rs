@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use mmkit_core::mm::lru::LruList;
-use mmkit_core::mm::memcg::{MemcgId, MEMCG_CHARGE_BATCH};
+use mmkit_core::mm::memcg::{MemcgHierarchy, MemcgId, MEMCG_CHARGE_BATCH};
 use mmkit_core::mm::{FileId, Memory, MmError, PageIo, PteState, ReclaimResult, SwapEntry};
 use mmkit_core::page_alloc::Caller;
 use mmkit_core::topology::CacheInfo;
@@ -442,6 +442,103 @@ fn root_memory_reclaim_unthrottles_the_node_only_with_a_shared_bit() {
         m.kswapd_balance(CALLER, 0, &mut NoIo).unwrap();
         assert!(!m.reclaim_throttled(MemcgId::ROOT, 0));
         m.verify().unwrap();
+    }
+}
+
+/// Dirty file pages of `mm`'s mapping at 0x1000 (4096 pages of a file) under
+/// asynchronous write-back, touched until the zone is below its low watermark.
+fn dirty_file_pages_below_low(m: &mut Memory) -> mmkit_core::mm::MmId {
+    m.set_async_writeback(true);
+    let file = m.create_file(4096, Order::ZERO);
+    let mm = m.create_mm();
+    m.mmap_file(mm, 0x1000, 4096, file, 0).unwrap();
+    let zone_index = ZoneType::Normal.index();
+    let mut v = 0;
+    loop {
+        let zone = &m.allocator().zones()[zone_index];
+        if zone.free_pages() < zone.wmark(mmkit_core::page_alloc::WatermarkKind::Low) as i64 {
+            return mm;
+        }
+        m.access(CALLER, mm, 0x1000 + v, true, &mut NoIo).unwrap();
+        v += 1;
+    }
+}
+
+/// Linux ≤ 6.4 sets the one congestion bit only for kswapd and for cgroup reclaim with
+/// sane write-back throttling: global direct reclaim that finds nothing but pages already
+/// queued for reclaim marks nothing, with one bit as with two.
+#[test]
+fn global_direct_reclaim_never_marks_the_node_congested() {
+    for bits in [CongestionBits::Shared, CongestionBits::Separate] {
+        let policy = MmPolicy {
+            congestion: bits,
+            ..MmPolicy::V6_7
+        };
+        let mut m = memory(2048, policy, 0);
+        let mm = dirty_file_pages_below_low(&mut m);
+        // Fault until the allocator fails: every fault after that reclaims directly,
+        // writes the dirty pages back, then finds only pages it already queued.
+        let mut v = 0;
+        let error = loop {
+            match m.access(CALLER, mm, 0x1000 + v, true, &mut NoIo) {
+                Ok(_) => v += 1,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(error, MmError::OutOfMemory, "{bits:?}");
+        assert!(m.writeback_folios() > 0, "write-back is in flight");
+        assert_eq!(
+            m.lruvec_flags(MemcgId::ROOT, 0),
+            Some(mmkit_core::mm::lru::LruvecFlags::empty()),
+            "{bits:?}: direct reclaim marked the node"
+        );
+        assert!(!m.reclaim_throttled(MemcgId::ROOT, 0));
+        // kswapd, finding the same pages, does mark it.
+        m.kswapd_balance(CALLER, 0, &mut NoIo).unwrap();
+        assert!(m.reclaim_throttled(MemcgId::ROOT, 0), "{bits:?}");
+        m.verify().unwrap();
+    }
+}
+
+/// `writeback_throttling_sane` is false for cgroup reclaim on cgroup v1: its second round,
+/// which finds only the pages its first round queued for write-back, throttles on v2 and
+/// does not on v1 (nothing was marked), under either bit layout.
+#[test]
+fn cgroup_v1_reclaim_does_not_mark_its_cgroup_congested() {
+    for bits in [CongestionBits::Shared, CongestionBits::Separate] {
+        for (hierarchy, throttled) in [(MemcgHierarchy::V2, true), (MemcgHierarchy::V1, false)] {
+            let policy = MmPolicy {
+                congestion: bits,
+                ..MmPolicy::V6_7
+            };
+            let mut m = memory(4096, policy, 0);
+            m.set_memcg_hierarchy(hierarchy);
+            m.set_async_writeback(true);
+            let group = m.create_memcg(MemcgId::ROOT).unwrap();
+            let file = m.create_file(256, Order::ZERO);
+            let mm = m.create_mm();
+            m.set_mm_memcg(mm, group).unwrap();
+            m.mmap_file(mm, 0x1000, 256, file, 0).unwrap();
+            for v in 0..256 {
+                m.access(CALLER, mm, 0x1000 + v, true, &mut NoIo).unwrap();
+            }
+            let mut rounds = Vec::new();
+            for _ in 0..4 {
+                rounds.push(
+                    m.try_to_free_mem_cgroup_pages(CALLER, group, 256, &mut NoIo)
+                        .unwrap(),
+                );
+            }
+            let congested: u64 = rounds.iter().map(|r| r.congested).sum();
+            assert!(congested > 0, "{bits:?} {hierarchy:?}: {rounds:?}");
+            let throttles: u64 = rounds.iter().map(|r| r.throttled).sum();
+            assert_eq!(
+                throttles > 0,
+                throttled,
+                "{bits:?} {hierarchy:?}: {rounds:?}"
+            );
+            m.verify().unwrap();
+        }
     }
 }
 

@@ -27,6 +27,22 @@ pub enum MappedStat {
     File = 1,
 }
 
+/// Which cgroup hierarchy the memory controller is mounted on: what
+/// `cgroup_subsys_on_dfl(memory_cgrp_subsys)` asks.
+///
+/// It decides `writeback_throttling_sane` (`mm/vmscan.c`): cgroup reclaim under cgroup v1
+/// ("legacy memcg") does not mark its lruvecs congested, because Linux's v1 reclaim waits
+/// on write-back page by page instead (`shrink_folio_list`'s "case 3", not modelled: the
+/// folio is kept and the pass goes on).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum MemcgHierarchy {
+    /// cgroup v2, the unified (default) hierarchy.
+    #[default]
+    V2,
+    /// cgroup v1, the legacy hierarchy (`/sys/fs/cgroup/memory`).
+    V1,
+}
+
 /// A memory cgroup, by its id (`mem_cgroup_id`; 1 is the root, 0 means "not charged").
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug, Hash)]
 pub struct MemcgId(pub u16);

@@ -16,7 +16,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use super::folio::{CountOverflow, Folio};
-use super::memcg::{MappedStat, MemcgId, MemcgTree};
+use super::memcg::{MappedStat, MemcgHierarchy, MemcgId, MemcgTree};
 use super::pte::{Pte, PteState, SwapEntry};
 use super::swap::SwapSpace;
 use crate::page::{Order, PageFlags, Pfn};
@@ -334,6 +334,8 @@ pub struct Memory {
     /// Folios under write-back, and whether reclaim wants them (`PG_reclaim`: no bit is
     /// left in the descriptor for it, and few folios are ever under write-back).
     pub(super) writeback: BTreeMap<Pfn, bool>,
+    /// The cgroup hierarchy the memory controller is on (`writeback_throttling_sane`).
+    pub(super) memcg_hierarchy: MemcgHierarchy,
     /// The percpu allocator the cgroups' per-CPU statistics come from (one unit per CPU).
     pub(super) percpu: PercpuAllocator<MemoryBacking>,
 }
@@ -351,6 +353,7 @@ impl Memory {
             stats: MmStats::default(),
             async_writeback: false,
             writeback: BTreeMap::new(),
+            memcg_hierarchy: MemcgHierarchy::V2,
             percpu: PercpuAllocator::new(
                 PercpuConfig::x86_64(allocator.page_allocator().topology().nr_cpus() as usize),
                 MemoryBacking::new(),
@@ -389,6 +392,17 @@ impl Memory {
     /// write-back in flight). Synchronous by default.
     pub fn set_async_writeback(&mut self, on: bool) {
         self.async_writeback = on;
+    }
+
+    /// Mount the memory controller on cgroup v1 or v2 (v2 by default). Under v1, cgroup
+    /// reclaim does not mark lruvecs congested (`writeback_throttling_sane` is false).
+    pub fn set_memcg_hierarchy(&mut self, hierarchy: MemcgHierarchy) {
+        self.memcg_hierarchy = hierarchy;
+    }
+
+    /// The cgroup hierarchy the memory controller is on.
+    pub fn memcg_hierarchy(&self) -> MemcgHierarchy {
+        self.memcg_hierarchy
     }
 
     /// Folios under write-back.

@@ -12,7 +12,7 @@ use alloc::vec::Vec;
 
 use super::folio::Folio;
 use super::lru::{LruList, LruvecFlags};
-use super::memcg::MemcgId;
+use super::memcg::{MemcgHierarchy, MemcgId};
 use super::memory::{Memory, MmError, PageIo};
 use super::pageout::ReclaimResult;
 use crate::page::{PageFlags, Pfn};
@@ -314,25 +314,50 @@ impl Memory {
         Ok(outcome)
     }
 
+    /// `writeback_throttling_sane`: whether this reclaimer may mark its target congested
+    /// and be throttled for it. Only cgroup reclaim under cgroup v1 may not: legacy memcg
+    /// reclaim waits on write-back itself ("Legacy memcg will stall in page writeback").
+    fn writeback_throttling_sane(&self, reclaimer: Reclaimer) -> bool {
+        match reclaimer {
+            Reclaimer::Cgroup(_) => self.memcg_hierarchy == MemcgHierarchy::V2,
+            Reclaimer::Direct | Reclaimer::Kswapd => true,
+        }
+    }
+
     /// The congestion part of `shrink_node`; returns 1 if the reclaimer is throttled.
+    ///
+    /// Who marks the target when every dirty page the pass saw was already queued for
+    /// reclaim: kswapd (`current_is_kswapd()`), and cgroup reclaim whose write-back
+    /// throttling is sane (`cgroup_reclaim(sc) && writeback_throttling_sane(sc)`). Global
+    /// direct reclaim marks nothing, with one bit (Linux ≤ 6.4) as with two (≥ 6.5); it
+    /// is only throttled by what the others marked.
     fn congestion_control(
         &mut self,
         reclaimer: Reclaimer,
         node: NodeId,
         pass: &ReclaimOutcome,
     ) -> u64 {
-        let target = reclaimer.target();
-        let flags = &mut self.memcgs.group_mut(target).lruvecs[node as usize].flags;
+        let kswapd = reclaimer == Reclaimer::Kswapd;
+        let cgroup =
+            matches!(reclaimer, Reclaimer::Cgroup(_)) && self.writeback_throttling_sane(reclaimer);
+        let congestion = self.policy.congestion;
+        let flags = &mut self.memcgs.group_mut(reclaimer.target()).lruvecs[node as usize].flags;
         if pass.dirty != 0 && pass.dirty == pass.congested {
-            *flags |= match (self.policy.congestion, reclaimer) {
-                (CongestionBits::Shared, _) => LruvecFlags::CONGESTED,
-                (CongestionBits::Separate, Reclaimer::Kswapd) => LruvecFlags::NODE_CONGESTED,
-                (CongestionBits::Separate, Reclaimer::Cgroup(_)) => LruvecFlags::CGROUP_CONGESTED,
-                // Global direct reclaim sets neither bit in Linux.
-                (CongestionBits::Separate, Reclaimer::Direct) => LruvecFlags::empty(),
+            // `set_bit` only: a bit another reclaimer set stays.
+            let (by_cgroup, by_kswapd) = match congestion {
+                CongestionBits::Shared => (LruvecFlags::CONGESTED, LruvecFlags::CONGESTED),
+                CongestionBits::Separate => {
+                    (LruvecFlags::CGROUP_CONGESTED, LruvecFlags::NODE_CONGESTED)
+                }
             };
+            if cgroup {
+                *flags |= by_cgroup;
+            }
+            if kswapd {
+                *flags |= by_kswapd;
+            }
         }
-        u64::from(reclaimer != Reclaimer::Kswapd && !flags.is_empty())
+        u64::from(!kswapd && !flags.is_empty())
     }
 
     /// The congestion flags of `memcg`'s lruvec on `node`.
