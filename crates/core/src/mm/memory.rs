@@ -338,6 +338,10 @@ pub struct Memory {
     pub(super) memcg_hierarchy: MemcgHierarchy,
     /// The percpu allocator the cgroups' per-CPU statistics come from (one unit per CPU).
     pub(super) percpu: PercpuAllocator<MemoryBacking>,
+    /// Per node: bit `z` set if its zone of type `z` has managed pages (`managed_zone`),
+    /// which `lruvec_lru_size` checks for each zone above the one asked. Fixed at boot:
+    /// memory hotplug is not modelled.
+    pub(super) managed_zones: Vec<u8>,
 }
 
 impl Memory {
@@ -354,6 +358,7 @@ impl Memory {
             async_writeback: false,
             writeback: BTreeMap::new(),
             memcg_hierarchy: MemcgHierarchy::V2,
+            managed_zones: managed_zones(allocator.page_allocator()),
             percpu: PercpuAllocator::new(
                 PercpuConfig::x86_64(allocator.page_allocator().topology().nr_cpus() as usize),
                 MemoryBacking::new(),
@@ -1102,6 +1107,18 @@ impl Memory {
             .free_pages(caller, folio.pfn, folio.order)
             .map_err(MmError::Free)
     }
+}
+
+// `Memory::managed_zones` keeps a bit per zone type in a byte.
+const _: () = assert!(crate::page_alloc::MAX_NR_ZONES <= u8::BITS as usize);
+
+/// Per node, a bit per zone type with managed pages.
+fn managed_zones(allocator: &PageAllocator) -> Vec<u8> {
+    let mut managed = alloc::vec![0u8; allocator.topology().nr_nodes()];
+    for zone in allocator.zones().iter().filter(|z| z.is_managed()) {
+        managed[zone.node() as usize] |= 1 << zone.zone_type().index();
+    }
+    managed
 }
 
 fn allocator_nodes(allocator: &PageAllocator) -> usize {
