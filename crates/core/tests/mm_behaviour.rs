@@ -574,3 +574,92 @@ fn cgroup_statistics_come_from_the_percpu_allocator() {
     );
     m.verify().unwrap();
 }
+
+/// A cgroup whose process read `pages` pages of `file` (from `index`) and left: the page
+/// cache stays charged to it. The process's address space goes back to the root.
+fn cgroup_with_page_cache(
+    m: &mut Memory,
+    parent: MemcgId,
+    file: FileId,
+    index: u64,
+    pages: u64,
+) -> MemcgId {
+    let group = m.create_memcg(parent).unwrap();
+    let mm = m.create_mm();
+    m.set_mm_memcg(mm, group).unwrap();
+    m.mmap_file(mm, 0x1000, pages, file, index).unwrap();
+    for v in 0..pages {
+        m.access(CALLER, mm, 0x1000 + v, false, &mut NoIo).unwrap();
+    }
+    m.munmap(CALLER, mm, 0x1000).unwrap();
+    m.set_mm_memcg(mm, MemcgId::ROOT).unwrap();
+    group
+}
+
+/// Removing a cgroup that still has pages charged leaves a zombie: offline (no new
+/// tasks or charges), its pages charged and on its LRU, its per-CPU statistics
+/// allocated, and visited by reclaim, which frees it with its last page.
+#[test]
+fn a_removed_cgroup_with_charged_pages_stays_a_zombie_until_its_last_page_goes() {
+    use mmkit_core::mm::memcg::MemcgState;
+    let mut m = memory_cpus(4096, 4, MmPolicy::V6_7, 0);
+    let file = m.create_file(64, Order::ZERO);
+    let group = cgroup_with_page_cache(&mut m, MemcgId::ROOT, file, 0, 16);
+    let percpu_kb = m.percpu().meminfo_percpu_kb();
+    assert_eq!(m.remove_memcg(group), Ok(()));
+    assert_eq!(m.memcgs().state(group), Some(MemcgState::Offline));
+    assert_eq!(m.memcgs().zombies(), 1);
+    assert!(m.memcgs().get(group).is_none(), "offline: not usable");
+    let mm = m.create_mm();
+    assert_eq!(m.set_mm_memcg(mm, group), Err(MmError::NoSuchMemcg(group)));
+    assert_eq!(m.remove_memcg(group), Err(MmError::NoSuchMemcg(group)));
+    let zombie = m.memcgs().all().find(|g| g.id == group).unwrap();
+    assert_eq!((zombie.file, zombie.usage), (16, 16));
+    assert_eq!(zombie.lruvecs[0].pages(LruList::InactiveFile), 16);
+    assert_eq!(m.percpu().meminfo_percpu_kb(), percpu_kb, "statistics kept");
+    m.verify().unwrap();
+    // Reclaim from the root visits the zombie and takes its page cache; with its last
+    // page the zombie is freed, and so are its per-CPU statistics.
+    let outcome = m
+        .memory_reclaim(CALLER, MemcgId::ROOT, 16, &mut NoIo)
+        .unwrap();
+    assert!(outcome.reclaimed >= 16, "{outcome:?}");
+    assert_eq!(m.memcgs().state(group), Some(MemcgState::Freed));
+    assert_eq!(m.memcgs().zombies(), 0);
+    let zombie = m.memcgs().all().find(|g| g.id == group).unwrap();
+    assert!(zombie.percpu_areas.is_empty());
+    m.verify().unwrap();
+    // A freed cgroup is not visited: a root reclaim pass sizes only the root's lists.
+    let calls = m.stats().lru_size_calls;
+    m.try_to_free_mem_cgroup_pages(CALLER, MemcgId::ROOT, 1, &mut NoIo)
+        .unwrap();
+    let per_pass = m.stats().lru_size_calls - calls;
+    let lists_per_priority = 4;
+    assert!(
+        per_pass <= lists_per_priority * 13,
+        "{per_pass} lruvec_lru_size calls: the freed cgroup was visited"
+    );
+}
+
+/// Zombie children do not hold their parent's removal up, and a zombie parent stays as
+/// long as a zombie child holds pages (its usage counts theirs).
+#[test]
+fn a_zombie_parent_is_freed_with_its_last_zombie_childs_last_page() {
+    use mmkit_core::mm::memcg::MemcgState;
+    let mut m = memory_cpus(4096, 2, MmPolicy::V6_7, 0);
+    let file = m.create_file(64, Order::ZERO);
+    let parent = m.create_memcg(MemcgId::ROOT).unwrap();
+    let child = cgroup_with_page_cache(&mut m, parent, file, 0, 8);
+    assert_eq!(m.remove_memcg(parent), Err(MmError::Busy(parent)));
+    m.remove_memcg(child).unwrap();
+    m.remove_memcg(parent).unwrap();
+    assert_eq!(m.memcgs().state(parent), Some(MemcgState::Offline));
+    assert_eq!(m.memcgs().state(child), Some(MemcgState::Offline));
+    assert_eq!(m.memcgs().zombies(), 2);
+    m.verify().unwrap();
+    m.memory_reclaim(CALLER, MemcgId::ROOT, 8, &mut NoIo)
+        .unwrap();
+    assert_eq!(m.memcgs().state(child), Some(MemcgState::Freed));
+    assert_eq!(m.memcgs().state(parent), Some(MemcgState::Freed));
+    m.verify().unwrap();
+}

@@ -102,11 +102,26 @@ pub struct MemCgroup {
     pub file: u64,
     /// Events.
     pub events: MemcgEvents,
-    /// Whether it was removed (`rmdir`); its id is not reused.
-    pub offline: bool,
+    /// Online, removed but still charged (a zombie), or freed; an id is never reused.
+    pub state: MemcgState,
     /// Its per-CPU statistics' areas in the percpu allocator, one per node (none for the
     /// root, whose statistics Linux allocates at boot).
     pub percpu_areas: Vec<crate::percpu::PercpuPtr>,
+}
+
+/// Where a cgroup is in its life (`css_online`, `css_offline`, `css_free`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum MemcgState {
+    /// Created and not removed: it can take tasks and charges.
+    Online,
+    /// Removed (`rmdir`) while pages were still charged to it: a zombie (a "dying" or
+    /// "offline" memcg). It takes no new charges; its pages stay charged to it and on its
+    /// LRU lists, reclaim keeps visiting it, and its per-CPU statistics stay allocated,
+    /// until its last page is uncharged.
+    Offline,
+    /// Removed with nothing charged, or a zombie whose last page went: its per-CPU
+    /// statistics are freed and nothing visits it.
+    Freed,
 }
 
 /// A CPU's charge stock (`memcg_stock_pcp`): pages charged ahead to one cgroup.
@@ -157,7 +172,7 @@ impl MemcgTree {
             anon: 0,
             file: 0,
             events: MemcgEvents::default(),
-            offline: false,
+            state: MemcgState::Online,
             percpu_areas: Vec::new(),
         });
         id
@@ -178,7 +193,21 @@ impl MemcgTree {
     /// The cgroup `id`, if it exists and is online.
     pub fn get(&self, id: MemcgId) -> Option<&MemCgroup> {
         let group = self.groups.get((id.0 as usize).checked_sub(1)?)?;
-        (!group.offline).then_some(group)
+        (group.state == MemcgState::Online).then_some(group)
+    }
+
+    /// Where the cgroup `id` is in its life, if it was ever created.
+    pub fn state(&self, id: MemcgId) -> Option<MemcgState> {
+        let group = self.groups.get((id.0 as usize).checked_sub(1)?)?;
+        Some(group.state)
+    }
+
+    /// Removed cgroups that still have pages charged (zombies).
+    pub fn zombies(&self) -> usize {
+        self.groups
+            .iter()
+            .filter(|g| g.state == MemcgState::Offline)
+            .count()
     }
 
     /// Mutable access to an existing cgroup (online or not: pages may still be charged
@@ -206,12 +235,15 @@ impl MemcgTree {
         })
     }
 
-    /// `id` and every cgroup below it, parents before children.
+    /// `id` and every cgroup below it that is not freed, parents before children: what
+    /// `mem_cgroup_iter` visits (it takes a reference with `css_tryget`, which an offline
+    /// cgroup still gives, so zombies are visited).
     pub fn subtree(&self, id: MemcgId) -> Vec<MemcgId> {
         let mut out = alloc::vec![id];
         let mut i = 0;
         while i < out.len() {
-            out.extend(self.group(out[i]).children.iter().copied());
+            let children = self.group(out[i]).children.iter().copied();
+            out.extend(children.filter(|&c| self.group(c).state != MemcgState::Freed));
             i += 1;
         }
         out

@@ -16,7 +16,8 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use super::folio::{CountOverflow, Folio};
-use super::memcg::{MappedStat, MemcgHierarchy, MemcgId, MemcgTree};
+use super::lru::LruList;
+use super::memcg::{MappedStat, MemcgHierarchy, MemcgId, MemcgState, MemcgTree};
 use super::pte::{Pte, PteState, SwapEntry};
 use super::swap::SwapSpace;
 use crate::page::{Order, PageFlags, Pfn};
@@ -478,9 +479,14 @@ impl Memory {
         }
     }
 
-    /// `rmdir` of a cgroup with no children, no address spaces and nothing charged: it
-    /// goes offline and its per-CPU statistics go back to the percpu allocator, whose
-    /// balance work may then depopulate chunk pages (Gushchin/Zhou 2021).
+    /// `rmdir` of a cgroup with no online children and no address spaces: it goes
+    /// offline (`mem_cgroup_css_offline`: its charge stocks are drained). With nothing
+    /// charged it is freed at once: its per-CPU statistics go back to the percpu
+    /// allocator, whose balance work may then depopulate chunk pages (Gushchin/Zhou
+    /// 2021). With pages still charged it stays, offline, as a zombie: the pages keep
+    /// their charge and their place on its LRU lists (Linux does not move them to the
+    /// parent), reclaim keeps visiting it, and it is freed when its last page is
+    /// uncharged ([`MemcgState`]). Zombie children do not hold a removal up.
     pub fn remove_memcg(&mut self, memcg: MemcgId) -> Result<(), MmError> {
         let group = self.memcgs.get(memcg).ok_or(MmError::NoSuchMemcg(memcg))?;
         let in_use = memcg == MemcgId::ROOT
@@ -492,21 +498,47 @@ impl Memory {
         for cpu in 0..self.allocator.page_allocator().topology().nr_cpus() {
             self.memcgs.drain_stock(cpu);
         }
-        if self.memcgs.group(memcg).usage != 0 {
-            return Err(MmError::Busy(memcg));
+        self.memcgs.group_mut(memcg).state = MemcgState::Offline;
+        self.free_empty_offline(memcg);
+        Ok(())
+    }
+
+    /// Free `memcg` and each offline ancestor that nothing is charged to any more
+    /// (`css_put` of the last reference → `mem_cgroup_css_free`): nearest first, as a
+    /// child's reference on its parent goes with the child.
+    pub(super) fn free_empty_offline(&mut self, memcg: MemcgId) {
+        let empty: Vec<MemcgId> = self
+            .memcgs
+            .ancestors(memcg)
+            .filter(|&g| {
+                let group = self.memcgs.group(g);
+                group.state == MemcgState::Offline && group.usage == 0
+            })
+            .collect();
+        if empty.is_empty() {
+            return;
         }
-        let areas = core::mem::take(&mut self.memcgs.group_mut(memcg).percpu_areas);
-        for ptr in areas {
-            self.percpu
-                .free(ptr)
-                .expect("a cgroup's percpu area is freed once");
+        for g in empty {
+            debug_assert!(
+                self.memcgs
+                    .group(g)
+                    .lruvecs
+                    .iter()
+                    .all(|v| LruList::ALL.iter().all(|&lru| v.pages(lru) == 0)),
+                "an uncharged cgroup has no pages on its LRU lists"
+            );
+            let areas = core::mem::take(&mut self.memcgs.group_mut(g).percpu_areas);
+            for ptr in areas {
+                self.percpu
+                    .free(ptr)
+                    .expect("a cgroup's percpu area is freed once");
+            }
+            self.memcgs.group_mut(g).state = MemcgState::Freed;
         }
-        self.memcgs.group_mut(memcg).offline = true;
         // The work item `free_percpu` schedules (`pcpu_balance_workfn`), run now.
         if self.percpu.balance_pending() {
             self.percpu.balance();
         }
-        Ok(())
     }
 
     /// The percpu allocator the cgroups' statistics come from (`Percpu:` in
@@ -1105,7 +1137,12 @@ impl Memory {
         self.allocator
             .page_allocator()
             .free_pages(caller, folio.pfn, folio.order)
-            .map_err(MmError::Free)
+            .map_err(MmError::Free)?;
+        if memcg.0 != 0 && self.memcgs.group(memcg).state == MemcgState::Offline {
+            // A zombie's last page: the cgroup (and any zombie ancestor it kept) goes.
+            self.free_empty_offline(memcg);
+        }
+        Ok(())
     }
 }
 

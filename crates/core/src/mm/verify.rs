@@ -13,7 +13,7 @@ use alloc::string::String;
 
 use super::folio::Folio;
 use super::lru::{LruList, NR_LRU_LISTS};
-use super::memcg::MappedStat;
+use super::memcg::{MappedStat, MemcgId, MemcgState};
 use super::memory::{Mapping, Memory, MmCounters, VmaKind};
 use super::pte::PteState;
 use crate::page::PageFlags;
@@ -206,7 +206,14 @@ impl Memory {
         self.verify_lru_and_memcg()?;
         let nodes = self.allocator.page_allocator().topology().nr_nodes();
         for group in self.memcgs.all() {
-            let expected = if group.offline || group.id == super::memcg::MemcgId::ROOT {
+            // A zombie keeps its per-CPU statistics until it is freed; an offline cgroup
+            // with nothing charged should have been freed.
+            ensure!(
+                group.state != MemcgState::Offline || group.usage > 0,
+                "memcg {}: offline with nothing charged, not freed",
+                group.id.0
+            );
+            let expected = if group.state == MemcgState::Freed || group.id == MemcgId::ROOT {
                 0
             } else {
                 nodes
