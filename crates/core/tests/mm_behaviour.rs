@@ -663,3 +663,45 @@ fn a_zombie_parent_is_freed_with_its_last_zombie_childs_last_page() {
     assert_eq!(m.memcgs().state(parent), Some(MemcgState::Freed));
     m.verify().unwrap();
 }
+
+/// Swapped-out pages pin their cgroup (`swap_cgroup` records hold a reference on its id):
+/// a cgroup removed after its process's pages went to swap is a zombie with empty LRU
+/// lists, which reclaim still visits, until the process frees the slots.
+#[test]
+fn swap_records_keep_a_zombie_until_the_slots_are_freed() {
+    use mmkit_core::mm::memcg::MemcgState;
+    let mut m = memory_cpus(4096, 2, MmPolicy::V6_7, 256);
+    let group = m.create_memcg(MemcgId::ROOT).unwrap();
+    let mm = m.create_mm();
+    m.set_mm_memcg(mm, group).unwrap();
+    m.mmap_anon(mm, 0x1000, 8, Order::ZERO).unwrap();
+    for v in 0..8 {
+        m.access(CALLER, mm, 0x1000 + v, true, &mut NoIo).unwrap();
+    }
+    m.madvise_pageout(CALLER, mm, 0x1000, 8, &mut NoIo).unwrap();
+    m.set_mm_memcg(mm, MemcgId::ROOT).unwrap();
+    m.remove_memcg(group).unwrap();
+    let zombie = m.memcgs().all().find(|g| g.id == group).unwrap();
+    assert_eq!((zombie.anon, zombie.swap_records), (0, 8));
+    assert_eq!(m.memcgs().state(group), Some(MemcgState::Offline));
+    m.verify().unwrap();
+    // Reclaim sizes the zombie's (empty) lists at every priority.
+    let calls = m.stats().lru_size_calls;
+    m.try_to_free_mem_cgroup_pages(CALLER, MemcgId::ROOT, 1, &mut NoIo)
+        .unwrap();
+    assert_eq!(
+        m.stats().lru_size_calls - calls,
+        2 * 4 * 13,
+        "root and zombie"
+    );
+    // The process swaps one page back in: the page is charged to the root, and the
+    // zombie loses one record.
+    m.access(CALLER, mm, 0x1000, false, &mut NoIo).unwrap();
+    let zombie = m.memcgs().all().find(|g| g.id == group).unwrap();
+    assert_eq!(zombie.swap_records, 7);
+    m.verify().unwrap();
+    // Its exit frees the other slots, and the zombie with them.
+    m.munmap(CALLER, mm, 0x1000).unwrap();
+    assert_eq!(m.memcgs().state(group), Some(MemcgState::Freed));
+    m.verify().unwrap();
+}

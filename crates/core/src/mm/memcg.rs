@@ -98,6 +98,10 @@ pub struct MemCgroup {
     pub mapped_percpu: Vec<Vec<[i64; 2]>>,
     /// Anonymous pages charged here (own, not hierarchical).
     pub anon: u64,
+    /// Swap slots recorded as this cgroup's (`swap_cgroup`): each pins the cgroup, as a
+    /// reference on its id does in Linux, so a zombie whose pages were swapped out
+    /// stays until those slots are freed.
+    pub swap_records: u64,
     /// File pages charged here.
     pub file: u64,
     /// Events.
@@ -114,10 +118,11 @@ pub struct MemCgroup {
 pub enum MemcgState {
     /// Created and not removed: it can take tasks and charges.
     Online,
-    /// Removed (`rmdir`) while pages were still charged to it: a zombie (a "dying" or
-    /// "offline" memcg). It takes no new charges; its pages stay charged to it and on its
-    /// LRU lists, reclaim keeps visiting it, and its per-CPU statistics stay allocated,
-    /// until its last page is uncharged.
+    /// Removed (`rmdir`) while pages were still charged to it, swap slots recorded for
+    /// it or zombie children under it: a zombie (a "dying" or "offline" memcg). It takes
+    /// no new charges; its pages stay charged to it and on its LRU lists, reclaim keeps
+    /// visiting it, and its per-CPU statistics stay allocated, until the last of those
+    /// goes.
     Offline,
     /// Removed with nothing charged, or a zombie whose last page went: its per-CPU
     /// statistics are freed and nothing visits it.
@@ -170,6 +175,7 @@ impl MemcgTree {
             lru_percpu: alloc::vec![alloc::vec![[0; NR_LRU_LISTS]; cpus as usize]; nodes],
             mapped_percpu: alloc::vec![alloc::vec![[0; 2]; cpus as usize]; nodes],
             anon: 0,
+            swap_records: 0,
             file: 0,
             events: MemcgEvents::default(),
             state: MemcgState::Online,

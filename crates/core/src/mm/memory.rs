@@ -503,25 +503,27 @@ impl Memory {
         Ok(())
     }
 
-    /// Free `memcg` and each offline ancestor that nothing is charged to any more
-    /// (`css_put` of the last reference → `mem_cgroup_css_free`): nearest first, as a
-    /// child's reference on its parent goes with the child.
+    /// Free `memcg` and then each offline ancestor that nothing pins any more (`css_put`
+    /// of the last reference → `mem_cgroup_css_free`), nearest first: a cgroup is pinned
+    /// by pages charged to it or below it, by swap slots recorded for it, and by
+    /// children not yet freed.
     pub(super) fn free_empty_offline(&mut self, memcg: MemcgId) {
-        let empty: Vec<MemcgId> = self
-            .memcgs
-            .ancestors(memcg)
-            .filter(|&g| {
-                let group = self.memcgs.group(g);
-                group.state == MemcgState::Offline && group.usage == 0
-            })
-            .collect();
-        if empty.is_empty() {
-            return;
-        }
-        for g in empty {
+        let path: Vec<MemcgId> = self.memcgs.ancestors(memcg).collect();
+        let mut freed = false;
+        for g in path {
+            let group = self.memcgs.group(g);
+            let pinned = group.state != MemcgState::Offline
+                || group.usage != 0
+                || group.swap_records != 0
+                || group
+                    .children
+                    .iter()
+                    .any(|&c| self.memcgs.group(c).state != MemcgState::Freed);
+            if pinned {
+                break;
+            }
             debug_assert!(
-                self.memcgs
-                    .group(g)
+                group
                     .lruvecs
                     .iter()
                     .all(|v| LruList::ALL.iter().all(|&lru| v.pages(lru) == 0)),
@@ -534,10 +536,23 @@ impl Memory {
                     .expect("a cgroup's percpu area is freed once");
             }
             self.memcgs.group_mut(g).state = MemcgState::Freed;
+            freed = true;
         }
         // The work item `free_percpu` schedules (`pcpu_balance_workfn`), run now.
-        if self.percpu.balance_pending() {
+        if freed && self.percpu.balance_pending() {
             self.percpu.balance();
+        }
+    }
+
+    /// Release a swap slot (`swap_free`) and the cgroup reference its record held: a
+    /// zombie pinned only by swapped-out pages goes with its last slot.
+    pub(super) fn swap_free(&mut self, entry: SwapEntry) {
+        if let Some(owner) = self.swap.free(entry) {
+            let group = self.memcgs.group_mut(owner);
+            group.swap_records -= 1;
+            if group.state == MemcgState::Offline {
+                self.free_empty_offline(owner);
+            }
         }
     }
 
@@ -980,7 +995,7 @@ impl Memory {
         self.memcgs.group_mut(memcg).events.pgfault += 1;
         io.read_swap(entry, folio.pfn);
         self.stats.swap_in += 1;
-        self.swap.free(entry);
+        self.swap_free(entry);
         self.folios.insert(
             folio.pfn,
             FolioInfo {
@@ -1016,7 +1031,7 @@ impl Memory {
             match pte.state() {
                 PteState::None => {}
                 PteState::Swap(entry) => {
-                    self.swap.free(entry);
+                    self.swap_free(entry);
                     self.mm_mut(mm)?.counters.swap_entries -= 1;
                 }
                 PteState::Present { pfn, dirty, .. } => {

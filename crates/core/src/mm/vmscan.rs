@@ -12,7 +12,7 @@ use alloc::vec::Vec;
 
 use super::folio::Folio;
 use super::lru::{LruList, LruvecFlags};
-use super::memcg::{MemcgHierarchy, MemcgId};
+use super::memcg::{MemcgHierarchy, MemcgId, MemcgState};
 use super::memory::{Memory, MmError, PageIo};
 use super::pageout::ReclaimResult;
 use crate::page::{PageFlags, Pfn};
@@ -262,6 +262,7 @@ impl Memory {
         let mut outcome = ReclaimOutcome::default();
         let can_swap = self.swap.used() < self.swap.slots();
         let top = MAX_NR_ZONES - 1;
+        let offline = self.memcgs.group(memcg).state == MemcgState::Offline;
         for lru in [
             LruList::InactiveAnon,
             LruList::ActiveAnon,
@@ -273,7 +274,10 @@ impl Memory {
             }
             let size = self.lruvec_lru_size(memcg, node, lru, top);
             let mut scan = size >> priority;
-            if scan == 0 && priority == 0 {
+            // At priority 0, and for a removed cgroup at every priority ("make sure to
+            // scrape out the remaining cache" of a zombie, `get_scan_count`), at least a
+            // batch.
+            if scan == 0 && (priority == 0 || offline) {
                 scan = size.min(SWAP_CLUSTER_MAX);
             }
             if scan == 0 {
