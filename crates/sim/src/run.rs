@@ -12,7 +12,8 @@ use crate::engine::{
 };
 use crate::machine::MachineSpec;
 use crate::workload::kbuild::{Kbuild, KbuildParams};
-use crate::workload::micro::{Pagealloc, PageallocParams, Pageout, PageoutParams};
+use crate::workload::micro::{Pagealloc, PageallocParams};
+use crate::workload::pageout::{Pageout, PageoutParams};
 use crate::workload::stream::{Placement, Stream, StreamParams};
 use crate::workload::WorkloadKind;
 
