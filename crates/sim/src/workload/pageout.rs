@@ -11,7 +11,8 @@
 //! reclaim a batch of the node's oldest cache pages (`SWAP_CLUSTER_MAX`, freed from the
 //! faulting CPU, so onto its pageset), retry; if the retry fails too, because the free
 //! pages sit on pagesets while the zone is below its watermark, `drain_all_pages(NULL)`
-//! through the core and retry again; up to `MAX_RECLAIM_RETRIES` rounds. The drain is
+//! through the core and retry again; the fault fails after `MAX_RECLAIM_RETRIES` rounds
+//! in a row that found nothing to reclaim (`should_reclaim_retry`). The drain is
 //! the policy's ([`mmkit_core::DrainMode`]): direct, the faulting CPU locks and empties
 //! every pageset that has pages and is charged for it; workqueue, each such CPU runs the
 //! drain work at its next step (a kworker runs once the task it preempts reaches a
@@ -93,7 +94,7 @@ impl PageoutParams {
 
 /// `SWAP_CLUSTER_MAX`: the pages one reclaim round frees.
 const SWAP_CLUSTER_MAX: u64 = 32;
-/// `MAX_RECLAIM_RETRIES`: rounds without an allocation before the fault fails.
+/// `MAX_RECLAIM_RETRIES`: rounds in a row that reclaim nothing before the fault fails.
 const MAX_RECLAIM_RETRIES: u32 = 16;
 
 /// The allocation a fault tries first: the process's flags without direct reclaim, so the
@@ -109,14 +110,15 @@ enum Phase {
     /// Faulting the loop's pages.
     Fault,
     /// In direct reclaim for a refused fault: `to_free` pages still to reclaim in this
-    /// round, then a retry; `drained` once the round drained the pagesets.
+    /// round, then a retry; `drained` once the round drained the pagesets; `fruitless`
+    /// rounds in a row found nothing to reclaim (`no_progress_loops`).
     Reclaim {
         to_free: u64,
-        round: u32,
+        fruitless: u32,
         drained: bool,
     },
     /// Asleep until every CPU given drain work has run it.
-    WaitDrain { round: u32 },
+    WaitDrain { fruitless: u32 },
 }
 
 /// A workqueue-mode drain in progress: who waits for it, since when.
@@ -203,14 +205,14 @@ impl Pageout {
             Phase::Fault => self.fault(sim, cpu),
             Phase::Reclaim {
                 to_free,
-                round,
+                fruitless,
                 drained,
-            } => self.reclaim(sim, cpu, to_free, round, drained),
-            Phase::WaitDrain { round } => {
+            } => self.reclaim(sim, cpu, to_free, fruitless, drained),
+            Phase::WaitDrain { fruitless } => {
                 // Woken: the drain is over; retry.
                 self.procs[cpu as usize].phase = Phase::Reclaim {
                     to_free: 0,
-                    round,
+                    fruitless,
                     drained: true,
                 };
                 Ok(Step::Continue)
@@ -268,7 +270,7 @@ impl Pageout {
                 self.reclaim_stats.rounds += 1;
                 self.procs[cpu as usize].phase = Phase::Reclaim {
                     to_free: SWAP_CLUSTER_MAX,
-                    round: 0,
+                    fruitless: 0,
                     drained: false,
                 };
             }
@@ -287,18 +289,18 @@ impl Pageout {
 
     /// Direct reclaim: free the round's pages one per step (each free is a zone-lock
     /// request at its own time), then retry; drain once per round; give up after
-    /// `MAX_RECLAIM_RETRIES` rounds.
+    /// `MAX_RECLAIM_RETRIES` rounds in a row that found nothing to reclaim.
     fn reclaim(
         &mut self,
         sim: &mut Sim,
         cpu: u32,
         to_free: u64,
-        round: u32,
+        fruitless: u32,
         drained: bool,
     ) -> Result<Step, SimError> {
         let node = sim.allocator().topology().cpu_node(cpu).unwrap_or(0) as usize;
         if to_free > 0 {
-            let left = match self.cache[node].pop_front() {
+            let phase = match self.cache[node].pop_front() {
                 Some(pfn) => {
                     sim.free(cpu, pfn, Order::ZERO)?;
                     let ns = self
@@ -309,16 +311,20 @@ impl Pageout {
                     sim.work(cpu, ns);
                     self.held -= 1;
                     self.reclaim_stats.pages_reclaimed += 1;
-                    to_free - 1
+                    Phase::Reclaim {
+                        to_free: to_free - 1,
+                        fruitless: 0,
+                        drained,
+                    }
                 }
                 // Nothing left on this node to reclaim: retry with what there is.
-                None => 0,
+                None => Phase::Reclaim {
+                    to_free: 0,
+                    fruitless: fruitless + 1,
+                    drained,
+                },
             };
-            self.procs[cpu as usize].phase = Phase::Reclaim {
-                to_free: left,
-                round,
-                drained,
-            };
+            self.procs[cpu as usize].phase = phase;
             return Ok(Step::Continue);
         }
         match sim.alloc_touch(cpu, GFP_NO_DIRECT_RECLAIM, Order::ZERO, 64) {
@@ -332,25 +338,25 @@ impl Pageout {
         if !drained {
             self.procs[cpu as usize].phase = Phase::Reclaim {
                 to_free: 0,
-                round,
+                fruitless,
                 drained: true,
             };
-            return Ok(self.drain_all(sim, cpu, round));
+            return Ok(self.drain_all(sim, cpu, fruitless));
         }
-        if round + 1 >= MAX_RECLAIM_RETRIES {
+        if fruitless >= MAX_RECLAIM_RETRIES {
             return Err(SimError::OutOfMemory { cpu, order: 0 });
         }
         self.reclaim_stats.rounds += 1;
         self.procs[cpu as usize].phase = Phase::Reclaim {
             to_free: SWAP_CLUSTER_MAX,
-            round: round + 1,
+            fruitless,
             drained: false,
         };
         Ok(Step::Continue)
     }
 
     /// `drain_all_pages(NULL)` from `cpu`'s direct reclaim.
-    fn drain_all(&mut self, sim: &mut Sim, cpu: u32, round: u32) -> Step {
+    fn drain_all(&mut self, sim: &mut Sim, cpu: u32, fruitless: u32) -> Step {
         match sim.drain_all_pages(cpu) {
             DrainAll::Done { .. } => self.reclaim_stats.drains += 1,
             DrainAll::Skipped | DrainAll::FromWorker => self.reclaim_stats.drains_skipped += 1,
@@ -374,7 +380,7 @@ impl Pageout {
                 if self.finish_drain(sim, cpu) {
                     return Step::Continue;
                 }
-                self.procs[cpu as usize].phase = Phase::WaitDrain { round };
+                self.procs[cpu as usize].phase = Phase::WaitDrain { fruitless };
                 return Step::Wait;
             }
         }
