@@ -5,7 +5,9 @@
 //! with `memory` page counter (`max`, `high`), `try_charge_memcg` with the per-CPU
 //! `memcg_stock` (`MEMCG_CHARGE_BATCH` = 64), `uncharge`, `mem_cgroup_per_node` (the
 //! lruvec and `lru_zone_size`), the per-CPU `lruvec_stats_percpu` whose sum over CPUs was
-//! Wang 2019's regression, and `memory.stat`.
+//! Wang 2019's regression, `memory.stat`, and a cgroup's life (`css_online`,
+//! `css_offline`, `css_free`: [`MemcgState`]), where a removed cgroup that something still
+//! pins is a zombie.
 
 use alloc::format;
 use alloc::string::String;

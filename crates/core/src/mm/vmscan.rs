@@ -2,11 +2,14 @@
 //! reclaim in the allocation path, and kswapd.
 //!
 //! Linux counterpart (v6.7, `mm/vmscan.c`): `shrink_lruvec` with a reduced
-//! `get_scan_count` (each evictable list scanned `size >> priority`, anonymous lists only
-//! while swap has room), `shrink_active_list` (deactivate), `shrink_inactive_list` with
-//! `folio_check_references`, `try_to_free_mem_cgroup_pages`, `try_to_free_pages`,
-//! `balance_pgdat`; and `lruvec_lru_size` as two policies (`docs/reference/linux-mm.md` §5.2, Wang 2019):
-//! [`crate::policy::LruSizePolicy`].
+//! `get_scan_count` (each evictable list scanned `size >> priority`, a removed cgroup's at
+//! least a batch, anonymous lists only while swap has room), `shrink_active_list`
+//! (deactivate), `shrink_inactive_list` with `folio_check_references`,
+//! `try_to_free_mem_cgroup_pages`, `try_to_free_pages`, `balance_pgdat`, the congestion
+//! rules of `shrink_node` (who may mark a lruvec: `current_is_kswapd()`, or
+//! `cgroup_reclaim` with `writeback_throttling_sane`); and `lruvec_lru_size` as two
+//! policies (`docs/reference/linux-mm.md` §5.2, Wang 2019): [`crate::policy::LruSizePolicy`].
+//! Reclaim visits every cgroup of the subtree that is not freed, zombies included.
 
 use alloc::vec::Vec;
 
