@@ -108,6 +108,16 @@ struct LruSizeArgs {
     /// Page touches per cgroup.
     #[arg(long, default_value_t = 128)]
     touches: u64,
+    /// Zombie cgroups made before the run: each had a process whose
+    /// `--zombie-pages` anonymous pages went to swap; the process moved to the root
+    /// cgroup and the cgroup was removed. Its swap slots still pin it, so it stays
+    /// offline with empty LRU lists for the whole run, and reclaim visits it as it does
+    /// the live ones.
+    #[arg(long, default_value_t = 0)]
+    zombies: u32,
+    /// Swapped-out pages each zombie's process keeps.
+    #[arg(long, default_value_t = 4)]
+    zombie_pages: u64,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -508,6 +518,9 @@ struct LruSizeRow {
     lru_size_seconds: f64,
     reclaimed: u64,
     seconds: f64,
+    /// Zombie cgroups when the run started and when it ended.
+    zombies: u32,
+    zombies_left: usize,
 }
 
 fn lru_size(args: &LruSizeArgs) -> Result<(), CliError> {
@@ -515,6 +528,18 @@ fn lru_size(args: &LruSizeArgs) -> Result<(), CliError> {
         return Err(CliError::usage(
             "--memcgs must be 1..=60000, --pages and --touches at least 1",
         ));
+    }
+    if u64::from(args.memcgs) + u64::from(args.zombies) > 60_000 {
+        return Err(CliError::usage(format!(
+            "--memcgs {} + --zombies {} cgroups: at most 60000 in all (ids are 16 bits)",
+            args.memcgs, args.zombies
+        )));
+    }
+    if args.zombie_pages == 0 || args.zombie_pages > 1 << 20 {
+        return Err(CliError::usage(format!(
+            "--zombie-pages {}: use 1..=1048576",
+            args.zombie_pages
+        )));
     }
     if args.cpus.iter().any(|&c| c == 0 || c > 1024) {
         return Err(CliError::usage("every --cpus value must be 1..=1024"));
@@ -533,13 +558,13 @@ fn lru_size(args: &LruSizeArgs) -> Result<(), CliError> {
         return print_json(&rows);
     }
     println!(
-        "lruvec_lru_size under direct reclaim (Wang 2019): {} cgroups, {} pages each cycling over a memory half their total",
-        args.memcgs, args.pages
+        "lruvec_lru_size under direct reclaim (Wang 2019): {} cgroups, {} pages each cycling over a memory half their total; {} zombie cgroups, each pinned by {} swapped-out pages",
+        args.memcgs, args.pages, args.zombies, args.zombie_pages
     );
-    println!("CPUs  policy            touches/s   LRU-size reads/touch   ns/call   LRU-size s / wall s   pages reclaimed");
+    println!("CPUs  policy            touches/s   LRU-size reads/touch   ns/call   LRU-size s / wall s   pages reclaimed   zombies left");
     for row in &rows {
         println!(
-            "{:>4}  {:<16} {:>10.0}   {:>20.1}   {:>7.1}   {:>8.3} / {:<8.3}   {:>15}",
+            "{:>4}  {:<16} {:>10.0}   {:>20.1}   {:>7.1}   {:>8.3} / {:<8.3}   {:>15}   {:>12}",
             row.cpus,
             row.policy,
             row.touches_per_second,
@@ -547,7 +572,8 @@ fn lru_size(args: &LruSizeArgs) -> Result<(), CliError> {
             row.lru_size_ns_per_call,
             row.lru_size_seconds,
             row.seconds,
-            row.reclaimed
+            row.reclaimed,
+            row.zombies_left
         );
     }
     Ok(())
@@ -565,8 +591,12 @@ const MAX_LRU_SIZE_TOUCHES: u128 = 1 << 32;
 /// keeps about 80 bytes: its pte (8), two swap slots (a byte and a free-list entry each,
 /// 18), half a mem_map descriptor (8) and half a resident folio's record (about 46).
 fn check_lru_size_fits(args: &LruSizeArgs) -> Result<(), CliError> {
-    let culprit = format!("--memcgs {} × --pages {}", args.memcgs, args.pages);
-    let pages = u128::from(args.memcgs) * u128::from(args.pages);
+    let culprit = format!(
+        "--memcgs {} × --pages {} + --zombies {} × --zombie-pages {}",
+        args.memcgs, args.pages, args.zombies, args.zombie_pages
+    );
+    let pages = u128::from(args.memcgs) * u128::from(args.pages)
+        + u128::from(args.zombies) * u128::from(args.zombie_pages);
     if pages / 2 >= u128::from(u32::MAX) - 0x10_0000 {
         return Err(CliError::usage(format!(
             "{culprit} = {pages} pages: the machine of half of them would end beyond pfn \
@@ -604,7 +634,15 @@ fn lru_size_run(
         lru_size,
         ..MmPolicy::V6_7
     };
-    let mut memory = machine((total / 2).max(1024), cpus, policy, total * 2)?;
+    // The zombies' slots come on top of the live cgroups' swap.
+    let zombie_total = u64::from(args.zombies) * args.zombie_pages;
+    let mut memory = machine(
+        (total / 2).max(1024),
+        cpus,
+        policy,
+        total * 2 + zombie_total,
+    )?;
+    make_zombies(&mut memory, args.zombies, args.zombie_pages).map_err(failed)?;
     let mut mms = Vec::new();
     for _ in 0..args.memcgs {
         let group = memory.create_memcg(MemcgId::ROOT).map_err(failed)?;
@@ -629,9 +667,10 @@ fn lru_size_run(
     let seconds = started.elapsed().as_secs_f64();
     let stats = memory.stats();
     memory.verify().map_err(CliError::failed)?;
-    // Time the sizing itself on the final state: every cgroup's four evictable lists,
-    // as reclaim asks for them, until enough calls for a stable figure.
-    let groups: Vec<MemcgId> = memory.memcgs().all().map(|g| g.id).collect();
+    let zombies_left = memory.memcgs().zombies();
+    // Time the sizing itself on the final state: the four evictable lists of every
+    // cgroup reclaim visits (zombies included), until enough calls for a stable figure.
+    let groups: Vec<MemcgId> = memory.memcgs().subtree(MemcgId::ROOT);
     let lists = [
         LruList::InactiveAnon,
         LruList::ActiveAnon,
@@ -662,7 +701,31 @@ fn lru_size_run(
         lru_size_seconds: stats.lru_size_calls as f64 * ns_per_call / 1e9,
         reclaimed: stats.reclaimed,
         seconds,
+        zombies: args.zombies,
+        zombies_left,
     })
+}
+
+/// `zombies` removed cgroups, each pinned by `pages` swap slots: a process in it
+/// touched `pages` anonymous pages, which `MADV_PAGEOUT` sent to swap; the process moved
+/// to the root cgroup (cgroup v2 moves no charges) and the cgroup was removed. The
+/// processes keep their swap entries to the end.
+fn make_zombies(memory: &mut Memory, zombies: u32, pages: u64) -> Result<(), MmError> {
+    let caller = Caller::task(0);
+    for _ in 0..zombies {
+        let group = memory.create_memcg(MemcgId::ROOT)?;
+        let mm = memory.create_mm();
+        memory.set_mm_memcg(mm, group)?;
+        memory.mmap_anon(mm, 0x1000, pages, Order::ZERO)?;
+        for v in 0..pages {
+            memory.access(caller, mm, 0x1000 + v, true, &mut NoIo)?;
+        }
+        memory.madvise_pageout(caller, mm, 0x1000, pages, &mut NoIo)?;
+        memory.set_mm_memcg(mm, MemcgId::ROOT)?;
+        memory.remove_memcg(group)?;
+    }
+    debug_assert_eq!(memory.memcgs().zombies(), zombies as usize);
+    Ok(())
 }
 
 #[derive(Serialize)]

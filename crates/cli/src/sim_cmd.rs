@@ -13,7 +13,8 @@ use std::sync::Mutex;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use mmkit_core::Policy;
-use mmkit_sim::{run, table, RunResult, RunSpec, TableRow, WorkloadKind};
+use mmkit_sim::workload::pageout::{DirectReclaim, PageoutParams};
+use mmkit_sim::{run, table, RunResult, RunSpec, TableRow, WorkloadKind, WorkloadParams};
 use serde::Serialize;
 
 use crate::machine::policy_preset;
@@ -85,6 +86,17 @@ pub struct SimArgs {
     /// CONFIG_PCP_BATCH_SCALE_MAX and vm.stat_interval of the simulated kernel.
     #[command(flatten)]
     pub pcp: crate::machine::PcpKnobArgs,
+    /// How drain_all_pages reaches other CPUs' pagesets, for every policy: `direct` (the
+    /// caller drains each one, Linux ≥ 6.0) or `workqueue` (each CPU drains itself when
+    /// it runs the queued work and the caller waits, 4.11 – 5.19; rows say `/wq`). Only
+    /// direct reclaim drains: see --direct-reclaim.
+    #[arg(long, value_enum, default_value_t = crate::pcp_script::DrainArg::Direct)]
+    pub drain: crate::pcp_script::DrainArg,
+    /// pageout only: run on a node full of page cache, so that faults reclaim directly
+    /// and drain the pagesets when a retry still fails (`__alloc_pages_direct_reclaim`);
+    /// the pages of a loop stay cached. Nodes default to 1 GiB here (--node-gib).
+    #[arg(long)]
+    pub direct_reclaim: bool,
     /// Simulate the machine a /proc/zoneinfo snapshot describes instead of the published
     /// one (`--zoneinfo /proc/zoneinfo`: this machine): one socket per node, its Normal
     /// zone's managed pages and low watermark, its CPUs, so that the pagesets get its
@@ -295,6 +307,36 @@ pub fn render_table(results: &[RunResult]) -> String {
             r.wall_ns as f64 / 1e6
         );
     }
+    if results.iter().any(|r| r.direct_reclaim.is_some()) {
+        let _ = writeln!(
+            out,
+            "direct reclaim: {:<8} {:>8} {:>8} {:>8} {:>8} {:>13} {:>10} {:>11}",
+            "policy",
+            "stalls",
+            "rounds",
+            "drains",
+            "skipped",
+            "drain wait ms",
+            "drain ms",
+            "pages drained"
+        );
+        for r in results {
+            let Some(d) = r.direct_reclaim else { continue };
+            let explicit = mmkit_core::page_alloc::DrainReason::Explicit as usize;
+            let _ = writeln!(
+                out,
+                "                {:<8} {:>8} {:>8} {:>8} {:>8} {:>13.1} {:>10.1} {:>11}",
+                r.policy,
+                d.stalls,
+                d.rounds,
+                d.drains,
+                d.drains_skipped,
+                d.drain_wait_ns as f64 / 1e6,
+                r.stats.drain_ns as f64 / 1e6,
+                r.pcp_drain_pages[explicit]
+            );
+        }
+    }
     out
 }
 
@@ -329,10 +371,14 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
         .ok_or_else(|| CliError::usage("--workload is required"))?;
     let workload = workload(name)?;
     check_scale(args.scale)?;
+    let drain = match args.drain {
+        crate::pcp_script::DrainArg::Direct => mmkit_core::DrainMode::Direct,
+        crate::pcp_script::DrainArg::Workqueue => mmkit_core::DrainMode::Workqueue,
+    };
     let policies: Vec<Policy> = args
         .policies
         .iter()
-        .map(|p| policy_preset(p.trim()))
+        .map(|p| policy_preset(p.trim()).map(|policy| Policy { drain, ..policy }))
         .collect::<Result<_, _>>()?;
     if policies.is_empty() {
         return Err(CliError::usage("--policies names no preset"));
@@ -384,6 +430,19 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
             )));
         }
         spec.node_bytes = Some(gib << 30);
+    }
+    if args.direct_reclaim {
+        if workload != WorkloadKind::Pageout {
+            return Err(CliError::usage(format!(
+                "--direct-reclaim: only the pageout workload has a direct-reclaim variant, not {workload}"
+            )));
+        }
+        spec.params = Some(WorkloadParams::Pageout(PageoutParams {
+            direct_reclaim: Some(DirectReclaim::DEFAULT),
+            ..PageoutParams::scaled(args.scale)
+        }));
+        // Filling 128 GiB nodes with page cache one page at a time would take minutes.
+        spec.node_bytes = spec.node_bytes.or(Some(1 << 30));
     }
     let jobs: Vec<(RunSpec, Policy)> = policies.iter().map(|p| (spec.clone(), *p)).collect();
     if let Some(shard) = crate::shard::select(&args.shard, &crate::shard::process_env)? {

@@ -578,6 +578,12 @@ fn reclaim_lru_size_names_pages_and_memcgs() {
     lru_size(&["--memcgs", "0"], "--memcgs");
     lru_size(&["--cpus", "0"], "--cpus");
     lru_size(&["--cpus", ""], "--cpus");
+    lru_size(
+        &["--memcgs", "500", "--zombies", "59501"],
+        "--zombies 59501",
+    );
+    lru_size(&["--zombie-pages", "0"], "--zombie-pages");
+    lru_size(&["--zombies", "-1"], "--zombies");
 }
 
 #[test]

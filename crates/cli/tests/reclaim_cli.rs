@@ -64,6 +64,55 @@ fn lru_size_reads_grow_with_cpus_only_for_per_cpu_counters() {
     assert!(reads(64, "percpu-counters") > 8.0 * reads(4, "percpu-counters"));
 }
 
+/// Zombie cgroups (removed, pinned by their swapped-out pages) stay for the whole run,
+/// and reclaim sizes their lists on every pass: more counter reads per touch, and with
+/// per-CPU counters a read per CPU for each of them.
+#[test]
+fn lru_size_with_zombies_reads_their_lists_too() {
+    let run = |zombies: &str| {
+        json(&[
+            "lru-size",
+            "--memcgs",
+            "40",
+            "--pages",
+            "64",
+            "--touches",
+            "64",
+            "--cpus",
+            "64",
+            "--zombies",
+            zombies,
+        ])
+    };
+    let reads = |rows: &Value, policy: &str| {
+        let row = rows
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["policy"] == policy)
+            .unwrap()
+            .clone();
+        (row["lru_size_reads_per_touch"].as_f64().unwrap(), row)
+    };
+    let (without, _) = reads(&run("0"), "zone-sizes");
+    let with = run("200");
+    let (zone, row) = reads(&with, "zone-sizes");
+    assert_eq!(row["zombies"], 200);
+    assert_eq!(
+        row["zombies_left"], 200,
+        "the zombies stay for the whole run"
+    );
+    assert!(
+        zone > 2.0 * without,
+        "{zone} reads per touch with zombies, {without} without"
+    );
+    let (percpu, _) = reads(&with, "percpu-counters");
+    assert!(
+        percpu > 8.0 * zone,
+        "{percpu} per-CPU reads per touch, {zone} zone reads"
+    );
+}
+
 #[test]
 fn pageout_counts_fewer_rmap_updates_when_batched() {
     let rows = json(&[

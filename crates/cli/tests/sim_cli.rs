@@ -270,3 +270,35 @@ fn placement_moves_the_unix_pairs_and_is_refused_elsewhere() {
         .code(2)
         .stderr(contains("--placement: unknown placement \"packed\""));
 }
+
+/// `--direct-reclaim` runs pageout on a node full of page cache; its faults drain the
+/// pagesets through the core, `--drain workqueue` makes the rows say `/wq`, and the
+/// variant is refused for any other workload.
+#[test]
+fn pageout_direct_reclaim_drains_in_the_chosen_mode() {
+    for (drain, policy) in [("direct", "v6.7"), ("workqueue", "v6.7/wq")] {
+        sim(&[
+            "--workload",
+            "pageout",
+            "--node-gib",
+            "1",
+            "--policies",
+            "v6.7",
+            "--direct-reclaim",
+            "--drain",
+            drain,
+        ])
+        .assert()
+        .success()
+        .stdout(contains("direct reclaim:"))
+        .stdout(contains(policy));
+    }
+    sim(&["--workload", "unix", "--direct-reclaim"])
+        .assert()
+        .code(2)
+        .stderr(contains("--direct-reclaim"));
+    sim(&["--workload", "pageout", "--drain", "sideways"])
+        .assert()
+        .code(2)
+        .stderr(contains("--drain"));
+}

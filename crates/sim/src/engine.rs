@@ -31,7 +31,9 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use mmkit_core::page_alloc::pcp::pcp_allowed_order;
-use mmkit_core::page_alloc::{Caller, DrainReason, Gfp, HoldKind, LockEvents, Zone, ZoneLockHold};
+use mmkit_core::page_alloc::{
+    Caller, DrainAll, DrainReason, Gfp, HoldKind, LockEvents, Zone, ZoneLockHold,
+};
 use mmkit_core::{Order, PageAllocator, Pfn, Policy};
 use serde::{Deserialize, Serialize};
 
@@ -711,6 +713,29 @@ impl Sim {
             self.charge(cpu, self.cost.free_hit_ns);
         }
         Ok(())
+    }
+
+    /// `drain_all_pages(NULL)` called on `cpu` (direct reclaim that could not allocate):
+    /// the core's [`PageAllocator::drain_all_pages_report`]. Every zone-lock hold it
+    /// reports, another CPU's pageset's too, is charged to `cpu`, whose task takes those
+    /// locks. In workqueue mode nothing is drained here: each CPU of the
+    /// [`DrainAll::Queued`] work runs it with [`Self::run_drain_work`].
+    pub fn drain_all_pages(&mut self, cpu: u32) -> DrainAll {
+        debug_assert!(self.report.holds.is_empty());
+        let result = self
+            .allocator
+            .drain_all_pages_report(None, &mut self.report);
+        self.charge_report(cpu);
+        result
+    }
+
+    /// Workqueue mode: `cpu` runs the drain work queued on it, emptying its own
+    /// pagesets, charged to it. Returns the pages drained.
+    pub fn run_drain_work(&mut self, cpu: u32) -> u64 {
+        debug_assert!(self.report.holds.is_empty());
+        let pages = self.allocator.run_drain_work_report(cpu, &mut self.report);
+        self.charge_report(cpu);
+        pages
     }
 
     fn vmstat_tick(&mut self, cpu: u32) {

@@ -2,7 +2,7 @@
 //! (`docs/reference/workloads.md` §3.4).
 
 use mmkit_core::page_alloc::DrainReason;
-use mmkit_core::Policy;
+use mmkit_core::{DrainMode, Policy};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::CacheCounts;
@@ -12,7 +12,8 @@ use crate::engine::{
 };
 use crate::machine::MachineSpec;
 use crate::workload::kbuild::{Kbuild, KbuildParams};
-use crate::workload::micro::{Pagealloc, PageallocParams, Pageout, PageoutParams};
+use crate::workload::micro::{Pagealloc, PageallocParams};
+use crate::workload::pageout::{DirectReclaimStats, Pageout, PageoutParams};
 use crate::workload::stream::{Placement, Stream, StreamParams};
 use crate::workload::WorkloadKind;
 
@@ -59,6 +60,8 @@ pub enum WorkloadParams {
     Kbuild(KbuildParams),
     /// A stream's (netperf or unix).
     Stream(StreamParams),
+    /// pageout's (e.g. its direct-reclaim variant).
+    Pageout(PageoutParams),
 }
 
 impl RunSpec {
@@ -107,6 +110,7 @@ impl RunSpec {
             (None, _) => true,
             (Some(WorkloadParams::Kbuild(_)), WorkloadKind::Kbuild) => true,
             (Some(WorkloadParams::Stream(_)), WorkloadKind::Netperf | WorkloadKind::Unix) => true,
+            (Some(WorkloadParams::Pageout(_)), WorkloadKind::Pageout) => true,
             (Some(_), _) => false,
         };
         if !matches {
@@ -225,6 +229,9 @@ pub struct RunResult {
     pub curve: Vec<(u64, f64, f64)>,
     /// Samples over time.
     pub series: Series,
+    /// `pageout`'s direct-reclaim variant only: what direct reclaim did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direct_reclaim: Option<DirectReclaimStats>,
 }
 
 enum Built {
@@ -300,9 +307,14 @@ pub fn run(
             spec.seed,
         )),
         WorkloadKind::Pagealloc => Built::Pagealloc(Pagealloc::new(PageallocParams::scaled(scale))),
-        WorkloadKind::Pageout => {
-            Built::Pageout(Pageout::new(PageoutParams::scaled(scale), cpus, spec.seed))
-        }
+        WorkloadKind::Pageout => Built::Pageout(Pageout::new(
+            match &spec.params {
+                Some(WorkloadParams::Pageout(params)) => params.clone(),
+                _ => PageoutParams::scaled(scale),
+            },
+            cpus,
+            spec.seed,
+        )),
     };
     let measure_from_ns = match &built {
         Built::Stream(s) => s.warmup_ns(),
@@ -344,9 +356,11 @@ pub fn run(
         Built::Pagealloc(p) => p.curve(),
         _ => Vec::new(),
     };
-    Ok(result(
-        spec, policy, &machine, &sim, &warmup, &window, score, curve,
-    ))
+    let mut result = result(spec, policy, &machine, &sim, &warmup, &window, score, curve);
+    if let Built::Pageout(p) = &built {
+        result.direct_reclaim = p.direct_reclaim_stats();
+    }
+    Ok(result)
 }
 
 /// The run's time and work, whole and inside the measurement window.
@@ -407,7 +421,11 @@ fn result(
     let (score_name, higher_is_better) = spec.workload.score_name();
     RunResult {
         workload: spec.workload,
-        policy: policy.name.to_owned(),
+        // The drain mode is a switch of its own: a run in workqueue mode says so.
+        policy: match policy.drain {
+            DrainMode::Direct => policy.name.to_owned(),
+            DrainMode::Workqueue => format!("{}/wq", policy.name),
+        },
         machine: machine.clone(),
         pageset: PagesetLimits {
             batch: pageset.batch,
@@ -442,6 +460,7 @@ fn result(
         stats,
         curve,
         series,
+        direct_reclaim: None,
     }
 }
 

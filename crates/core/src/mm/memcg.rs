@@ -5,7 +5,9 @@
 //! with `memory` page counter (`max`, `high`), `try_charge_memcg` with the per-CPU
 //! `memcg_stock` (`MEMCG_CHARGE_BATCH` = 64), `uncharge`, `mem_cgroup_per_node` (the
 //! lruvec and `lru_zone_size`), the per-CPU `lruvec_stats_percpu` whose sum over CPUs was
-//! Wang 2019's regression, and `memory.stat`.
+//! Wang 2019's regression, `memory.stat`, and a cgroup's life (`css_online`,
+//! `css_offline`, `css_free`: [`MemcgState`]), where a removed cgroup that something still
+//! pins is a zombie.
 
 use alloc::format;
 use alloc::string::String;
@@ -25,6 +27,22 @@ pub enum MappedStat {
     Anon = 0,
     /// `NR_FILE_MAPPED`.
     File = 1,
+}
+
+/// Which cgroup hierarchy the memory controller is mounted on: what
+/// `cgroup_subsys_on_dfl(memory_cgrp_subsys)` asks.
+///
+/// It decides `writeback_throttling_sane` (`mm/vmscan.c`): cgroup reclaim under cgroup v1
+/// ("legacy memcg") does not mark its lruvecs congested, because Linux's v1 reclaim waits
+/// on write-back page by page instead (`shrink_folio_list`'s "case 3", not modelled: the
+/// folio is kept and the pass goes on).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum MemcgHierarchy {
+    /// cgroup v2, the unified (default) hierarchy.
+    #[default]
+    V2,
+    /// cgroup v1, the legacy hierarchy (`/sys/fs/cgroup/memory`).
+    V1,
 }
 
 /// A memory cgroup, by its id (`mem_cgroup_id`; 1 is the root, 0 means "not charged").
@@ -82,15 +100,35 @@ pub struct MemCgroup {
     pub mapped_percpu: Vec<Vec<[i64; 2]>>,
     /// Anonymous pages charged here (own, not hierarchical).
     pub anon: u64,
+    /// Swap slots recorded as this cgroup's (`swap_cgroup`): each pins the cgroup, as a
+    /// reference on its id does in Linux, so a zombie whose pages were swapped out
+    /// stays until those slots are freed.
+    pub swap_records: u64,
     /// File pages charged here.
     pub file: u64,
     /// Events.
     pub events: MemcgEvents,
-    /// Whether it was removed (`rmdir`); its id is not reused.
-    pub offline: bool,
+    /// Online, removed but still charged (a zombie), or freed; an id is never reused.
+    pub state: MemcgState,
     /// Its per-CPU statistics' areas in the percpu allocator, one per node (none for the
     /// root, whose statistics Linux allocates at boot).
     pub percpu_areas: Vec<crate::percpu::PercpuPtr>,
+}
+
+/// Where a cgroup is in its life (`css_online`, `css_offline`, `css_free`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum MemcgState {
+    /// Created and not removed: it can take tasks and charges.
+    Online,
+    /// Removed (`rmdir`) while pages were still charged to it, swap slots recorded for
+    /// it or zombie children under it: a zombie (a "dying" or "offline" memcg). It takes
+    /// no new charges; its pages stay charged to it and on its LRU lists, reclaim keeps
+    /// visiting it, and its per-CPU statistics stay allocated, until the last of those
+    /// goes.
+    Offline,
+    /// Removed with nothing charged, or a zombie whose last page went: its per-CPU
+    /// statistics are freed and nothing visits it.
+    Freed,
 }
 
 /// A CPU's charge stock (`memcg_stock_pcp`): pages charged ahead to one cgroup.
@@ -139,9 +177,10 @@ impl MemcgTree {
             lru_percpu: alloc::vec![alloc::vec![[0; NR_LRU_LISTS]; cpus as usize]; nodes],
             mapped_percpu: alloc::vec![alloc::vec![[0; 2]; cpus as usize]; nodes],
             anon: 0,
+            swap_records: 0,
             file: 0,
             events: MemcgEvents::default(),
-            offline: false,
+            state: MemcgState::Online,
             percpu_areas: Vec::new(),
         });
         id
@@ -162,7 +201,21 @@ impl MemcgTree {
     /// The cgroup `id`, if it exists and is online.
     pub fn get(&self, id: MemcgId) -> Option<&MemCgroup> {
         let group = self.groups.get((id.0 as usize).checked_sub(1)?)?;
-        (!group.offline).then_some(group)
+        (group.state == MemcgState::Online).then_some(group)
+    }
+
+    /// Where the cgroup `id` is in its life, if it was ever created.
+    pub fn state(&self, id: MemcgId) -> Option<MemcgState> {
+        let group = self.groups.get((id.0 as usize).checked_sub(1)?)?;
+        Some(group.state)
+    }
+
+    /// Removed cgroups that still have pages charged (zombies).
+    pub fn zombies(&self) -> usize {
+        self.groups
+            .iter()
+            .filter(|g| g.state == MemcgState::Offline)
+            .count()
     }
 
     /// Mutable access to an existing cgroup (online or not: pages may still be charged
@@ -190,12 +243,15 @@ impl MemcgTree {
         })
     }
 
-    /// `id` and every cgroup below it, parents before children.
+    /// `id` and every cgroup below it that is not freed, parents before children: what
+    /// `mem_cgroup_iter` visits (it takes a reference with `css_tryget`, which an offline
+    /// cgroup still gives, so zombies are visited).
     pub fn subtree(&self, id: MemcgId) -> Vec<MemcgId> {
         let mut out = alloc::vec![id];
         let mut i = 0;
         while i < out.len() {
-            out.extend(self.group(out[i]).children.iter().copied());
+            let children = self.group(out[i]).children.iter().copied();
+            out.extend(children.filter(|&c| self.group(c).state != MemcgState::Freed));
             i += 1;
         }
         out

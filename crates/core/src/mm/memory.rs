@@ -16,7 +16,8 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use super::folio::{CountOverflow, Folio};
-use super::memcg::{MappedStat, MemcgId, MemcgTree};
+use super::lru::LruList;
+use super::memcg::{MappedStat, MemcgHierarchy, MemcgId, MemcgState, MemcgTree};
 use super::pte::{Pte, PteState, SwapEntry};
 use super::swap::SwapSpace;
 use crate::page::{Order, PageFlags, Pfn};
@@ -334,8 +335,14 @@ pub struct Memory {
     /// Folios under write-back, and whether reclaim wants them (`PG_reclaim`: no bit is
     /// left in the descriptor for it, and few folios are ever under write-back).
     pub(super) writeback: BTreeMap<Pfn, bool>,
+    /// The cgroup hierarchy the memory controller is on (`writeback_throttling_sane`).
+    pub(super) memcg_hierarchy: MemcgHierarchy,
     /// The percpu allocator the cgroups' per-CPU statistics come from (one unit per CPU).
     pub(super) percpu: PercpuAllocator<MemoryBacking>,
+    /// Per node: bit `z` set if its zone of type `z` has managed pages (`managed_zone`),
+    /// which `lruvec_lru_size` checks for each zone above the one asked. Fixed at boot:
+    /// memory hotplug is not modelled.
+    pub(super) managed_zones: Vec<u8>,
 }
 
 impl Memory {
@@ -351,6 +358,8 @@ impl Memory {
             stats: MmStats::default(),
             async_writeback: false,
             writeback: BTreeMap::new(),
+            memcg_hierarchy: MemcgHierarchy::V2,
+            managed_zones: managed_zones(allocator.page_allocator()),
             percpu: PercpuAllocator::new(
                 PercpuConfig::x86_64(allocator.page_allocator().topology().nr_cpus() as usize),
                 MemoryBacking::new(),
@@ -389,6 +398,17 @@ impl Memory {
     /// write-back in flight). Synchronous by default.
     pub fn set_async_writeback(&mut self, on: bool) {
         self.async_writeback = on;
+    }
+
+    /// Mount the memory controller on cgroup v1 or v2 (v2 by default). Under v1, cgroup
+    /// reclaim does not mark lruvecs congested (`writeback_throttling_sane` is false).
+    pub fn set_memcg_hierarchy(&mut self, hierarchy: MemcgHierarchy) {
+        self.memcg_hierarchy = hierarchy;
+    }
+
+    /// The cgroup hierarchy the memory controller is on.
+    pub fn memcg_hierarchy(&self) -> MemcgHierarchy {
+        self.memcg_hierarchy
     }
 
     /// Folios under write-back.
@@ -459,9 +479,14 @@ impl Memory {
         }
     }
 
-    /// `rmdir` of a cgroup with no children, no address spaces and nothing charged: it
-    /// goes offline and its per-CPU statistics go back to the percpu allocator, whose
-    /// balance work may then depopulate chunk pages (Gushchin/Zhou 2021).
+    /// `rmdir` of a cgroup with no online children and no address spaces: it goes
+    /// offline (`mem_cgroup_css_offline`: its charge stocks are drained). With nothing
+    /// charged it is freed at once: its per-CPU statistics go back to the percpu
+    /// allocator, whose balance work may then depopulate chunk pages (Gushchin/Zhou
+    /// 2021). With pages still charged it stays, offline, as a zombie: the pages keep
+    /// their charge and their place on its LRU lists (Linux does not move them to the
+    /// parent), reclaim keeps visiting it, and it is freed when its last page is
+    /// uncharged ([`MemcgState`]). Zombie children do not hold a removal up.
     pub fn remove_memcg(&mut self, memcg: MemcgId) -> Result<(), MmError> {
         let group = self.memcgs.get(memcg).ok_or(MmError::NoSuchMemcg(memcg))?;
         let in_use = memcg == MemcgId::ROOT
@@ -473,21 +498,62 @@ impl Memory {
         for cpu in 0..self.allocator.page_allocator().topology().nr_cpus() {
             self.memcgs.drain_stock(cpu);
         }
-        if self.memcgs.group(memcg).usage != 0 {
-            return Err(MmError::Busy(memcg));
+        self.memcgs.group_mut(memcg).state = MemcgState::Offline;
+        self.free_empty_offline(memcg);
+        Ok(())
+    }
+
+    /// Free `memcg` and then each offline ancestor that nothing pins any more (`css_put`
+    /// of the last reference → `mem_cgroup_css_free`), nearest first: a cgroup is pinned
+    /// by pages charged to it or below it, by swap slots recorded for it, and by
+    /// children not yet freed.
+    pub(super) fn free_empty_offline(&mut self, memcg: MemcgId) {
+        let path: Vec<MemcgId> = self.memcgs.ancestors(memcg).collect();
+        let mut freed = false;
+        for g in path {
+            let group = self.memcgs.group(g);
+            let pinned = group.state != MemcgState::Offline
+                || group.usage != 0
+                || group.swap_records != 0
+                || group
+                    .children
+                    .iter()
+                    .any(|&c| self.memcgs.group(c).state != MemcgState::Freed);
+            if pinned {
+                break;
+            }
+            debug_assert!(
+                group
+                    .lruvecs
+                    .iter()
+                    .all(|v| LruList::ALL.iter().all(|&lru| v.pages(lru) == 0)),
+                "an uncharged cgroup has no pages on its LRU lists"
+            );
+            let areas = core::mem::take(&mut self.memcgs.group_mut(g).percpu_areas);
+            for ptr in areas {
+                self.percpu
+                    .free(ptr)
+                    .expect("a cgroup's percpu area is freed once");
+            }
+            self.memcgs.group_mut(g).state = MemcgState::Freed;
+            freed = true;
         }
-        let areas = core::mem::take(&mut self.memcgs.group_mut(memcg).percpu_areas);
-        for ptr in areas {
-            self.percpu
-                .free(ptr)
-                .expect("a cgroup's percpu area is freed once");
-        }
-        self.memcgs.group_mut(memcg).offline = true;
         // The work item `free_percpu` schedules (`pcpu_balance_workfn`), run now.
-        if self.percpu.balance_pending() {
+        if freed && self.percpu.balance_pending() {
             self.percpu.balance();
         }
-        Ok(())
+    }
+
+    /// Release a swap slot (`swap_free`) and the cgroup reference its record held: a
+    /// zombie pinned only by swapped-out pages goes with its last slot.
+    pub(super) fn swap_free(&mut self, entry: SwapEntry) {
+        if let Some(owner) = self.swap.free(entry) {
+            let group = self.memcgs.group_mut(owner);
+            group.swap_records -= 1;
+            if group.state == MemcgState::Offline {
+                self.free_empty_offline(owner);
+            }
+        }
     }
 
     /// The percpu allocator the cgroups' statistics come from (`Percpu:` in
@@ -929,7 +995,7 @@ impl Memory {
         self.memcgs.group_mut(memcg).events.pgfault += 1;
         io.read_swap(entry, folio.pfn);
         self.stats.swap_in += 1;
-        self.swap.free(entry);
+        self.swap_free(entry);
         self.folios.insert(
             folio.pfn,
             FolioInfo {
@@ -965,7 +1031,7 @@ impl Memory {
             match pte.state() {
                 PteState::None => {}
                 PteState::Swap(entry) => {
-                    self.swap.free(entry);
+                    self.swap_free(entry);
                     self.mm_mut(mm)?.counters.swap_entries -= 1;
                 }
                 PteState::Present { pfn, dirty, .. } => {
@@ -1086,8 +1152,25 @@ impl Memory {
         self.allocator
             .page_allocator()
             .free_pages(caller, folio.pfn, folio.order)
-            .map_err(MmError::Free)
+            .map_err(MmError::Free)?;
+        if memcg.0 != 0 && self.memcgs.group(memcg).state == MemcgState::Offline {
+            // A zombie's last page: the cgroup (and any zombie ancestor it kept) goes.
+            self.free_empty_offline(memcg);
+        }
+        Ok(())
     }
+}
+
+// `Memory::managed_zones` keeps a bit per zone type in a byte.
+const _: () = assert!(crate::page_alloc::MAX_NR_ZONES <= u8::BITS as usize);
+
+/// Per node, a bit per zone type with managed pages.
+fn managed_zones(allocator: &PageAllocator) -> Vec<u8> {
+    let mut managed = alloc::vec![0u8; allocator.topology().nr_nodes()];
+    for zone in allocator.zones().iter().filter(|z| z.is_managed()) {
+        managed[zone.node() as usize] |= 1 << zone.zone_type().index();
+    }
+    managed
 }
 
 fn allocator_nodes(allocator: &PageAllocator) -> usize {

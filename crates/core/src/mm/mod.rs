@@ -14,8 +14,7 @@
 //!   reclaim, kswapd, and `lruvec_lru_size` as two policies.
 //! - [`verify`]: the walker that checks every count against the page tables.
 //!
-//! Still to come (issue 9): writeback congestion flags, fork, per-CPU statistics from the
-//! percpu allocator; see `docs/ARCHITECTURE.md`.
+//! Still to come: fork, PMD mappings; see `docs/ARCHITECTURE.md`.
 
 pub mod folio;
 pub mod lru;

@@ -126,12 +126,20 @@ impl Memory {
         let mem_map = self.mem_map(folio.pfn);
         // The reclaimer's own reference (isolation takes one).
         folio.ref_add(mem_map, 1)?;
+        let memcg = super::memcg::MemcgId(folio.head(mem_map).memcg_id());
         match info.mapping {
             Mapping::Anon(_) => {
                 let Some(entries) = self.swap.alloc(folio.nr_pages()) else {
                     self.folio_put(caller, folio, 1)?;
                     return Ok(ReclaimResult::NoSwap);
                 };
+                // `mem_cgroup_swapout`: the slots keep the folio's cgroup, and pin it.
+                if memcg.0 != 0 {
+                    for &entry in &entries {
+                        self.swap.record_owner(entry, memcg);
+                    }
+                    self.memcgs.group_mut(memcg).swap_records += entries.len() as u64;
+                }
                 self.try_to_unmap(caller, folio, Some(&entries));
                 for (i, &entry) in entries.iter().enumerate() {
                     io.write_swap(entry, folio.pfn.add(i as u64));

@@ -2,10 +2,13 @@
 //!
 //! Linux counterpart: `swap_info_struct.swap_map` and `get_swap_pages` / `swap_free`
 //! (`mm/swapfile.c`), without clusters or priorities: a free-slot stack, lowest slots first,
-//! and a use bit per slot so that a double free is caught.
+//! and a use bit per slot so that a double free is caught; and `swap_cgroup`
+//! (`mm/swap_cgroup.c`): the cgroup each slot's page was charged to, which the slot pins
+//! (Linux holds a reference on the cgroup's id per recorded entry).
 
 use alloc::vec::Vec;
 
+use super::memcg::MemcgId;
 use super::pte::SwapEntry;
 
 /// The swap device's slot map.
@@ -13,6 +16,8 @@ use super::pte::SwapEntry;
 pub struct SwapSpace {
     used: Vec<bool>,
     free_slots: Vec<u64>,
+    /// Per slot: the cgroup id recorded at swap-out (`swap_cgroup_record`), 0 for none.
+    owner: Vec<u16>,
 }
 
 impl SwapSpace {
@@ -21,6 +26,7 @@ impl SwapSpace {
         SwapSpace {
             used: alloc::vec![false; slots as usize],
             free_slots: (0..slots).rev().collect(),
+            owner: alloc::vec![0; slots as usize],
         }
     }
 
@@ -52,13 +58,28 @@ impl SwapSpace {
         Some(slots)
     }
 
-    /// Release a slot. Panics on a slot not in use: the page tables and the slot map
-    /// disagree, and continuing would hand one slot to two pages.
-    pub fn free(&mut self, entry: SwapEntry) {
+    /// Release a slot, returning the cgroup recorded for it. Panics on a slot not in use:
+    /// the page tables and the slot map disagree, and continuing would hand one slot to
+    /// two pages.
+    pub fn free(&mut self, entry: SwapEntry) -> Option<MemcgId> {
         let used = &mut self.used[entry.0 as usize];
         assert!(*used, "swap slot {} freed twice", entry.0);
         *used = false;
         self.free_slots.push(entry.0);
+        let owner = core::mem::take(&mut self.owner[entry.0 as usize]);
+        (owner != 0).then_some(MemcgId(owner))
+    }
+
+    /// Record that the page in `entry` was charged to `memcg` (`swap_cgroup_record`).
+    pub fn record_owner(&mut self, entry: SwapEntry, memcg: MemcgId) {
+        debug_assert!(self.is_used(entry), "a record for a slot in use");
+        self.owner[entry.0 as usize] = memcg.0;
+    }
+
+    /// The cgroup recorded for `entry`, if any.
+    pub fn owner(&self, entry: SwapEntry) -> Option<MemcgId> {
+        let owner = self.owner.get(entry.0 as usize).copied().unwrap_or(0);
+        (owner != 0).then_some(MemcgId(owner))
     }
 }
 

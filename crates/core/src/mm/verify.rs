@@ -13,7 +13,7 @@ use alloc::string::String;
 
 use super::folio::Folio;
 use super::lru::{LruList, NR_LRU_LISTS};
-use super::memcg::MappedStat;
+use super::memcg::{MappedStat, MemcgId, MemcgState};
 use super::memory::{Mapping, Memory, MmCounters, VmaKind};
 use super::pte::PteState;
 use crate::page::PageFlags;
@@ -205,8 +205,43 @@ impl Memory {
         }
         self.verify_lru_and_memcg()?;
         let nodes = self.allocator.page_allocator().topology().nr_nodes();
+        let mut swap_records: BTreeMap<u16, u64> = BTreeMap::new();
+        for slot in 0..self.swap.slots() {
+            if let Some(owner) = self.swap.owner(super::pte::SwapEntry(slot)) {
+                ensure!(
+                    self.swap.is_used(super::pte::SwapEntry(slot)),
+                    "swap slot {slot}: a cgroup record on a free slot"
+                );
+                *swap_records.entry(owner.0).or_default() += 1;
+            }
+        }
         for group in self.memcgs.all() {
-            let expected = if group.offline || group.id == super::memcg::MemcgId::ROOT {
+            let records = swap_records.get(&group.id.0).copied().unwrap_or(0);
+            ensure!(
+                group.swap_records == records,
+                "memcg {}: {} swap records counted, {records} slots recorded",
+                group.id.0,
+                group.swap_records
+            );
+            // A zombie keeps its per-CPU statistics until it is freed; an offline cgroup
+            // that nothing pins should have been freed.
+            let pinned = group.usage > 0
+                || group.swap_records > 0
+                || group
+                    .children
+                    .iter()
+                    .any(|&c| self.memcgs.state(c) != Some(MemcgState::Freed));
+            ensure!(
+                group.state != MemcgState::Offline || pinned,
+                "memcg {}: offline and pinned by nothing, not freed",
+                group.id.0
+            );
+            ensure!(
+                group.state != MemcgState::Freed || !pinned,
+                "memcg {}: freed while still pinned",
+                group.id.0
+            );
+            let expected = if group.state == MemcgState::Freed || group.id == MemcgId::ROOT {
                 0
             } else {
                 nodes

@@ -2,17 +2,20 @@
 //! reclaim in the allocation path, and kswapd.
 //!
 //! Linux counterpart (v6.7, `mm/vmscan.c`): `shrink_lruvec` with a reduced
-//! `get_scan_count` (each evictable list scanned `size >> priority`, anonymous lists only
-//! while swap has room), `shrink_active_list` (deactivate), `shrink_inactive_list` with
-//! `folio_check_references`, `try_to_free_mem_cgroup_pages`, `try_to_free_pages`,
-//! `balance_pgdat`; and `lruvec_lru_size` as two policies (`docs/reference/linux-mm.md` §5.2, Wang 2019):
-//! [`crate::policy::LruSizePolicy`].
+//! `get_scan_count` (each evictable list scanned `size >> priority`, a removed cgroup's at
+//! least a batch, anonymous lists only while swap has room), `shrink_active_list`
+//! (deactivate), `shrink_inactive_list` with `folio_check_references`,
+//! `try_to_free_mem_cgroup_pages`, `try_to_free_pages`, `balance_pgdat`, the congestion
+//! rules of `shrink_node` (who may mark a lruvec: `current_is_kswapd()`, or
+//! `cgroup_reclaim` with `writeback_throttling_sane`); and `lruvec_lru_size` as two
+//! policies (`docs/reference/linux-mm.md` §5.2, Wang 2019): [`crate::policy::LruSizePolicy`].
+//! Reclaim visits every cgroup of the subtree that is not freed, zombies included.
 
 use alloc::vec::Vec;
 
 use super::folio::Folio;
 use super::lru::{LruList, LruvecFlags};
-use super::memcg::MemcgId;
+use super::memcg::{MemcgHierarchy, MemcgId, MemcgState};
 use super::memory::{Memory, MmError, PageIo};
 use super::pageout::ReclaimResult;
 use crate::page::{PageFlags, Pfn};
@@ -89,7 +92,15 @@ enum References {
 impl Memory {
     /// `lruvec_lru_size(lruvec, lru, zone_idx)`: pages of `memcg` on `lru` on `node` in
     /// zones up to `zone_idx`, as the policy computes it. Counts the counters it read in
-    /// [`super::MmStats::lru_size_reads`].
+    /// [`super::MmStats::lru_size_reads`], as Linux reads them.
+    ///
+    /// Both policies take a node total and subtract, for each *managed* zone above
+    /// `zone_idx`, that zone's `lru_zone_size` (never below zero): one read per such
+    /// zone. The total is what differs. Wang 2019's fix (5.3 and stable 5.2)
+    /// sums `lru_zone_size` over all `MAX_NR_ZONES` zones, managed or not; the 5.2
+    /// regression sums the per-CPU counter over every CPU. So sizing a node's whole list
+    /// (`zone_idx = MAX_NR_ZONES - 1`, as reclaim does here) reads 5 counters under the
+    /// fix, and the DMA part of a three-zone node 5 + 2.
     pub fn lruvec_lru_size(
         &mut self,
         memcg: MemcgId,
@@ -97,29 +108,35 @@ impl Memory {
         lru: LruList,
         zone_idx: usize,
     ) -> u64 {
+        debug_assert!(zone_idx < MAX_NR_ZONES);
         self.stats.lru_size_calls += 1;
         let group = self.memcgs.group(memcg);
         let lruvec = &group.lruvecs[node as usize];
-        match self.policy.lru_size {
-            LruSizePolicy::ZoneSizes => {
-                self.stats.lru_size_reads += zone_idx as u64 + 1;
-                (0..=zone_idx)
+        let (mut size, total_reads) = match self.policy.lru_size {
+            LruSizePolicy::ZoneSizes => (
+                (0..MAX_NR_ZONES)
                     .map(|z| lruvec.lru_zone_size[z][lru as usize])
-                    .sum()
-            }
+                    .sum(),
+                MAX_NR_ZONES as u64,
+            ),
             LruSizePolicy::PercpuCounters => {
                 // 5.2's lruvec_page_state_local: the node total summed over every CPU's
-                // counter, minus the zones above zone_idx.
+                // counter.
                 let percpu = &group.lru_percpu[node as usize];
                 let total: i64 = percpu.iter().map(|c| c[lru as usize]).sum();
-                let above: u64 = (zone_idx + 1..MAX_NR_ZONES)
-                    .map(|z| lruvec.lru_zone_size[z][lru as usize])
-                    .sum();
-                self.stats.lru_size_reads +=
-                    percpu.len() as u64 + (MAX_NR_ZONES - zone_idx - 1) as u64;
-                (total.max(0) as u64).saturating_sub(above)
+                (total.max(0) as u64, percpu.len() as u64)
+            }
+        };
+        let managed = self.managed_zones[node as usize];
+        let mut above_reads = 0;
+        for z in zone_idx + 1..MAX_NR_ZONES {
+            if managed & 1 << z != 0 {
+                above_reads += 1;
+                size -= lruvec.lru_zone_size[z][lru as usize].min(size);
             }
         }
+        self.stats.lru_size_reads += total_reads + above_reads;
+        size
     }
 
     /// Take up to `nr` folios off the tail of `lru` (`isolate_lru_folios`); they keep
@@ -248,6 +265,7 @@ impl Memory {
         let mut outcome = ReclaimOutcome::default();
         let can_swap = self.swap.used() < self.swap.slots();
         let top = MAX_NR_ZONES - 1;
+        let offline = self.memcgs.group(memcg).state == MemcgState::Offline;
         for lru in [
             LruList::InactiveAnon,
             LruList::ActiveAnon,
@@ -259,7 +277,10 @@ impl Memory {
             }
             let size = self.lruvec_lru_size(memcg, node, lru, top);
             let mut scan = size >> priority;
-            if scan == 0 && priority == 0 {
+            // At priority 0, and for a removed cgroup at every priority ("make sure to
+            // scrape out the remaining cache" of a zombie, `get_scan_count`), at least a
+            // batch.
+            if scan == 0 && (priority == 0 || offline) {
                 scan = size.min(SWAP_CLUSTER_MAX);
             }
             if scan == 0 {
@@ -314,25 +335,50 @@ impl Memory {
         Ok(outcome)
     }
 
+    /// `writeback_throttling_sane`: whether this reclaimer may mark its target congested
+    /// and be throttled for it. Only cgroup reclaim under cgroup v1 may not: legacy memcg
+    /// reclaim waits on write-back itself ("Legacy memcg will stall in page writeback").
+    fn writeback_throttling_sane(&self, reclaimer: Reclaimer) -> bool {
+        match reclaimer {
+            Reclaimer::Cgroup(_) => self.memcg_hierarchy == MemcgHierarchy::V2,
+            Reclaimer::Direct | Reclaimer::Kswapd => true,
+        }
+    }
+
     /// The congestion part of `shrink_node`; returns 1 if the reclaimer is throttled.
+    ///
+    /// Who marks the target when every dirty page the pass saw was already queued for
+    /// reclaim: kswapd (`current_is_kswapd()`), and cgroup reclaim whose write-back
+    /// throttling is sane (`cgroup_reclaim(sc) && writeback_throttling_sane(sc)`). Global
+    /// direct reclaim marks nothing, with one bit (Linux ≤ 6.4) as with two (≥ 6.5); it
+    /// is only throttled by what the others marked.
     fn congestion_control(
         &mut self,
         reclaimer: Reclaimer,
         node: NodeId,
         pass: &ReclaimOutcome,
     ) -> u64 {
-        let target = reclaimer.target();
-        let flags = &mut self.memcgs.group_mut(target).lruvecs[node as usize].flags;
+        let kswapd = reclaimer == Reclaimer::Kswapd;
+        let cgroup =
+            matches!(reclaimer, Reclaimer::Cgroup(_)) && self.writeback_throttling_sane(reclaimer);
+        let congestion = self.policy.congestion;
+        let flags = &mut self.memcgs.group_mut(reclaimer.target()).lruvecs[node as usize].flags;
         if pass.dirty != 0 && pass.dirty == pass.congested {
-            *flags |= match (self.policy.congestion, reclaimer) {
-                (CongestionBits::Shared, _) => LruvecFlags::CONGESTED,
-                (CongestionBits::Separate, Reclaimer::Kswapd) => LruvecFlags::NODE_CONGESTED,
-                (CongestionBits::Separate, Reclaimer::Cgroup(_)) => LruvecFlags::CGROUP_CONGESTED,
-                // Global direct reclaim sets neither bit in Linux.
-                (CongestionBits::Separate, Reclaimer::Direct) => LruvecFlags::empty(),
+            // `set_bit` only: a bit another reclaimer set stays.
+            let (by_cgroup, by_kswapd) = match congestion {
+                CongestionBits::Shared => (LruvecFlags::CONGESTED, LruvecFlags::CONGESTED),
+                CongestionBits::Separate => {
+                    (LruvecFlags::CGROUP_CONGESTED, LruvecFlags::NODE_CONGESTED)
+                }
             };
+            if cgroup {
+                *flags |= by_cgroup;
+            }
+            if kswapd {
+                *flags |= by_kswapd;
+            }
         }
-        u64::from(reclaimer != Reclaimer::Kswapd && !flags.is_empty())
+        u64::from(!kswapd && !flags.is_empty())
     }
 
     /// The congestion flags of `memcg`'s lruvec on `node`.
@@ -663,5 +709,84 @@ impl Memory {
         let lru = self.memcgs.group_mut(memcg).lruvecs[node].del(allocator, folio);
         self.memcgs
             .count_lru(memcg, node, caller.cpu, lru, -(folio.nr_pages() as i64));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use alloc::sync::Arc;
+
+    use super::*;
+    use crate::page_alloc::{PageAllocator, ZoneType};
+    use crate::policy::MmPolicy;
+    use crate::topology::{CacheInfo, Topology, ZoneSize};
+    use crate::{Policy, Settings};
+
+    /// One node with DMA, DMA32 and Normal zones, all managed, on `cpus` CPUs.
+    fn three_zone_memory(policy: MmPolicy, cpus: u32) -> Memory {
+        let sizes = [
+            ZoneSize::managed(0, ZoneType::Dma, 3840),
+            ZoneSize::managed(0, ZoneType::Dma32, 1 << 14),
+            ZoneSize::managed(0, ZoneType::Normal, 1 << 14),
+        ];
+        let llc = CacheInfo {
+            llc_bytes: 8 << 20,
+            llc_shared_cpus: cpus,
+        };
+        let topology = Topology::x86_64(&sizes, alloc::vec![cpus], llc, false).expect("a topology");
+        let allocator =
+            PageAllocator::new(topology, Settings::default(), Policy::V6_7).expect("settings");
+        Memory::new(Arc::new(allocator), policy, 0)
+    }
+
+    /// `docs/reference/linux-mm.md` §8's example: inactive_file has {DMA 0, DMA32 100,
+    /// Normal 50} pages, so the list is 150 pages up to Normal, 100 up to DMA32 and 0 up
+    /// to DMA, under both policies. Wang 2019's fix reads all five zone counters, then one
+    /// per managed zone above the one asked (5, 6, 7 reads); the 5.2 regression reads one
+    /// counter per CPU instead of the five.
+    #[test]
+    fn lru_size_of_a_three_zone_node_subtracts_the_managed_zones_above() {
+        let cpus = 4;
+        for (lru_size, total_reads) in [
+            (LruSizePolicy::ZoneSizes, MAX_NR_ZONES as u64),
+            (LruSizePolicy::PercpuCounters, u64::from(cpus)),
+        ] {
+            let policy = MmPolicy {
+                lru_size,
+                ..MmPolicy::V6_7
+            };
+            let mut m = three_zone_memory(policy, cpus);
+            let lru = LruList::InactiveFile;
+            let group = m.memcgs.group_mut(MemcgId::ROOT);
+            group.lruvecs[0].lru_zone_size[ZoneType::Dma32.index()][lru as usize] = 100;
+            group.lruvecs[0].lru_zone_size[ZoneType::Normal.index()][lru as usize] = 50;
+            // The per-CPU deltas of the same 150 pages, made on two CPUs.
+            group.lru_percpu[0][0][lru as usize] = 120;
+            group.lru_percpu[0][3][lru as usize] = 30;
+            for (zone, size, above) in [
+                (ZoneType::Normal, 150, 0),
+                (ZoneType::Dma32, 100, 1),
+                (ZoneType::Dma, 0, 2),
+            ] {
+                let before = m.stats.lru_size_reads;
+                assert_eq!(
+                    m.lruvec_lru_size(MemcgId::ROOT, 0, lru, zone.index()),
+                    size,
+                    "{lru_size:?} up to {zone:?}"
+                );
+                assert_eq!(
+                    m.stats.lru_size_reads - before,
+                    total_reads + above,
+                    "{lru_size:?} up to {zone:?}"
+                );
+            }
+            // Up to Movable or Device: no managed zone above, nothing subtracted.
+            let before = m.stats.lru_size_reads;
+            assert_eq!(
+                m.lruvec_lru_size(MemcgId::ROOT, 0, lru, MAX_NR_ZONES - 1),
+                150
+            );
+            assert_eq!(m.stats.lru_size_reads - before, total_reads);
+        }
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod kbuild;
 pub mod micro;
+pub mod pageout;
 pub mod stream;
 
 use serde::{Deserialize, Serialize};
