@@ -196,7 +196,7 @@ impl MachineArgs {
                 self.percpu_pagelist_high_fraction,
             )?,
             transparent_hugepage: !self.no_thp,
-            ..Settings::default()
+            ..Settings::DISTRIBUTION_KERNEL
         };
         self.pcp.apply(&mut settings)?;
         settings.validate().map_err(settings_error)?;
