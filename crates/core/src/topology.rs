@@ -541,6 +541,23 @@ impl Topology {
         Ok(topology)
     }
 
+    /// The same machine with `CONFIG_ZONE_DEVICE` modelled or not: a fifth zone type per
+    /// node, always empty (as distribution kernels have it).
+    pub fn with_zone_device(mut self, zone_device: bool) -> Topology {
+        self.zone_device = zone_device;
+        self
+    }
+
+    /// The same machine with `node_cpus[n]` CPUs on node `n`, numbered node by node as
+    /// [`Topology::new`] numbers them; nodes past the list have none, and a node past the
+    /// machine's memory is a node without memory.
+    pub fn with_node_cpus(mut self, node_cpus: Vec<u32>) -> Result<Topology, TopologyError> {
+        self.nr_nodes = self.nr_nodes.max(node_cpus.len());
+        self.cpus = CpuNodes::Grouped(node_cpus);
+        self.validate()?;
+        Ok(self)
+    }
+
     /// The same machine with CPU `cpu` on node `cpu_nodes[cpu]`: firmware's numbering, in
     /// which a node's CPUs need not be consecutive (a two-socket machine's ACPI tables
     /// often alternate sockets). Every node must exist.
