@@ -3,19 +3,21 @@
 //! `mmkit pcp-script`; the two PCP knobs (`CONFIG_PCP_BATCH_SCALE_MAX`,
 //! `vm.stat_interval`) are shared with `mmkit sim` too ([`PcpKnobArgs`]).
 //!
-//! The flags only describe the machine; [`Topology::x86_64`] lays the zones out and
+//! The flags only describe the machine; [`Topology::x86_64`] lays the zones out (or
+//! [`Topology::from_memory_map`] cuts them from `--usable` ranges) and
 //! [`Settings::validate`] applies Linux's sysctl limits. The policy preset is parsed here
 //! too, so that every subcommand names presets the same way. Linux learns the same facts
 //! at boot (e820, `free_area_init`, cacheinfo) and from `/proc/sys/vm`.
 
 use clap::Args;
+use mmkit_core::page_alloc::NodeId;
 use mmkit_core::policy::{LATER_PRESETS, PRESETS};
 use mmkit_core::settings::MinFreeKbytes;
-use mmkit_core::topology::{CacheInfo, ZoneSize};
+use mmkit_core::topology::{CacheInfo, MemoryRange, PfnRange, ZoneLimits, ZoneSize};
 use mmkit_core::{PageAllocator, Policy, Settings, SettingsError, Topology, TopologyError};
 
 use crate::limits;
-use crate::size::{parse_bytes, parse_zone};
+use crate::size::{parse_address_range, parse_bytes, parse_zone};
 use crate::CliError;
 
 /// The machine flags. `--cpus` has no default of its own: a subcommand gives one (see
@@ -28,9 +30,31 @@ pub struct MachineArgs {
     #[arg(long = "zone", value_name = "ZONE")]
     pub zones: Vec<String>,
 
+    /// Instead of --zone: usable RAM as firmware reports it (e820, /proc/iomem's System
+    /// RAM), `START-END[@NODE]` in bytes, END inclusive; repeat, in any order. Zones are cut
+    /// at the x86-64 boundaries and span their node's memory, holes included, as Linux
+    /// sizes them.
+    #[arg(long, value_name = "RANGE", conflicts_with = "zones")]
+    pub usable: Vec<String>,
+
+    /// With --usable: present memory kept from the buddy allocator (memblock_reserve),
+    /// `START-END` in bytes, END inclusive; repeat.
+    #[arg(long, value_name = "RANGE", requires = "usable")]
+    pub reserve: Vec<String>,
+
     /// CPUs per node: one number for every node, or one per node separated by commas.
     #[arg(long, value_delimiter = ',')]
     pub cpus: Vec<u32>,
+
+    /// Instead of --cpus: each CPU's node in firmware's numbering, separated by commas
+    /// (`0,1,0,1`: CPUs alternate between two nodes).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "NODES",
+        conflicts_with = "cpus"
+    )]
+    pub cpu_nodes: Vec<NodeId>,
 
     /// vm.min_free_kbytes; default: Linux's boot formula (raised for THP unless --no-thp).
     #[arg(long, allow_negative_numbers = true)]
@@ -152,13 +176,14 @@ impl MachineArgs {
         cpus_with_zones: u32,
     ) -> MachineArgs {
         let mut args = self.clone();
-        if args.zones.is_empty() {
+        let described = !args.zones.is_empty() || !args.usable.is_empty();
+        if !described {
             args.zones = vec![default.zone.to_owned()];
             args.min_free_kbytes = args.min_free_kbytes.or(Some(default.min_free_kbytes));
             if args.cpus.is_empty() {
                 args.cpus = vec![default.cpus];
             }
-        } else if args.cpus.is_empty() {
+        } else if args.cpus.is_empty() && args.cpu_nodes.is_empty() {
             args.cpus = vec![cpus_with_zones];
         }
         args
@@ -196,7 +221,7 @@ impl MachineArgs {
                 self.percpu_pagelist_high_fraction,
             )?,
             transparent_hugepage: !self.no_thp,
-            ..Settings::default()
+            ..Settings::DISTRIBUTION_KERNEL
         };
         self.pcp.apply(&mut settings)?;
         settings.validate().map_err(settings_error)?;
@@ -205,6 +230,20 @@ impl MachineArgs {
 
     /// The nodes, zones, CPUs and cache. An empty `--cpus` counts as one CPU per node.
     pub fn topology(&self) -> Result<Topology, CliError> {
+        let (topology, flags) = if self.usable.is_empty() {
+            (self.topology_of_zones()?, "--zone and --cpus")
+        } else {
+            (self.topology_of_memory_map()?, "--usable and --cpus")
+        };
+        limits::check_memory(
+            &format!("{flags}: the machine's mem_map and pagesets"),
+            u128::from(PageAllocator::boot_bytes(&topology)),
+        )?;
+        Ok(topology)
+    }
+
+    /// `--zone`s laid out at the x86-64 boundaries.
+    fn topology_of_zones(&self) -> Result<Topology, CliError> {
         let sizes: Vec<ZoneSize> = self
             .zones
             .iter()
@@ -212,33 +251,91 @@ impl MachineArgs {
             .collect::<Result<_, _>>()
             .map_err(|e| CliError::usage(format!("--zone: {e}")))?;
         let nr_nodes = sizes.iter().map(|s| s.node as usize + 1).max().unwrap_or(1);
-        let node_cpus = match self.cpus[..] {
-            [] => vec![1; nr_nodes],
-            [each] => vec![each; nr_nodes],
-            ref list if list.len() == nr_nodes => list.to_vec(),
-            ref list => {
-                return Err(CliError::usage(format!(
-                    "--cpus lists {} nodes but the zones use {nr_nodes}",
-                    list.len()
-                )))
-            }
+        let node_cpus = self.node_cpus(nr_nodes)?;
+        let llc = self.llc(self.nr_cpus(&node_cpus))?;
+        let topology = Topology::x86_64(&sizes, node_cpus, llc, self.zone_device)
+            .map_err(|e| self.refused(e))?;
+        if self.cpu_nodes.is_empty() {
+            return Ok(topology);
+        }
+        topology
+            .with_cpu_nodes(self.cpu_nodes.clone())
+            .map_err(|e| self.refused(e))
+    }
+
+    /// `--usable` and `--reserve` ranges cut into zones as Linux's `free_area_init` does.
+    fn topology_of_memory_map(&self) -> Result<Topology, CliError> {
+        let usable: Vec<MemoryRange> = self
+            .usable
+            .iter()
+            .map(|text| {
+                let (start, end, node) = parse_address_range(text)?;
+                Ok(MemoryRange::from_bytes(start, end, node.unwrap_or(0)))
+            })
+            .collect::<Result<_, String>>()
+            .map_err(|e| CliError::usage(format!("--usable: {e}")))?;
+        let reserved: Vec<PfnRange> = self
+            .reserve
+            .iter()
+            .map(|text| match parse_address_range(text)? {
+                (start, end, None) => Ok(PfnRange::covering_bytes(start, end)),
+                (_, _, Some(_)) => Err(format!("{text:?}: a reservation belongs to no node")),
+            })
+            .collect::<Result<_, String>>()
+            .map_err(|e| CliError::usage(format!("--reserve: {e}")))?;
+        // CPU counts stay counts (a table of 2^32 CPUs would be built before the memory
+        // check could refuse the machine): the table is only what --cpu-nodes lists.
+        let nr_nodes = usable.iter().map(|r| usize::from(r.node) + 1).max();
+        let node_cpus = self.node_cpus(nr_nodes.unwrap_or(1))?;
+        let llc = self.llc(self.nr_cpus(&node_cpus))?;
+        let table: &[NodeId] = if self.cpu_nodes.is_empty() {
+            &[0]
+        } else {
+            &self.cpu_nodes
         };
-        let nr_cpus = node_cpus
+        let topology =
+            Topology::from_memory_map(&usable, &reserved, ZoneLimits::X86_64, table, llc)
+                .map_err(|e| self.refused(e))?;
+        let topology = if self.cpu_nodes.is_empty() {
+            topology
+                .with_node_cpus(node_cpus)
+                .map_err(|e| self.refused(e))?
+        } else {
+            topology
+        };
+        Ok(topology.with_zone_device(self.zone_device))
+    }
+
+    /// `--cpus` for `nr_nodes` nodes: one count for all, or one per node.
+    fn node_cpus(&self, nr_nodes: usize) -> Result<Vec<u32>, CliError> {
+        match self.cpus[..] {
+            [] => Ok(vec![1; nr_nodes]),
+            [each] => Ok(vec![each; nr_nodes]),
+            ref list if list.len() == nr_nodes => Ok(list.to_vec()),
+            ref list => Err(CliError::usage(format!(
+                "--cpus lists {} nodes but the zones use {nr_nodes}",
+                list.len()
+            ))),
+        }
+    }
+
+    fn nr_cpus(&self, node_cpus: &[u32]) -> u32 {
+        if !self.cpu_nodes.is_empty() {
+            return u32::try_from(self.cpu_nodes.len()).unwrap_or(u32::MAX);
+        }
+        node_cpus
             .iter()
             .try_fold(0u32, |sum, &cpus| sum.checked_add(cpus))
-            .unwrap_or(u32::MAX);
-        let llc = CacheInfo {
+            .unwrap_or(u32::MAX)
+    }
+
+    /// The last-level cache, shared by every CPU unless `--llc-shared-cpus` says otherwise.
+    fn llc(&self, nr_cpus: u32) -> Result<CacheInfo, CliError> {
+        Ok(CacheInfo {
             llc_bytes: parse_bytes(&self.llc_size)
                 .map_err(|e| CliError::usage(format!("--llc-size: {e}")))?,
             llc_shared_cpus: self.llc_shared_cpus.unwrap_or(nr_cpus.max(1)),
-        };
-        let topology =
-            Topology::x86_64(&sizes, node_cpus, llc, self.zone_device).map_err(topology_error)?;
-        limits::check_memory(
-            "--zone and --cpus: the machine's mem_map and pagesets",
-            u128::from(PageAllocator::boot_bytes(&topology)),
-        )?;
-        Ok(topology)
+        })
     }
 
     /// The allocator of this machine under `policy`.
@@ -261,18 +358,35 @@ fn settings_error(error: SettingsError) -> CliError {
     CliError::usage(format!("{flag}: {error}"))
 }
 
-/// A machine that cannot be built, naming the flag that described it.
-fn topology_error(error: TopologyError) -> CliError {
-    let flag = match error {
-        TopologyError::NoZones => return CliError::usage("no zones: give at least one --zone"),
-        TopologyError::NoCpus | TopologyError::TooManyCpus | TopologyError::UnknownNode(_) => {
+impl MachineArgs {
+    /// A machine that cannot be built, naming the flag that described what was wrong.
+    fn refused(&self, error: TopologyError) -> CliError {
+        let zones = if self.usable.is_empty() {
+            "--zone"
+        } else {
+            "--usable"
+        };
+        let cpus = if self.cpu_nodes.is_empty() {
             "--cpus"
-        }
-        TopologyError::LlcSharedCpus => "--llc-shared-cpus",
-        TopologyError::DeviceZone => "--zone (ZONE_DEVICE)",
-        _ => "--zone",
-    };
-    CliError::usage(format!("{flag}: {error}"))
+        } else {
+            "--cpu-nodes"
+        };
+        let flag = match error {
+            TopologyError::NoZones => {
+                return CliError::usage("no zones: give at least one --zone or --usable range")
+            }
+            TopologyError::NoCpus | TopologyError::TooManyCpus | TopologyError::UnknownNode(_) => {
+                cpus
+            }
+            TopologyError::TooManyNodes(_) if !self.cpu_nodes.is_empty() => {
+                "--usable or --cpu-nodes"
+            }
+            TopologyError::LlcSharedCpus => "--llc-shared-cpus",
+            TopologyError::DeviceZone => "--zone (ZONE_DEVICE)",
+            _ => zones,
+        };
+        CliError::usage(format!("{flag}: {error}"))
+    }
 }
 
 /// The policy preset called `name` (see [`PRESETS`] and [`LATER_PRESETS`]).

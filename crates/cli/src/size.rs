@@ -67,9 +67,60 @@ fn parse_pages(zone: &str, text: &str) -> Result<u64, String> {
     u64::try_from(value).map_err(|_| format!("zone {zone:?}: page count {value} is negative"))
 }
 
+/// A physical address range as the kernel prints e820 entries and `/proc/iomem` lines:
+/// `START-END`, both inclusive, hexadecimal with `0x` or decimal (a size suffix is allowed
+/// too), optionally `@NODE`. Returns the first byte, one past the last, and the node.
+pub fn parse_address_range(text: &str) -> Result<(u64, u64, Option<NodeId>), String> {
+    let usage = || format!("{text:?}: expected START-END[@NODE] (inclusive, as /proc/iomem)");
+    let (range, node) = match text.split_once('@') {
+        Some((range, node)) => {
+            let node: NodeId = node
+                .trim()
+                .parse()
+                .map_err(|_| format!("{text:?}: bad node {node:?}"))?;
+            (range, Some(node))
+        }
+        None => (text, None),
+    };
+    let (start, last) = range.split_once('-').ok_or_else(usage)?;
+    let (start, last) = (parse_address(text, start)?, parse_address(text, last)?);
+    if last < start {
+        return Err(format!("{text:?}: ends before it starts"));
+    }
+    let end = last
+        .checked_add(1)
+        .ok_or_else(|| format!("{text:?}: ends beyond the address space"))?;
+    Ok((start, end, node))
+}
+
+fn parse_address(range: &str, text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16)
+            .map_err(|_| format!("{range:?}: {text:?} is not a hexadecimal address")),
+        None => parse_bytes(text).map_err(|e| format!("{range:?}: {e}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn address_ranges_are_inclusive_as_iomem_prints_them() {
+        assert_eq!(
+            parse_address_range("0x1000-0x9fbff"),
+            Ok((0x1000, 0x9_fc00, None))
+        );
+        assert_eq!(
+            parse_address_range("4G-5G@1"),
+            Ok((4 << 30, (5 << 30) + 1, Some(1)))
+        );
+        assert!(parse_address_range("0x2000-0x1000").is_err());
+        assert!(parse_address_range("0x1000").is_err());
+        assert!(parse_address_range("0x1000-0xzz").is_err());
+        assert!(parse_address_range("0-0xffffffffffffffff").is_err());
+    }
 
     #[test]
     fn bytes_take_binary_suffixes() {

@@ -105,6 +105,64 @@ fn zoneinfo_refuses_impossible_machines_naming_the_flag() {
     );
     // Node 65535 wrapped the u16 node count to 0 and boot panicked.
     refused(&["zoneinfo", "--zone", "65535:Normal=1000"], "--zone");
+    refused(
+        &[
+            "zoneinfo",
+            "--usable",
+            "0x1000-0x9fbff",
+            "--usable",
+            "0x5000-0x6fff",
+        ],
+        "--usable",
+    );
+    refused(&["zoneinfo", "--usable", "0x9fbff-0x1000"], "--usable");
+    refused(&["zoneinfo", "--usable", "0x1000"], "--usable");
+    refused(
+        &[
+            "zoneinfo",
+            "--usable",
+            "0x100000-0x1ffffff@0",
+            "--usable",
+            "0x2000000-0x2ffffff@1",
+            "--usable",
+            "0x3000000-0x3ffffff@0",
+        ],
+        "--usable",
+    );
+    refused(
+        &[
+            "zoneinfo",
+            "--usable",
+            "0x100000-0x1ffffff",
+            "--reserve",
+            "0-0xfffff@1",
+        ],
+        "--reserve",
+    );
+    refused(
+        &[
+            "zoneinfo",
+            "--usable",
+            "0x100000-0x1ffffff",
+            "--cpus",
+            "4294967295",
+        ],
+        "--usable and --cpus",
+    );
+    refused(
+        &[
+            "zoneinfo",
+            "--usable",
+            "0x100000-0x1ffffff",
+            "--cpu-nodes",
+            "0,1024",
+        ],
+        "--cpu-nodes",
+    );
+    refused(
+        &["zoneinfo", "--usable", "0x100000-0x1ffffff@1024"],
+        "--usable",
+    );
     machine(&["--cpus", "0"], "--cpus");
     // 4 zones × 2^32 CPUs × a 128-byte pageset: a 2 TiB allocation aborted.
     machine(&["--cpus", "4294967295"], "--cpus");

@@ -292,3 +292,65 @@ fn each_preset_prints_its_kernels_pageset_lines() {
     let later = text("linux-6.18");
     assert!(later.contains("              high_min: 41\n              high_max: 240\n"));
 }
+
+/// This VM's firmware memory map (`/proc/iomem`'s System RAM lines) with the first MiB
+/// reserved gives the spans and present pages its Linux 6.18 kernel prints (DMA 4095 /
+/// 3998, DMA32 1,044,480 / 782,336 with the PCI hole absent, Normal 5,505,024), and DMA's
+/// managed 3840; the ranges may come in any order.
+#[test]
+fn a_firmware_memory_map_gives_the_kernels_spanned_and_present_pages() {
+    let zones = zones_of(&[
+        "zoneinfo",
+        "--usable",
+        "0x100000000-0x63fffffff",
+        "--usable",
+        "0x1000-0x9fbff",
+        "--usable",
+        "0x100000-0xbfffffff",
+        "--reserve",
+        "0-0xfffff",
+        "--cpus",
+        "2",
+    ]);
+    let sizes: Vec<_> = zones
+        .iter()
+        .filter(|z| z.spanned > 0)
+        .map(|z| (z.zone, z.start_pfn, z.spanned, z.present, z.managed))
+        .collect();
+    assert_eq!(
+        sizes,
+        [
+            (ZoneType::Dma, 1, 4095, 3998, 3840),
+            (ZoneType::Dma32, 4096, 1_044_480, 782_336, 782_336),
+            (ZoneType::Normal, 1 << 20, 5_505_024, 5_505_024, 5_505_024),
+        ]
+    );
+}
+
+/// `--cpu-nodes` numbers CPUs as firmware does: 0,1,0,1 puts two pagesets in each node's
+/// zones, and a node whose memory lies lower than node 0's is fine.
+#[test]
+fn cpu_nodes_in_firmware_order_give_each_node_its_cpus() {
+    let zones = zones_of(&[
+        "zoneinfo",
+        "--usable",
+        "0x100000-0x3ffffff@1",
+        "--usable",
+        "0x100000000-0x103ffffff@0",
+        "--cpu-nodes",
+        "0,1,0,1",
+    ]);
+    let populated: Vec<_> = zones
+        .iter()
+        .filter(|z| z.present > 0)
+        .map(|z| (z.node, z.zone, z.pagesets.len()))
+        .collect();
+    assert_eq!(
+        populated,
+        [
+            (0, ZoneType::Normal, 4),
+            (1, ZoneType::Dma, 4),
+            (1, ZoneType::Dma32, 4)
+        ]
+    );
+}

@@ -9,6 +9,8 @@
 //! Map of the crate, with the Linux file each part follows:
 //!
 //! - [`page`]: pfns, orders and the 16-byte page descriptor (`include/linux/mm_types.h`).
+//! - [`frame`]: [`frame::FrameAllocator`], the by-order and by-`Layout` interface a kernel
+//!   allocates frames through, and adapters to other crates' traits (feature `x86_64`).
 //! - [`page_alloc`]: zones, the buddy allocator, watermarks, GFP and alloc flags, PCP sizing
 //!   (`mm/page_alloc.c`, `mm/mm_init.c`).
 //! - [`percpu`]: the percpu allocator: chunks, area map hints, populate/depopulate,
@@ -21,11 +23,15 @@
 //! The baseline is Linux v6.7; `docs/ARCHITECTURE.md` records where we differ and why.
 
 #![no_std]
-#![forbid(unsafe_code)]
+// `unsafe` is forbidden, except that the `x86_64` adapter implements that crate's two
+// `unsafe` traits (`frame.rs`); with the feature on it is denied everywhere else.
+#![cfg_attr(not(feature = "x86_64"), forbid(unsafe_code))]
+#![cfg_attr(feature = "x86_64", deny(unsafe_code))]
 #![deny(missing_docs)]
 
 extern crate alloc;
 
+pub mod frame;
 pub mod mm;
 pub mod page;
 pub mod page_alloc;
@@ -36,6 +42,7 @@ pub mod sync;
 pub mod topology;
 pub mod views;
 
+pub use frame::{FrameAllocator, Frames};
 pub use page::{Order, Pfn};
 pub use page_alloc::{
     AllocError, FreeError, Gfp, MigrateType, PageAllocator, Zone, ZoneType, MAX_ORDER,

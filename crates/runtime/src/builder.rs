@@ -31,7 +31,7 @@ const ARENA_ALIGN: usize = 4 << 20;
 ///     .zone(ZoneType::Dma32, 16 << 20)           // per node: 16 MiB DMA32, rest Normal
 ///     .zone(ZoneType::Normal, 0)
 ///     .policy(Policy::preset("patch5").unwrap()) // Linux before PCP auto-tuning
-///     .settings(Settings { watermark_scale_factor: 100, ..Settings::default() })
+///     .settings(Settings { watermark_scale_factor: 100, ..Settings::DISTRIBUTION_KERNEL })
 ///     .build()?;
 /// assert_eq!(pool.nr_nodes(), 2);
 /// assert_eq!(pool.policy().name, "patch5");
@@ -70,7 +70,7 @@ impl Default for PagePoolBuilder {
             nodes: 1,
             zones: Vec::new(),
             policy: Policy::V6_7,
-            settings: Settings::default(),
+            settings: Settings::DISTRIBUTION_KERNEL,
             llc: None,
             huge_pages: false,
             background: true,
@@ -113,7 +113,9 @@ impl PagePoolBuilder {
         self
     }
 
-    /// The sysctls (default: Linux's).
+    /// The sysctls. Default: [`Settings::DISTRIBUTION_KERNEL`], Linux's with THP on, so the
+    /// pagesets (whose `high` follows the low watermark) are sized as on the machines the
+    /// benchmarks compare with; [`Settings::SMALL_KERNEL`] holds back less memory.
     pub fn settings(mut self, settings: Settings) -> Self {
         self.settings = settings;
         self

@@ -237,7 +237,7 @@ fn a_double_free_from_another_cpu_is_refused() {
 fn the_vmstat_thread_decays_pageset_high() {
     let settings = Settings {
         stat_interval_ms: 5,
-        ..Settings::default()
+        ..Settings::DISTRIBUTION_KERNEL
     };
     let pool = PagePool::builder()
         .memory_bytes(256 << 20)
@@ -302,7 +302,7 @@ fn kswapd_reclaims_through_the_hook_until_balanced() {
     }));
     let settings = Settings {
         min_free_kbytes: MinFreeKbytes::Explicit(2048),
-        ..Settings::default()
+        ..Settings::DISTRIBUTION_KERNEL
     };
     let pool: &'static PagePool = Box::leak(Box::new(
         PagePool::builder()
@@ -447,7 +447,7 @@ fn impossible_pools_are_refused() {
     assert!(PagePool::builder().nodes(2).cpus(1).build().is_err());
     let settings = Settings {
         percpu_pagelist_high_fraction: 3,
-        ..Settings::default()
+        ..Settings::DISTRIBUTION_KERNEL
     };
     assert!(matches!(
         PagePool::builder().settings(settings).build(),

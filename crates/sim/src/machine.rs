@@ -46,11 +46,11 @@ pub struct MachineSpec {
 const GIB_PAGES: u64 = (1 << 30) >> 12;
 
 fn default_pcp_batch_scale_max() -> u8 {
-    Settings::default().pcp_batch_scale_max
+    Settings::DISTRIBUTION_KERNEL.pcp_batch_scale_max
 }
 
 fn default_stat_interval_ms() -> u32 {
-    Settings::default().stat_interval_ms
+    Settings::DISTRIBUTION_KERNEL.stat_interval_ms
 }
 
 impl MachineSpec {
@@ -213,13 +213,14 @@ impl MachineSpec {
         .expect("simulated machines are valid x86-64 layouts")
     }
 
-    /// The sysctls: Linux's defaults, with `min_free_kbytes` chosen so that each node's
+    /// The sysctls: a distribution kernel's (THP on, as on the published machines), with
+    /// `min_free_kbytes` chosen so that each node's
     /// low watermark is [`MachineSpec::low_wmark_pages`], and this machine's PCP knobs.
     pub fn settings(&self) -> Settings {
         let mut settings = Settings {
             pcp_batch_scale_max: self.pcp_batch_scale_max,
             stat_interval_ms: self.stat_interval_ms,
-            ..Settings::default()
+            ..Settings::DISTRIBUTION_KERNEL
         };
         if let Some(low) = self.low_wmark_pages {
             settings.min_free_kbytes = MinFreeKbytes::Explicit(self.min_free_kbytes_for(low));
@@ -230,7 +231,7 @@ impl MachineSpec {
     /// `min_free_kbytes` giving low watermark `low` per node: with equal nodes each gets
     /// `min = pages_min / nodes`, and `low = min + max(min / 4, managed × wsf / 10000)`.
     fn min_free_kbytes_for(&self, low: u64) -> u64 {
-        let wsf = Settings::default().watermark_scale_factor as u64;
+        let wsf = Settings::DISTRIBUTION_KERNEL.watermark_scale_factor as u64;
         let dist = self.node_pages * wsf / 10_000;
         let mut min = low.saturating_sub(dist);
         if min / 4 > dist {

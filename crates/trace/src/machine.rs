@@ -63,7 +63,7 @@ pub fn settings(read: &Reader<'_>) -> Result<Settings, String> {
         watermark_scale_factor: read_number(read, SYSCTL_FILES[1])?,
         watermark_boost_factor: read_number(read, SYSCTL_FILES[2])?,
         percpu_pagelist_high_fraction: read_number(read, SYSCTL_FILES[3])?,
-        ..Settings::default()
+        ..Settings::DISTRIBUTION_KERNEL
     };
     let ratios = read(SYSCTL_FILES[4])?;
     for (slot, value) in settings
@@ -90,7 +90,7 @@ pub fn settings_from_zoneinfo(zones: &[ZoneInfo]) -> Settings {
         .sum();
     Settings {
         min_free_kbytes: MinFreeKbytes::Explicit(pages_min * 4),
-        ..Settings::default()
+        ..Settings::DISTRIBUTION_KERNEL
     }
 }
 

@@ -160,7 +160,8 @@ impl PageAllocator {
                         present: 0,
                         managed: 0,
                     });
-                zones.push(Zone::new(&spec, zones.len(), nr_cpus));
+                let present = topology.present_ranges(&spec);
+                zones.push(Zone::new(&spec, present, zones.len(), nr_cpus));
             }
         }
         let grouping = page_group_by_mobility(&zones);

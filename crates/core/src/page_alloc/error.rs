@@ -23,6 +23,9 @@ pub enum AllocError {
     NoZone,
     /// The CPU does not exist or is offline.
     InvalidCpu(CpuId),
+    /// The layout needs a block larger than order `MAX_ORDER` (4 MiB) holds
+    /// ([`FrameAllocator::alloc_layout`](crate::frame::FrameAllocator::alloc_layout)).
+    TooLarge(core::alloc::Layout),
 }
 
 impl fmt::Display for AllocError {
@@ -35,6 +38,13 @@ impl fmt::Display for AllocError {
             AllocError::InvalidNode(node) => write!(f, "node {node} does not exist"),
             AllocError::NoZone => write!(f, "no zone with memory matches the GFP flags"),
             AllocError::InvalidCpu(cpu) => write!(f, "CPU {cpu} does not exist or is offline"),
+            AllocError::TooLarge(layout) => write!(
+                f,
+                "{} bytes aligned to {} need more than an order-{} block (4 MiB)",
+                layout.size(),
+                layout.align(),
+                crate::page::MAX_ORDER
+            ),
         }
     }
 }

@@ -299,7 +299,7 @@ mod tests {
     /// `to_len` pfns, both pushed at the tail.
     fn lists(from_len: u64, to_len: u64) -> (MemMap, PfnList, PfnList) {
         let spanned = from_len + to_len;
-        let mem_map = MemMap::new(0, spanned, spanned, spanned);
+        let mem_map = crate::page_alloc::mem_map::all_managed(0, spanned);
         let (mut from, mut to) = (PfnList::EMPTY, PfnList::EMPTY);
         for pfn in 0..from_len {
             from.push_tail(&mem_map, Pfn(pfn));
@@ -358,8 +358,8 @@ mod tests {
         for list_len in [0, 1, 3] {
             for run_len in 1..=4 {
                 let spanned = list_len + run_len;
-                let mem_map = MemMap::new(0, spanned, spanned, spanned);
-                let model_map = MemMap::new(0, spanned, spanned, spanned);
+                let mem_map = crate::page_alloc::mem_map::all_managed(0, spanned);
+                let model_map = crate::page_alloc::mem_map::all_managed(0, spanned);
                 let (mut list, mut model) = (PfnList::EMPTY, PfnList::EMPTY);
                 for pfn in (0..list_len).map(Pfn) {
                     list.push_tail(&mem_map, pfn);

@@ -13,6 +13,7 @@ use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
 use super::types::MigrateType;
 use super::watermark::PAGEBLOCK_ORDER;
 use crate::page::{Page, PageState, Pfn};
+use crate::topology::PresentRange;
 
 /// The pages of one zone and their pageblock migratetypes.
 #[derive(Debug)]
@@ -27,9 +28,10 @@ pub struct MemMap {
 }
 
 impl MemMap {
-    /// `spanned` pages from `start_pfn`: the first `present − managed` reserved, then
-    /// `managed` pages owned by nobody yet (the caller frees them into the buddy lists),
-    /// then holes. Every pageblock starts MOVABLE, as at boot (`memmap_init_range`).
+    /// `spanned` pages from `start_pfn`: the reserved runs of `present` reserved, its
+    /// managed runs owned by nobody yet (the caller frees them into the buddy lists), every
+    /// other pfn a hole. `present` is in pfn order and inside the span. Every pageblock
+    /// starts MOVABLE, as at boot (`memmap_init_range`).
     ///
     /// The descriptors come from a zeroed allocation and the all-zero descriptor is a
     /// managed page owned by nobody: [`PageState::Tail`], order 0, no links. So only the
@@ -39,8 +41,7 @@ impl MemMap {
     /// on first touch. A simulated machine spans tens of millions of pages (a 1 GiB
     /// mem_map for two 128 GiB nodes), most of which a run never touches; writing every
     /// descriptor took ≈0.45 s and 262k page faults of each run's start-up.
-    pub(crate) fn new(start_pfn: u64, spanned: u64, present: u64, managed: u64) -> MemMap {
-        let reserved = (present - managed) as usize;
+    pub(crate) fn new(start_pfn: u64, spanned: u64, present: &[PresentRange]) -> MemMap {
         let len = spanned as usize;
         let mut pages =
             bytemuck::allocation::try_zeroed_slice_box::<Page>(len).unwrap_or_else(|()| {
@@ -48,8 +49,18 @@ impl MemMap {
                 let layout = Layout::array::<Page>(len).expect("the mem_map's size fits usize");
                 alloc::alloc::handle_alloc_error(layout)
             });
-        pages[..reserved].fill_with(|| Page::new(PageState::Reserved));
-        pages[present as usize..].fill_with(|| Page::new(PageState::Hole));
+        let index = |pfn: Pfn| (pfn.0 - start_pfn) as usize;
+        let mut hole_start = 0;
+        for run in present {
+            debug_assert!(run.pfns.start.0 >= start_pfn && run.pfns.end.0 <= start_pfn + spanned);
+            let (first, end) = (index(run.pfns.start), index(run.pfns.end));
+            pages[hole_start..first].fill_with(|| Page::new(PageState::Hole));
+            if run.reserved {
+                pages[first..end].fill_with(|| Page::new(PageState::Reserved));
+            }
+            hole_start = end;
+        }
+        pages[hole_start..].fill_with(|| Page::new(PageState::Hole));
         let nr_pageblocks = if spanned == 0 {
             0
         } else {
@@ -123,6 +134,20 @@ impl MemMap {
     }
 }
 
+/// A mem_map whose `spanned` pages from `start_pfn` are all managed (unit tests).
+#[cfg(test)]
+pub(crate) fn all_managed(start_pfn: u64, spanned: u64) -> MemMap {
+    let pfns = crate::topology::PfnRange::new(Pfn(start_pfn), Pfn(start_pfn + spanned));
+    MemMap::new(
+        start_pfn,
+        spanned,
+        &[PresentRange {
+            pfns,
+            reserved: false,
+        }],
+    )
+}
+
 /// A copy of a [`MemMap`]'s first pfn and descriptor slice ([`MemMap::window`]).
 #[derive(Clone, Copy)]
 pub(crate) struct MemMapWindow<'m> {
@@ -152,6 +177,7 @@ impl<'m> MemMapWindow<'m> {
 mod tests {
     use super::*;
     use crate::page::{Order, NO_PFN};
+    use crate::topology::PfnRange;
     use alloc::vec::Vec;
 
     #[test]
@@ -160,8 +186,16 @@ mod tests {
         let mem_map = MemMap::new(
             start,
             reserved + managed + holes,
-            reserved + managed,
-            managed,
+            &[
+                PresentRange {
+                    pfns: PfnRange::new(Pfn(start), Pfn(start + reserved)),
+                    reserved: true,
+                },
+                PresentRange {
+                    pfns: PfnRange::new(Pfn(start + reserved), Pfn(start + reserved + managed)),
+                    reserved: false,
+                },
+            ],
         );
         let mut states = Vec::new();
         for (pfn, page) in mem_map.iter() {

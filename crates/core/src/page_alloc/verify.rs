@@ -16,6 +16,7 @@ use super::watermark::PAGEBLOCK_ORDER;
 use super::zone::Zone;
 use super::PageAllocator;
 use crate::page::{Order, PageState, Pfn, MAX_ORDER, NO_PFN};
+use crate::topology::PresentRange;
 
 /// Pages of a zone by owner, as the walk found them.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -52,7 +53,7 @@ macro_rules! ensure {
 
 impl Zone {
     /// Walk the whole zone under its lock. Checks: each page lies in exactly one block or is
-    /// reserved or a hole; every block is aligned and inside the zone; the free lists are
+    /// reserved or a hole, holes and reserved pages exactly where the memory map put them; every block is aligned and inside the zone; the free lists are
     /// well linked, hold only free blocks of their order that cache their list's type, and
     /// match `nr_free`; `NR_FREE_PAGES` equals the free pages outside isolated lists;
     /// free + on PCP lists + allocated = managed; no two free buddies below pageblock
@@ -72,8 +73,19 @@ impl Zone {
         // paths may set a block's state with one store (`Page::set_state_of_bare`).
         let mut covering_free = false;
         let bare = |page: &crate::page::Page| page.flags().is_empty() && page.memcg_id() == 0;
+        let mut layout = PresentLayout::new(&self.present_ranges);
         for (pfn, page) in mem_map.iter() {
             let (state, order) = page.state_order();
+            let expected = layout.kind(pfn);
+            let as_mapped = match state {
+                PageState::Hole => expected == PfnKind::Hole,
+                PageState::Reserved => expected == PfnKind::Reserved,
+                _ => expected == PfnKind::Managed,
+            };
+            ensure!(
+                as_mapped,
+                "{name}: {pfn:?} is {state:?} but the memory map makes it {expected:?}"
+            );
             match state {
                 PageState::Reserved => census.reserved += 1,
                 PageState::Hole => census.holes += 1,
@@ -143,6 +155,13 @@ impl Zone {
         ensure!(
             census.reserved == self.present - self.managed,
             "{name}: reserved pages changed"
+        );
+        ensure!(
+            census.holes == self.spanned - self.present,
+            "{name}: {} holes but spanned {} − present {}",
+            census.holes,
+            self.spanned,
+            self.present
         );
 
         let mut listed = 0;
@@ -246,6 +265,43 @@ impl Zone {
             );
         }
         Ok(())
+    }
+}
+
+/// What the memory map made a pfn: a hole, a reserved page or a managed one.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum PfnKind {
+    Hole,
+    Reserved,
+    Managed,
+}
+
+/// A cursor over a zone's present ranges for a walk in pfn order.
+struct PresentLayout<'r> {
+    ranges: &'r [PresentRange],
+}
+
+impl<'r> PresentLayout<'r> {
+    fn new(ranges: &'r [PresentRange]) -> PresentLayout<'r> {
+        PresentLayout { ranges }
+    }
+
+    /// The kind of `pfn`; calls come in increasing pfn order.
+    fn kind(&mut self, pfn: Pfn) -> PfnKind {
+        while let Some((first, rest)) = self.ranges.split_first() {
+            if pfn < first.pfns.end {
+                if pfn < first.pfns.start {
+                    return PfnKind::Hole;
+                }
+                return if first.reserved {
+                    PfnKind::Reserved
+                } else {
+                    PfnKind::Managed
+                };
+            }
+            self.ranges = rest;
+        }
+        PfnKind::Hole
     }
 }
 

@@ -18,7 +18,7 @@ use super::types::{CpuId, MigrateType, NodeId, ZoneType, MAX_NR_ZONES};
 use super::watermark::{WatermarkInput, WatermarkKind, Watermarks};
 use crate::page::{Order, Pfn, NR_PAGE_ORDERS};
 use crate::sync::{AtomicI64, AtomicU64, CachePadded, SpinLock, SpinLockGuard};
-use crate::topology::ZoneSpec;
+use crate::topology::{PresentRange, ZoneSpec};
 
 bitflags::bitflags! {
     /// Zone flags (`enum zone_flags`).
@@ -197,6 +197,8 @@ pub struct Zone {
     pub(crate) spanned: u64,
     pub(crate) present: u64,
     pub(crate) managed: u64,
+    /// Where the present pages lie (reserved or managed); the rest of the span is holes.
+    pub(crate) present_ranges: Box<[PresentRange]>,
     pub(crate) mem_map: MemMap,
     /// `zone->lock` and what it protects.
     pub(crate) free_area: SpinLock<FreeArea>,
@@ -247,11 +249,16 @@ impl PcpRefused {
 }
 
 impl Zone {
-    /// Build the zone of `spec`, the allocator's zone number `index`, with `nr_cpus`
-    /// pagesets, and free its managed pages into the buddy lists in maximal aligned blocks,
-    /// at the list tails, as boot does (`memblock_free_all` → `__free_pages_core`,
-    /// `FPI_TO_TAIL`).
-    pub(crate) fn new(spec: &ZoneSpec, index: usize, nr_cpus: u32) -> Zone {
+    /// Build the zone of `spec`, whose present pages are `present` (in pfn order, inside
+    /// the span), the allocator's zone number `index`, with `nr_cpus` pagesets, and free
+    /// its managed pages into the buddy lists in maximal aligned blocks, at the list tails,
+    /// as boot does (`memblock_free_all` → `__free_pages_core`, `FPI_TO_TAIL`).
+    pub(crate) fn new(
+        spec: &ZoneSpec,
+        present: &[PresentRange],
+        index: usize,
+        nr_cpus: u32,
+    ) -> Zone {
         let zone = Zone {
             index,
             node: spec.node,
@@ -260,7 +267,8 @@ impl Zone {
             spanned: spec.spanned,
             present: spec.present,
             managed: spec.managed,
-            mem_map: MemMap::new(spec.start_pfn.0, spec.spanned, spec.present, spec.managed),
+            present_ranges: present.into(),
+            mem_map: MemMap::new(spec.start_pfn.0, spec.spanned, present),
             free_area: SpinLock::new(FreeArea::new()),
             free_block_bits: AtomicU32::new(0),
             watermarks: Watermarks::default(),
@@ -288,10 +296,10 @@ impl Zone {
     }
 
     fn free_boot_memory(&self) {
-        let first = self.start_pfn.0 + (self.present - self.managed);
-        let end = self.start_pfn.0 + self.present;
         let mut locked = self.lock();
-        for (pfn, order) in aligned_blocks(first, end) {
+        let managed = self.present_ranges.iter().filter(|run| !run.reserved);
+        let blocks = managed.flat_map(|run| aligned_blocks(run.pfns.start.0, run.pfns.end.0));
+        for (pfn, order) in blocks {
             let mt = self.mem_map.pageblock_migratetype(pfn);
             // The mem_map is allocated zeroed and mapped by the kernel on first touch; a
             // first touch that reads maps the shared zero page, and the write after it
@@ -585,7 +593,11 @@ mod tests {
             present: 3000,
             managed: 3000,
         };
-        Zone::new(&spec, 0, 1)
+        let present = PresentRange {
+            pfns: crate::topology::PfnRange::new(Pfn(0), Pfn(3000)),
+            reserved: false,
+        };
+        Zone::new(&spec, &[present], 0, 1)
     }
 
     /// The watermark walk's answer from every order, read off a summary that stops early,
