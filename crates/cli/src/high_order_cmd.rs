@@ -156,12 +156,9 @@ pub fn run(args: &HighOrderArgs) -> Result<(), CliError> {
         rows,
     };
     if args.json {
-        let text =
-            serde_json::to_string_pretty(&report).map_err(|e| CliError::failed(e.to_string()))?;
-        println!("{text}");
-    } else {
-        print!("{}", render(&report));
+        return crate::zoneinfo::print_json(&report);
     }
+    print!("{}", render(&report));
     Ok(())
 }
 

@@ -607,10 +607,7 @@ fn run_test(args: &TestArgs) -> Result<(), CliError> {
 
 fn print_report(report: &Report, json: bool) -> Result<(), CliError> {
     if json {
-        let text =
-            serde_json::to_string_pretty(report).map_err(|e| CliError::failed(e.to_string()))?;
-        println!("{text}");
-        return Ok(());
+        return crate::zoneinfo::print_json(report);
     }
     println!(
         "percpu_test: {} outer x {} inner = {} cgroups, {} bytes per CPU each ({} objects of {}), \

@@ -456,10 +456,7 @@ fn measure(
 
 fn print(report: &LiveReport, json: bool) -> Result<(), CliError> {
     if json {
-        let text =
-            serde_json::to_string_pretty(report).map_err(|e| CliError::failed(e.to_string()))?;
-        println!("{text}");
-        return Ok(());
+        return crate::zoneinfo::print_json(report);
     }
     println!(
         "percpu_test --live: {} outer x {} inner = {} memory cgroups, a process in each, under {} \

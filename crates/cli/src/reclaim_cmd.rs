@@ -26,6 +26,7 @@ use mmkit_core::{
 use mmkit_runtime::{MappedMemory, PagePool};
 use serde::Serialize;
 
+use crate::zoneinfo::print_json;
 use crate::{limits, output, CliError};
 
 /// Arguments of `mmkit reclaim`.
@@ -148,13 +149,6 @@ struct PageoutRow {
     rmap_counter_updates_per_loop: f64,
     pages_reclaimed_per_loop: f64,
     relative_percent: f64,
-}
-
-/// Print `rows` as pretty JSON.
-fn print_json<T: Serialize>(rows: &T) -> Result<(), CliError> {
-    let text = serde_json::to_string_pretty(rows).map_err(|e| CliError::failed(e.to_string()))?;
-    println!("{text}");
-    Ok(())
 }
 
 fn median(values: &[f64]) -> f64 {
