@@ -21,6 +21,36 @@ fn sim_prints_a_table_relative_to_the_first_policy() {
 }
 
 #[test]
+fn the_breakdown_per_unit_of_work_divides_the_runs_totals() {
+    let args = ["--workload", "unix", "--policies", "base,patch3"];
+    let text = sim(&args).output().unwrap();
+    let json = sim(&[&args[..], &["--json"]].concat()).output().unwrap();
+    assert!(text.status.success() && json.status.success());
+    let text = String::from_utf8(text.stdout).unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let header = text
+        .lines()
+        .position(|l| l.starts_with("per message:"))
+        .unwrap();
+    for (i, line) in text.lines().skip(header + 1).take(2).enumerate() {
+        let run = &json["runs"][i];
+        let stats = &run["stats"];
+        let f = |v: &serde_json::Value| v.as_f64().unwrap();
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(words[0], run["policy"].as_str().unwrap());
+        let acq = f(&stats["lock_acquisitions"]);
+        assert!(acq > 0.0, "{line}");
+        let per_message = acq / f(&run["work_done"]);
+        assert_eq!(words[1], format!("{per_message:.3}"), "{line}");
+        let levels = f(&stats["lock_levels"]) / acq;
+        assert!(levels > 0.0, "drains of order-0..3 blocks merge: {line}");
+        assert_eq!(words[3], format!("{levels:.2}"), "{line}");
+        let spin = f(&stats["spin_ns"]) / f(&run["work_done"]);
+        assert_eq!(words[6], format!("{spin:.0}"), "{line}");
+    }
+}
+
+#[test]
 fn sim_json_is_deterministic() {
     let run = || {
         sim(&[

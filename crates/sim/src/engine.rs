@@ -142,6 +142,9 @@ pub struct SimStats {
     pub lock_contended: u64,
     /// Blocks moved under zone locks.
     pub lock_blocks: u64,
+    /// Buddy merge and split levels done under zone locks (each charged h_merge).
+    #[serde(default)]
+    pub lock_levels: u64,
     /// Time CPUs spent in PCP drains (`free_pcppages_bulk`): their zone-lock holds and the
     /// spin before them, what a call-graph profile counts as that function's children.
     pub drain_ns: u64,
@@ -173,6 +176,7 @@ impl SimStats {
             lock_acquisitions: self.lock_acquisitions - earlier.lock_acquisitions,
             lock_contended: self.lock_contended - earlier.lock_contended,
             lock_blocks: self.lock_blocks - earlier.lock_blocks,
+            lock_levels: self.lock_levels - earlier.lock_levels,
             drain_ns: self.drain_ns - earlier.drain_ns,
             busy_ns: self.busy_ns - earlier.busy_ns,
             work_ns: self.work_ns - earlier.work_ns,
@@ -623,7 +627,9 @@ impl Sim {
         for i in 0..self.report.holds.len() {
             let hold = self.report.holds[i];
             let slot = self.slot_of_zone[hold.zone];
-            let ns = self.cost.hold_ns(hold.blocks, hold.merges + hold.splits);
+            let levels = hold.merges + hold.splits;
+            self.stats.lock_levels += levels;
+            let ns = self.cost.hold_ns(hold.blocks, levels);
             let spin = self.acquire(slot, cpu, ns, hold.blocks);
             if let HoldKind::Drain(reason) = hold.kind {
                 self.stats.drain_ns += ns + spin;

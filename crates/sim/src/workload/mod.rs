@@ -48,6 +48,16 @@ impl WorkloadKind {
         }
     }
 
+    /// What one unit of its work (`RunResult::work_done`) is.
+    pub fn unit(self) -> &'static str {
+        match self {
+            WorkloadKind::Kbuild => "process",
+            WorkloadKind::Netperf | WorkloadKind::Unix => "message",
+            WorkloadKind::Pagealloc => "page",
+            WorkloadKind::Pageout => "loop",
+        }
+    }
+
     /// The workload called `name`.
     pub fn from_name(name: &str) -> Option<WorkloadKind> {
         WorkloadKind::ALL.into_iter().find(|w| w.name() == name)
