@@ -472,14 +472,24 @@ impl Memory {
         &self.swap
     }
 
-    /// An empty address space charged to the root cgroup.
+    /// An empty address space charged to the root cgroup, in the lowest id an exited one
+    /// left free (a loop that forks and exits keeps a few ids, as Linux reuses pids).
     pub fn create_mm(&mut self) -> MmId {
-        self.mms.push(Some(Mm {
+        let mm = Mm {
             vmas: BTreeMap::new(),
             counters: MmCounters::default(),
             memcg: MemcgId::ROOT,
-        }));
-        MmId(self.mms.len() as u32 - 1)
+        };
+        match self.mms.iter().position(Option::is_none) {
+            Some(free) => {
+                self.mms[free] = Some(mm);
+                MmId(free as u32)
+            }
+            None => {
+                self.mms.push(Some(mm));
+                MmId(self.mms.len() as u32 - 1)
+            }
+        }
     }
 
     /// Move an address space's future charges to `memcg` (cgroup v2 moves no old charges).
