@@ -1,7 +1,7 @@
-//! fork and copy-on-write against a naive per-PTE model.
+//! fork, copy-on-write and the deferred split queue against a naive per-PTE model.
 //!
-//! Up to four processes, each with an anonymous mapping of order-4 folios and one of
-//! single pages, run random sequences of reads and writes, forks, exits, `munmap` + `mmap`
+//! Up to four processes, each with an anonymous mapping of order-4 folios, one of single
+//! pages and one of PMD-sized (order-9) folios mapped by PTEs, run random sequences of reads and writes, forks, exits, `munmap` + `mmap`
 //! again, reclaim of single folios (to swap, so swap entries are shared after fork too),
 //! splits, and rmap walks. The model keeps, per process and virtual page, which page of
 //! which folio it maps (and whether fork write-protected it) or which swapped page it
@@ -9,7 +9,11 @@
 //! reuse when this PTE holds the folio's only reference, else copy into an order-0 page),
 //! and from its PTEs alone it computes every page's map count, each folio's
 //! `_nr_pages_mapped` and reference count, `NR_ANON_MAPPED`, each swap slot's count, the
-//! set of folios still allocated, and how many mappings an rmap walk must find. After
+//! set of folios still allocated, how many mappings an rmap walk must find, and which THPs
+//! are on the deferred split queue (6.7: a PTE unmap that leaves a page of one unmapped
+//! queues it, reclaim's unmap does not, a split or free takes it off) with the
+//! `thp_deferred_split_page` and `thp_split_page` events; the shrinker's scan splits
+//! every queued folio and frees its unmapped pages. After
 //! every step the mapping layer must agree, and `Memory::verify()` must pass. Per-page and
 //! batched rmap removal (`folio_remove_rmap_ptes` with nr > 1, in zap and
 //! `try_to_unmap`, here on folios mapped by several processes) run the same sequences and
@@ -20,6 +24,8 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use common::{allocator, TokenIo};
+use mmkit_core::mm::huge_memory::DeferredSplitQueue;
+use mmkit_core::mm::memcg::MemcgId;
 use mmkit_core::mm::{Folio, Memory, MmId, PteState, SwapEntry, Vpn};
 use mmkit_core::page_alloc::Caller;
 use mmkit_core::{MmPolicy, Order, Pfn, RmapRemoval};
@@ -29,7 +35,7 @@ const ZONE_PAGES: u64 = 8192;
 const SWAP_SLOTS: u64 = 4096;
 const MAX_PROCS: usize = 4;
 /// Per process: (start, pages, folio order) of its anonymous mappings.
-const MAPS: [(Vpn, u64, u8); 2] = [(0x1000, 64, 4), (0x2000, 16, 0)];
+const MAPS: [(Vpn, u64, u8); 3] = [(0x1000, 64, 4), (0x2000, 16, 0), (0x4000, 1024, 9)];
 const CALLER: Caller = Caller::task(1);
 
 #[derive(Clone, Debug)]
@@ -65,19 +71,22 @@ enum Op {
         map: usize,
         page: u64,
     },
+    /// `deferred_split_scan` of the root cgroup's whole queue.
+    DeferredSplitScan,
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let target = (0..MAX_PROCS, 0..2usize, 0..64u64);
+    let target = (0..MAX_PROCS, 0..MAPS.len(), 0..1024u64);
     prop_oneof![
         10 => (target.clone(), any::<bool>())
             .prop_map(|((proc, map, page), write)| Op::Access { proc, map, page, write }),
         2 => (0..MAX_PROCS).prop_map(|proc| Op::Fork { proc }),
         1 => (0..MAX_PROCS).prop_map(|proc| Op::Exit { proc }),
-        1 => (0..MAX_PROCS, 0..2usize).prop_map(|(proc, map)| Op::Remap { proc, map }),
+        1 => (0..MAX_PROCS, 0..MAPS.len()).prop_map(|(proc, map)| Op::Remap { proc, map }),
         2 => target.clone().prop_map(|(proc, map, page)| Op::Reclaim { proc, map, page }),
         1 => target.clone().prop_map(|(proc, map, page)| Op::Referenced { proc, map, page }),
         1 => target.prop_map(|(proc, map, page)| Op::Split { proc, map, page }),
+        1 => Just(Op::DeferredSplitScan),
     ]
 }
 
@@ -101,6 +110,10 @@ struct World {
     tokens: HashMap<(usize, Vpn), u64>,
     /// Model folios: head pfn and order, learned when the kernel allocates them.
     folios: Vec<(Pfn, Order)>,
+    /// Model: THPs on the deferred split queue, and the two events.
+    queued: BTreeSet<usize>,
+    thp_deferred_split_page: u64,
+    thp_split_page: u64,
     next_token: u64,
 }
 
@@ -124,6 +137,9 @@ impl World {
             ptes: BTreeMap::new(),
             tokens: HashMap::new(),
             folios: Vec::new(),
+            queued: BTreeSet::new(),
+            thp_deferred_split_page: 0,
+            thp_split_page: 0,
             next_token: 1,
         }
     }
@@ -165,7 +181,51 @@ impl World {
         Folio::of_page(zone.mem_map(), pfn).unwrap()
     }
 
+    /// Map counts of every page the model's PTEs map.
+    fn page_maps(&self) -> HashMap<(usize, u64), u64> {
+        let mut maps = HashMap::new();
+        for pte in self.ptes.values() {
+            if let ModelPte::Mapped { folio, page, .. } = *pte {
+                *maps.entry((folio, page)).or_default() += 1;
+            }
+        }
+        maps
+    }
+
+    /// Apply `op` to both, then the deferred split rules: a THP with a page that lost its
+    /// last PTE map goes on the queue (not when reclaim unmapped it for swap), a freed one
+    /// leaves it.
     fn apply(&mut self, op: &Op) -> Result<(), TestCaseError> {
+        let before = self.page_maps();
+        self.apply_op(op)?;
+        let after = self.page_maps();
+        // Only PTE unmaps queue: not reclaim's (the folio is in the swap cache), and a
+        // split moves maps to new folios without unmapping anything.
+        let unmaps = !matches!(
+            op,
+            Op::Reclaim { .. } | Op::Split { .. } | Op::DeferredSplitScan
+        );
+        if unmaps {
+            let mut lost: Vec<usize> = before
+                .keys()
+                .filter(|k| !after.contains_key(k))
+                .map(|&(f, _)| f)
+                .filter(|&f| self.folios[f].1.get() >= 9)
+                .collect();
+            lost.sort_unstable();
+            lost.dedup();
+            for f in lost {
+                if self.queued.insert(f) {
+                    self.thp_deferred_split_page += 1;
+                }
+            }
+        }
+        let live = self.live_folios();
+        self.queued.retain(|f| live.contains(f));
+        Ok(())
+    }
+
+    fn apply_op(&mut self, op: &Op) -> Result<(), TestCaseError> {
         match *op {
             Op::Access {
                 proc,
@@ -214,7 +274,24 @@ impl World {
                 prop_assert_eq!(self.memory.folio_referenced(folio), 0, "bits cleared");
                 Ok(())
             }
-            Op::Split { proc, map, page } => self.split(proc, map, page),
+            Op::Split { proc, map, page } => {
+                let Some(ModelPte::Mapped { folio: f, .. }) = self.model_at(proc, map, page) else {
+                    return Ok(());
+                };
+                self.split(f)
+            }
+            Op::DeferredSplitScan => {
+                let queue = DeferredSplitQueue::Memcg(MemcgId::ROOT);
+                let split = self
+                    .memory
+                    .deferred_split_scan(CALLER, queue, u64::MAX)
+                    .map_err(|e| TestCaseError::fail(format!("deferred split: {e}")))?;
+                prop_assert_eq!(split, self.queued.len() as u64);
+                for f in std::mem::take(&mut self.queued) {
+                    self.model_split(f);
+                }
+                Ok(())
+            }
         }
     }
 
@@ -365,19 +442,26 @@ impl World {
         Ok(())
     }
 
-    fn split(&mut self, proc: usize, map: usize, page: u64) -> Result<(), TestCaseError> {
-        let Some(ModelPte::Mapped { folio: f, .. }) = self.model_at(proc, map, page) else {
-            return Ok(());
-        };
-        let (pfn, order) = self.folios[f];
-        let folio = self.real_folio(pfn);
+    fn split(&mut self, f: usize) -> Result<(), TestCaseError> {
+        let folio = self.real_folio(self.folios[f].0);
         let split = self
             .memory
             .split_folio(CALLER, folio)
             .map_err(|e| TestCaseError::fail(format!("split: {e}")))?;
         prop_assert!(split, "only PTE maps hold references");
+        self.queued.remove(&f);
+        self.model_split(f);
+        Ok(())
+    }
+
+    /// Model folio `f` split: each mapped page a folio of its own, unmapped ones freed.
+    fn model_split(&mut self, f: usize) {
+        let (pfn, order) = self.folios[f];
         if order == Order::ZERO {
-            return Ok(());
+            return;
+        }
+        if order.get() >= 9 {
+            self.thp_split_page += 1;
         }
         // Each mapped page becomes a folio of its own; unmapped ones are freed.
         let mut pieces: HashMap<u64, usize> = HashMap::new();
@@ -399,7 +483,6 @@ impl World {
         for (_, page) in by_id {
             self.folios.push((pfn.add(page), Order::ZERO));
         }
-        Ok(())
     }
 
     /// Everything the model predicts, against the mapping layer.
@@ -483,6 +566,12 @@ impl World {
             anon_mapped,
             "NR_ANON_MAPPED"
         );
+        let queued: BTreeSet<Pfn> = self.memory.deferred_split().queued().collect();
+        let expected: BTreeSet<Pfn> = self.queued.iter().map(|&f| self.folios[f].0).collect();
+        prop_assert_eq!(queued, expected, "the deferred split queue");
+        let stats = self.memory.stats();
+        prop_assert_eq!(stats.thp_deferred_split_page, self.thp_deferred_split_page);
+        prop_assert_eq!(stats.thp_split_page, self.thp_split_page);
         Ok(())
     }
 

@@ -247,6 +247,11 @@ pub struct MmStats {
     pub reclaimed: u64,
     /// Large folios split (`thp_split_page` and mTHP splits).
     pub folio_splits: u64,
+    /// `thp_split_page`: PMD-sized folios split.
+    pub thp_split_page: u64,
+    /// `thp_deferred_split_page`: PMD-sized anonymous folios put on a deferred split
+    /// queue.
+    pub thp_deferred_split_page: u64,
     /// `pgreuse`: write faults on a write-protected page that kept the page
     /// (`wp_page_reuse`).
     pub pgreuse: u64,
@@ -379,6 +384,8 @@ pub struct Memory {
     pub(super) folios: BTreeMap<Pfn, FolioInfo>,
     pub(super) swap: SwapSpace,
     pub(super) stats: MmStats,
+    /// Anonymous THPs waiting for the shrinker to split them.
+    pub(super) deferred_split: super::huge_memory::DeferredSplit,
     pub(super) memcgs: MemcgTree,
     /// Whether file write-back completes later ([`Memory::end_writeback`]) instead of
     /// within the write call.
@@ -407,6 +414,7 @@ impl Memory {
             folios: BTreeMap::new(),
             swap: SwapSpace::new(swap_slots),
             stats: MmStats::default(),
+            deferred_split: Default::default(),
             async_writeback: false,
             writeback: BTreeMap::new(),
             memcg_hierarchy: MemcgHierarchy::V2,
@@ -862,7 +870,8 @@ impl Memory {
         self.map_pages(caller, mm, vpn, new, new.pfn, 1, true)?;
         self.lru_add(caller, new);
         self.mm_mut(mm)?.counters.anon_pages -= 1;
-        self.remove_rmap(caller, folio, pfn, 1, true);
+        let unmapped = self.remove_rmap(caller, folio, pfn, 1, true);
+        self.deferred_split_folio(folio, unmapped);
         self.count_rmap_updates(folio, 1, 1);
         self.folio_put(caller, folio, 1)?;
         self.stats.wp_copies += 1;
@@ -1393,13 +1402,17 @@ impl Memory {
         nr: u64,
         anon: bool,
     ) -> Result<(), MmError> {
-        self.remove_rmap(caller, folio, first, nr, anon);
+        let unmapped = self.remove_rmap(caller, folio, first, nr, anon);
+        if anon {
+            self.deferred_split_folio(folio, unmapped);
+        }
         self.count_rmap_updates(folio, nr, 1);
         self.folio_put(caller, folio, nr)
     }
 
     /// Remove `nr` PTE maps from `folio`'s pages from `first` and update the mapped
-    /// statistic: the rmap half of unmapping, shared by zap and `try_to_unmap`.
+    /// statistic: the rmap half of unmapping, shared by zap and `try_to_unmap`. Returns
+    /// how many pages no PTE maps any more.
     pub(super) fn remove_rmap(
         &mut self,
         caller: Caller,
@@ -1407,11 +1420,12 @@ impl Memory {
         first: Pfn,
         nr: u64,
         anon: bool,
-    ) {
+    ) -> u64 {
         let unmapped = folio.remove_rmap_ptes(self.mem_map(folio.pfn), first, nr);
         if unmapped != 0 {
             self.mod_mapped_state(caller, folio, anon, -(unmapped as i64));
         }
+        unmapped
     }
 
     /// `__lruvec_stat_mod_folio(folio, NR_ANON_MAPPED or NR_FILE_MAPPED, delta)`: the
@@ -1463,6 +1477,8 @@ impl Memory {
     /// Give an unreferenced folio back to the allocator.
     pub(super) fn free_folio(&mut self, caller: Caller, folio: Folio) -> Result<(), MmError> {
         self.folios.remove(&folio.pfn);
+        // `folio_undo_large_rmappable`: off the deferred split queue.
+        self.deferred_split.remove(folio.pfn);
         let head = folio.head(self.mem_map(folio.pfn));
         if head.flags().contains(PageFlags::LRU) {
             self.lru_del(caller, folio);

@@ -8,6 +8,7 @@
 //! - [`rmap`]: the reverse map, `folio_referenced`, `try_to_unmap` (per-page or Yin 2023's
 //!   batched rmap removal).
 //! - [`pageout`]: reclaiming a folio, `split_folio`, `MADV_PAGEOUT`.
+//! - [`huge_memory`]: the deferred split queue and its shrinker.
 //! - [`swap`]: swap slots.
 //! - [`lru`]: LRU lists per memcg and node, linked through the folio heads.
 //! - [`memcg`]: the cgroup tree, charges with per-CPU batching, `memory.stat`.
@@ -18,6 +19,7 @@
 //! Still to come: PMD mappings and the deferred split queue; see `docs/ARCHITECTURE.md`.
 
 pub mod folio;
+pub mod huge_memory;
 pub mod lru;
 pub mod memcg;
 pub mod memory;

@@ -75,6 +75,7 @@ impl Memory {
             .split_page(folio.pfn, folio.order)
             .map_err(MmError::Free)?;
         self.folios.remove(&folio.pfn);
+        self.deferred_split.remove(folio.pfn);
         for i in 0..folio.nr_pages() {
             let pfn = folio.pfn.add(i);
             let page = mem_map.page(pfn);
@@ -112,6 +113,9 @@ impl Memory {
             self.free_folio(caller, single)?;
         }
         self.stats.folio_splits += 1;
+        if super::huge_memory::pmd_mappable(folio.order) {
+            self.stats.thp_split_page += 1;
+        }
         Ok(true)
     }
 

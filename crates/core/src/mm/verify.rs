@@ -7,8 +7,9 @@
 //! equal what the page tables hold; each swap slot's count equals the swap entries naming
 //! it; the page cache and the side table agree; an anonymous page is mapped only where its
 //! anon_vma's chains reach (so the rmap walk finds every mapping), and each mapping's
-//! `anon_vma_chain` and the anon_vmas' chains name each other, in one fork tree. Then the
-//! allocator's own walker.
+//! `anon_vma_chain` and the anon_vmas' chains name each other, in one fork tree; a folio
+//! on a deferred split queue is a held, partly unmapped anonymous THP on its cgroup's
+//! queue. Then the allocator's own walker.
 
 use alloc::collections::BTreeMap;
 use alloc::format;
@@ -111,6 +112,34 @@ impl Memory {
             );
         }
         self.verify_anon_vmas()?;
+        for head in self.deferred_split.queued() {
+            let info = self.folios.get(&head);
+            ensure!(
+                info.is_some(),
+                "{head:?} on a deferred split queue but not held"
+            );
+            let folio = info.expect("checked").folio;
+            let mem_map = self.mem_map(head);
+            let page = folio.head(mem_map);
+            ensure!(
+                matches!(info.expect("checked").mapping, Mapping::Anon(_))
+                    && super::huge_memory::pmd_mappable(folio.order),
+                "{head:?} on a deferred split queue: not an anonymous THP"
+            );
+            ensure!(
+                folio.nr_pages_mapped(mem_map) < folio.nr_pages(),
+                "{head:?} on a deferred split queue with every page mapped"
+            );
+            let queue = match page.memcg_id() {
+                0 => super::huge_memory::DeferredSplitQueue::Node(self.node_of(head)),
+                id => super::huge_memory::DeferredSplitQueue::Memcg(MemcgId(id)),
+            };
+            ensure!(
+                self.deferred_split.queue_of(head) == Some(queue),
+                "{head:?} on {:?}, charged for {queue:?}",
+                self.deferred_split.queue_of(head)
+            );
+        }
 
         let (mut anon_mapped, mut file_mapped) = (0, 0);
         for (&head, info) in &self.folios {
