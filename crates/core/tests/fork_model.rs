@@ -743,3 +743,59 @@ fn a_swap_slot_shared_by_fork_is_freed_by_its_last_user() {
     world.check().unwrap();
     assert_eq!(world.memory.swap().used(), 0);
 }
+
+#[test]
+fn reclaim_runs_the_deferred_split_shrinker_which_frees_the_unmapped_pages() {
+    // No swap: reclaim finds nothing to free on the LRU lists and goes down to priority
+    // 0, where a queue of one folio is due (`2 × (1 >> priority)` ≥ 1).
+    let mut memory = Memory::new(allocator(ZONE_PAGES), MmPolicy::V6_7, 0);
+    let mut io = TokenIo::default();
+    let parent = memory.create_mm();
+    let (start, pages, order) = range(2);
+    memory.mmap_anon(parent, start, pages, order).unwrap();
+    let thp = memory
+        .access(CALLER, parent, start, false, &mut io)
+        .unwrap()
+        .folio;
+    assert_eq!(thp.order, order);
+    let child = memory.fork(CALLER, parent).unwrap();
+    for vpn in start..start + 8 {
+        memory.access(CALLER, child, vpn, true, &mut io).unwrap();
+    }
+    assert!(
+        memory.deferred_split().is_empty(),
+        "the parent maps every page"
+    );
+    memory.exit_mm(CALLER, parent).unwrap();
+    let queue = DeferredSplitQueue::Memcg(MemcgId::ROOT);
+    assert_eq!(
+        memory.deferred_split().len(queue),
+        1,
+        "8 pages lost their last map"
+    );
+    assert_eq!(memory.stats().thp_deferred_split_page, 1);
+    let allocated = |m: &Memory| -> u64 {
+        m.allocator()
+            .verify()
+            .unwrap()
+            .iter()
+            .map(|c| c.allocated)
+            .sum()
+    };
+    let allocated_before = allocated(&memory);
+    let _ = memory.memory_reclaim(CALLER, MemcgId::ROOT, 64, &mut io);
+    memory.verify().unwrap();
+    assert!(memory.deferred_split().is_empty());
+    assert_eq!(memory.stats().thp_split_page, 1);
+    // The child copied pages 0–7 and maps the rest: those are single pages now, and
+    // pages 0–7, which no PTE mapped after the parent exited, are free.
+    assert_eq!(
+        memory.folio_info(thp.pfn.add(8)).unwrap().folio.order,
+        Order::ZERO
+    );
+    assert!(
+        memory.folio_info(thp.pfn).is_none(),
+        "an unmapped page was freed"
+    );
+    assert_eq!(allocated(&memory), allocated_before - 8);
+}
