@@ -16,7 +16,7 @@
 //!   reclaim, kswapd, and `lruvec_lru_size` as two policies.
 //! - [`verify`]: the walker that checks every count against the page tables.
 //!
-//! Still to come: PMD mappings and the deferred split queue; see `docs/ARCHITECTURE.md`.
+//! Still to come: PMD mappings; see `docs/ARCHITECTURE.md`.
 
 pub mod folio;
 pub mod huge_memory;
