@@ -2,7 +2,9 @@
 //! congestion-bit fix (threads: `docs/reference/sources.md`).
 //!
 //! - `pageout`: Yin 2023's MADV_PAGEOUT loop on real memory and real files, per-page
-//!   against batched rmap removal.
+//!   against batched rmap removal; `--fork N` has each worker's process fork N children
+//!   that map the same folios and exit, so the batched removal also runs on folios mapped
+//!   by several processes.
 //! - `lru-size`: Wang 2019's many-cgroups direct-reclaim case, `lruvec_lru_size` from zone
 //!   sizes against per-CPU counter sums, for several CPU counts.
 //! - `congestion`: kswapd marks a node congested, then root `memory.reclaim` runs; with one
@@ -68,6 +70,12 @@ struct PageoutArgs {
     /// Order of the page-cache folios (4 = 64 KiB).
     #[arg(long, default_value_t = 4)]
     folio_order: u8,
+    /// Children each worker's process forks in every loop, after reading the mapping: each
+    /// reads every page (mapping the file's folios a second, third, … time) and exits
+    /// before the pageout, so zap's rmap removal runs on folios that other processes
+    /// still map.
+    #[arg(long, default_value_t = 0)]
+    fork: u32,
     /// Split large folios as Linux 6.7's MADV_PAGEOUT does; by default they are kept
     /// whole, as in Yin 2023's patched kernel (and Linux ≥ 6.10 for covered folios).
     #[arg(long)]
@@ -162,6 +170,13 @@ fn pageout(args: &PageoutArgs) -> Result<(), CliError> {
     if args.workers == 0 || args.workers > 1024 {
         return Err(CliError::usage("--workers must be 1..=1024"));
     }
+    if args.fork > MAX_FORK {
+        return Err(CliError::usage(format!(
+            "--fork {}: at most {MAX_FORK} children per worker (a file page's map count is \
+             16 bits, and every child maps every page)",
+            args.fork
+        )));
+    }
     if !(args.seconds > 0.0 && args.seconds <= 600.0) || args.repeat == 0 {
         return Err(CliError::usage(
             "--seconds must be in (0, 600] and --repeat at least 1",
@@ -248,7 +263,7 @@ fn pageout(args: &PageoutArgs) -> Result<(), CliError> {
         return print_json(&rows);
     }
     println!(
-        "MADV_PAGEOUT loop (Yin 2023): {} workers, {} KiB file each, page-cache folios of {} KiB, large folios {}, data {}; median of {} × {} s",
+        "MADV_PAGEOUT loop (Yin 2023): {} workers, {} KiB file each, page-cache folios of {} KiB, large folios {}, data {}{}; median of {} × {} s",
         args.workers,
         args.file_kib,
         4u64 << folio_order.get(),
@@ -256,6 +271,14 @@ fn pageout(args: &PageoutArgs) -> Result<(), CliError> {
         match args.io {
             IoMode::File => "read from the real file",
             IoMode::None => "not moved",
+        },
+        if args.fork == 0 {
+            String::new()
+        } else {
+            format!(
+                "; each loop forks {} children that read every page and exit",
+                args.fork
+            )
         },
         args.repeat,
         args.seconds
@@ -305,6 +328,10 @@ fn check_pageout_fits(args: &PageoutArgs, file_pages: u64) -> Result<(), CliErro
     }
     Ok(())
 }
+
+/// The most children `--fork` may ask for per worker: far below the 65535 maps a page's
+/// 16-bit count holds, and more than the batching needs to show.
+const MAX_FORK: u32 = 1024;
 
 /// One timed run of the loop under `policy`: (loops/s, rmap counter updates per loop,
 /// pages reclaimed per loop).
@@ -357,6 +384,18 @@ fn pageout_run(
                     loop {
                         for page in 0..file_pages {
                             backend.touch(mm, start + page)?;
+                        }
+                        let mut children = Vec::with_capacity(args.fork as usize);
+                        for _ in 0..args.fork {
+                            children.push(backend.fork(mm)?);
+                        }
+                        for &child in &children {
+                            for page in 0..file_pages {
+                                backend.touch(child, start + page)?;
+                            }
+                        }
+                        for child in children {
+                            backend.exit(child)?;
                         }
                         backend.pageout(mm, start, file_pages)?;
                         loops += 1;
@@ -434,6 +473,26 @@ impl Backend {
         }
     }
 
+    fn fork(&self, mm: mmkit_core::mm::MmId) -> Result<mmkit_core::mm::MmId, MmError> {
+        match self {
+            Backend::Files(m) => m.fork(mm),
+            Backend::Bare(m, pool) => {
+                let caller = pool.caller();
+                m.lock().expect("not poisoned").fork(caller, mm)
+            }
+        }
+    }
+
+    fn exit(&self, mm: mmkit_core::mm::MmId) -> Result<(), MmError> {
+        match self {
+            Backend::Files(m) => m.exit_mm(mm),
+            Backend::Bare(m, pool) => {
+                let caller = pool.caller();
+                m.lock().expect("not poisoned").exit_mm(caller, mm)
+            }
+        }
+    }
+
     fn pageout(&self, mm: mmkit_core::mm::MmId, start: u64, pages: u64) -> Result<(), MmError> {
         match self {
             Backend::Files(m) => m.madvise_pageout(mm, start, pages).map(|_| ()),
@@ -471,6 +530,7 @@ impl PageIo for NoIo {
     fn write_swap(&mut self, _: SwapEntry, _: Pfn) {}
     fn read_swap(&mut self, _: SwapEntry, _: Pfn) {}
     fn zero(&mut self, _: Pfn, _: u64) {}
+    fn copy(&mut self, _: Pfn, _: Pfn) {}
 }
 
 /// A one-node machine of `pages` pages and `cpus` CPUs for the core-only experiments.

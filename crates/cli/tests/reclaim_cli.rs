@@ -136,6 +136,32 @@ fn pageout_counts_fewer_rmap_updates_when_batched() {
 }
 
 #[test]
+fn pageout_with_forked_children_batches_the_removal_on_shared_folios() {
+    let rows = json(&[
+        "pageout",
+        "--workers",
+        "1",
+        "--seconds",
+        "0.05",
+        "--repeat",
+        "1",
+        "--file-kib",
+        "256",
+        "--io",
+        "none",
+        "--fork",
+        "2",
+    ]);
+    let updates = |i: usize| rows[i]["rmap_counter_updates_per_loop"].as_f64().unwrap();
+    // Each child maps the 64 pages (4 folios of 16) that the parent maps too and exits:
+    // per page 4 updates, batched 64 + 3 per folio; then the parent's pageout as without
+    // --fork.
+    assert_eq!(updates(0), 3.0 * 256.0);
+    assert_eq!(updates(1), 3.0 * (64.0 + 4.0 * 3.0));
+    assert_eq!(rows[0]["pages_reclaimed_per_loop"], 64.0);
+}
+
+#[test]
 fn bad_input_is_a_usage_error() {
     reclaim(&["pageout", "--workers", "0"])
         .assert()
@@ -145,6 +171,10 @@ fn bad_input_is_a_usage_error() {
         .assert()
         .code(2)
         .stderr(contains("--file-kib"));
+    reclaim(&["pageout", "--fork", "1025"])
+        .assert()
+        .code(2)
+        .stderr(contains("--fork"));
     reclaim(&["lru-size", "--cpus", "0"])
         .assert()
         .code(2)

@@ -29,6 +29,7 @@ impl PageIo for NoIo {
     fn write_swap(&mut self, _: SwapEntry, _: Pfn) {}
     fn read_swap(&mut self, _: SwapEntry, _: Pfn) {}
     fn zero(&mut self, _: Pfn, _: u64) {}
+    fn copy(&mut self, _: Pfn, _: Pfn) {}
 }
 
 fn order(n: u8) -> Order {

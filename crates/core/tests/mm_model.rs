@@ -12,16 +12,14 @@
 //! batching must not increase.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use mmkit_core::mm::memcg::MemcgId;
-use mmkit_core::mm::{FileId, Memory, MmError, MmId, PageIo, PteState, SwapEntry, Vpn};
+mod common;
+
+use common::{allocator, TokenIo};
+use mmkit_core::mm::{FileId, Memory, MmError, MmId, PteState, Vpn};
 use mmkit_core::page_alloc::Caller;
-use mmkit_core::topology::CacheInfo;
-use mmkit_core::{
-    MmPolicy, Order, PageAllocator, PageoutSplit, Pfn, Policy, RmapRemoval, Settings, Topology,
-    ZoneSpec, ZoneType,
-};
+use mmkit_core::{MmPolicy, Order, PageoutSplit, Pfn, RmapRemoval};
 use proptest::prelude::*;
 
 const ZONE_PAGES: u64 = 8192;
@@ -29,57 +27,6 @@ const FILE_PAGES: u64 = 64;
 /// Per address space: (start, pages, folio order) of the anonymous mappings.
 const ANON: [(Vpn, u64, u8); 2] = [(0x1000, 48, 2), (0x2000, 16, 0)];
 const FILE_START: Vpn = 0x3000;
-
-fn allocator() -> Arc<PageAllocator> {
-    let spec = ZoneSpec {
-        node: 0,
-        zone_type: ZoneType::Normal,
-        start_pfn: Pfn(0x10000),
-        spanned: ZONE_PAGES,
-        present: ZONE_PAGES,
-        managed: ZONE_PAGES,
-    };
-    let llc = CacheInfo {
-        llc_bytes: 8 << 20,
-        llc_shared_cpus: 2,
-    };
-    let topology = Topology::new(vec![spec], vec![2], llc, false).expect("valid topology");
-    Arc::new(PageAllocator::new(topology, Settings::default(), Policy::V6_7).expect("valid"))
-}
-
-/// Page contents as tokens: what the runtime would copy, checked by the model.
-#[derive(Default)]
-struct TokenIo {
-    frames: HashMap<Pfn, u64>,
-    swap: HashMap<SwapEntry, u64>,
-    files: HashMap<(FileId, u64), u64>,
-}
-
-impl PageIo for TokenIo {
-    fn read_file(&mut self, file: FileId, index: u64, pfn: Pfn, pages: u64) {
-        for i in 0..pages {
-            let token = self.files.get(&(file, index + i)).copied().unwrap_or(0);
-            self.frames.insert(pfn.add(i), token);
-        }
-    }
-    fn write_file(&mut self, file: FileId, index: u64, pfn: Pfn, pages: u64) {
-        for i in 0..pages {
-            let token = self.frames[&pfn.add(i)];
-            self.files.insert((file, index + i), token);
-        }
-    }
-    fn write_swap(&mut self, entry: SwapEntry, pfn: Pfn) {
-        self.swap.insert(entry, self.frames[&pfn]);
-    }
-    fn read_swap(&mut self, entry: SwapEntry, pfn: Pfn) {
-        self.frames.insert(pfn, self.swap[&entry]);
-    }
-    fn zero(&mut self, pfn: Pfn, pages: u64) {
-        for i in 0..pages {
-            self.frames.insert(pfn.add(i), 0);
-        }
-    }
-}
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -174,7 +121,7 @@ fn map_range(map: usize) -> (Vpn, u64) {
 
 impl World {
     fn new(policy: MmPolicy) -> World {
-        let mut memory = Memory::new(allocator(), policy, 512);
+        let mut memory = Memory::new(allocator(ZONE_PAGES), policy, 512);
         let file = memory.create_file(FILE_PAGES, Order::new(3).unwrap());
         let mms = [memory.create_mm(), memory.create_mm()];
         let parent = memory.create_memcg(MemcgId::ROOT).unwrap();

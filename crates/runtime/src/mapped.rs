@@ -114,6 +114,12 @@ impl PageIo for DiskIo {
     fn zero(&mut self, pfn: Pfn, pages: u64) {
         self.frame(pfn, pages).fill(0);
     }
+
+    fn copy(&mut self, from: Pfn, to: Pfn) {
+        // Through a buffer: `frame` lends one frame at a time.
+        let data = self.frame(from, 1).to_vec();
+        self.frame(to, 1).copy_from_slice(&data);
+    }
 }
 
 struct State {
@@ -320,6 +326,18 @@ impl MappedMemory {
         pgoff: u64,
     ) -> Result<(), MmError> {
         self.lock().memory.mmap_file(mm, start, pages, file, pgoff)
+    }
+
+    /// `fork`: a child address space sharing `mm`'s anonymous pages copy-on-write.
+    pub fn fork(&self, mm: MmId) -> Result<MmId, MmError> {
+        let (_hotplug, caller) = self.pool.caller_for_operation();
+        self.lock().memory.fork(caller, mm)
+    }
+
+    /// The process of `mm` exits: every mapping is unmapped and the address space goes.
+    pub fn exit_mm(&self, mm: MmId) -> Result<(), MmError> {
+        let (_hotplug, caller) = self.pool.caller_for_operation();
+        self.lock().memory.exit_mm(caller, mm)
     }
 
     /// Remove the mapping at `start`.

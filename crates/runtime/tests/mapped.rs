@@ -53,6 +53,36 @@ fn anonymous_data_survives_swap_out_and_in() {
 }
 
 #[test]
+fn a_forked_child_reads_the_parents_bytes_and_keeps_its_writes_to_itself() {
+    let m = mapped("fork", MmPolicy::V6_7);
+    let parent = m.create_mm();
+    m.mmap_anon(parent, 0x100, 16, Order::new(2).unwrap())
+        .unwrap();
+    let data = pattern(5, 16 * 4096);
+    m.write(parent, 0x100 * 4096, &data).unwrap();
+    let child = m.fork(parent).unwrap();
+    let mut back = vec![0; data.len()];
+    m.read(child, 0x100 * 4096, &mut back).unwrap();
+    assert!(back == data, "the child sees the parent's bytes");
+    // Copy-on-write: the child's write goes to a copy of the page, byte for byte.
+    let update = pattern(11, 100);
+    m.write(child, 0x103 * 4096 + 8, &update).unwrap();
+    m.verify().unwrap();
+    assert_eq!(m.stats().wp_copies, 1);
+    m.read(parent, 0x100 * 4096, &mut back).unwrap();
+    assert!(back == data, "the parent's page is unchanged");
+    let mut page = vec![0; 4096];
+    m.read(child, 0x103 * 4096, &mut page).unwrap();
+    assert!(
+        page[..8] == data[3 * 4096..3 * 4096 + 8],
+        "copied, not zeroed"
+    );
+    assert!(page[8..108] == update[..]);
+    m.exit_mm(child).unwrap();
+    m.verify().unwrap();
+}
+
+#[test]
 fn file_pages_are_read_from_and_written_back_to_the_file_on_disk() {
     let m = mapped("file", MmPolicy::V6_7);
     let contents = pattern(3, 5 * 4096);

@@ -3,7 +3,26 @@
 //! Linux counterpart (v6.7): `struct mm_struct` and `struct vm_area_struct`
 //! (`include/linux/mm_types.h`), `do_anonymous_page` / `do_read_fault` / `do_swap_page`
 //! (`mm/memory.c`), `filemap_add_folio` (`mm/filemap.c`), `zap_pte_range`, `anon_vma`
-//! and `address_space.i_mmap` (`mm/rmap.c`).
+//! and `address_space.i_mmap` (`mm/rmap.c`); fork: `dup_mmap` (`kernel/fork.c`),
+//! `anon_vma_fork` (`mm/rmap.c`), `copy_pte_range` (`mm/memory.c`), and the write fault
+//! on a shared anonymous page, `do_wp_page` with `wp_can_reuse_anon_folio` and
+//! `wp_page_copy`.
+//!
+//! Fork as v6.7 does it for private anonymous mappings: the child's mapping gets an
+//! `anon_vma` of its own whose parent is the parent mapping's and whose root is that one's
+//! root, and an `anon_vma_chain` to it and to every anon_vma the parent mapping is chained
+//! to (so an rmap walk from a folio of any of them finds the child's mapping); every
+//! present PTE is copied with one more map count and reference on its page
+//! (`page_try_dup_anon_rmap` per PTE, 6.7 does not batch fork) and write-protected in both
+//! processes, the child's marked old; swap entries get one more user on their slot. Shared
+//! file mappings copy no PTEs (`vma_needs_copy`: the child faults them in). A write to a
+//! write-protected page reuses it when the folio's only reference is this PTE's (6.7's
+//! rule, large folios included: no swap cache, KSM or pins here), else copies it into a
+//! new order-0 folio, maps that and removes the old page's map and reference.
+//!
+//! Where we differ: `anon_vma_clone` never reuses an existing anon_vma (Linux reuses one
+//! with no mappings and at most one child, to keep chains short); no swap cache, so each
+//! process that faults a swap entry it shares after fork reads its own copy.
 //!
 //! [`Memory`] is the whole mapping layer of one machine: every address space, file and
 //! anon_vma, the folio side table, swap and the statistics. Its methods take `&mut self`:
@@ -23,7 +42,7 @@ use super::swap::SwapSpace;
 use crate::page::{Order, PageFlags, Pfn};
 use crate::page_alloc::{AllocError, Caller, FreeError, Gfp, MemMap, PageAllocator};
 use crate::percpu::{AllocKind, MemoryBacking, PercpuAllocator, PercpuConfig};
-use crate::policy::MmPolicy;
+use crate::policy::{MmPolicy, RmapRemoval};
 
 /// An address space (`mm_struct`), by index in [`Memory`].
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug, Hash)]
@@ -69,6 +88,10 @@ pub struct Vma {
     pub kind: VmaKind,
     /// One entry per page of the mapping.
     pub ptes: Vec<Pte>,
+    /// Anonymous mappings: the anon_vmas whose folios this mapping may map, its own
+    /// (`vma->anon_vma`) first, then those of the mappings it was forked from
+    /// (`vma->anon_vma_chain`). Empty for a file mapping.
+    pub anon_vma_chain: Vec<AnonVmaId>,
 }
 
 impl Vma {
@@ -157,10 +180,29 @@ pub struct File {
 }
 
 /// The reverse-map anchor of anonymous folios (`anon_vma`): the mappings they may be in.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct AnonVma {
-    /// The mappings (one per private mapping here: fork is not modelled).
-    pub vmas: Vec<(MmId, Vpn)>,
+    /// `anon_vma->root`: the anon_vma at the top of its fork tree (itself for a mapping
+    /// that was not forked).
+    pub root: AnonVmaId,
+    /// `anon_vma->parent`: the anon_vma of the mapping this one's was forked from.
+    pub parent: Option<AnonVmaId>,
+    /// `anon_vma->rb_root`: one `anon_vma_chain` per mapping whose pages may be folios of
+    /// this anon_vma (the mapping it was made for and every mapping forked from those),
+    /// with the range of folio indexes it spans, which an rmap walk matches against the
+    /// folio's (`anon_vma_interval_tree_foreach`).
+    pub chains: Vec<AnonVmaChain>,
+}
+
+/// An `anon_vma_chain`: a mapping on an anon_vma's interval tree.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct AnonVmaChain {
+    /// The address space.
+    pub mm: MmId,
+    /// The mapping's first virtual page (its key in the address space).
+    pub start: Vpn,
+    /// One past its last virtual page (anonymous folio indexes are virtual pages).
+    pub end: Vpn,
 }
 
 /// What a folio belongs to (`folio->mapping`, `folio->index`).
@@ -205,6 +247,17 @@ pub struct MmStats {
     pub reclaimed: u64,
     /// Large folios split (`thp_split_page` and mTHP splits).
     pub folio_splits: u64,
+    /// `thp_split_page`: PMD-sized folios split.
+    pub thp_split_page: u64,
+    /// `thp_deferred_split_page`: PMD-sized anonymous folios put on a deferred split
+    /// queue.
+    pub thp_deferred_split_page: u64,
+    /// `pgreuse`: write faults on a write-protected page that kept the page
+    /// (`wp_page_reuse`).
+    pub pgreuse: u64,
+    /// Write faults that copied a shared anonymous page (`wp_page_copy`; Linux counts
+    /// them only in `pgfault`).
+    pub wp_copies: u64,
     /// Updates of a statistic or a reference count made by rmap removal: what Yin 2023's
     /// batching saves (per page: map count, statistic, reference; batched: map counts,
     /// then one statistic and one reference update per run).
@@ -229,6 +282,9 @@ pub trait PageIo {
     fn read_swap(&mut self, entry: SwapEntry, pfn: Pfn);
     /// A newly allocated anonymous page must read as zeros.
     fn zero(&mut self, pfn: Pfn, pages: u64);
+    /// Copy frame `from` into frame `to` (`copy_user_highpage`: the new page of a
+    /// copy-on-write fault gets the shared page's data).
+    fn copy(&mut self, from: Pfn, to: Pfn);
 }
 
 /// Why a mapping-layer call failed. Nothing changed.
@@ -328,6 +384,8 @@ pub struct Memory {
     pub(super) folios: BTreeMap<Pfn, FolioInfo>,
     pub(super) swap: SwapSpace,
     pub(super) stats: MmStats,
+    /// Anonymous THPs waiting for the shrinker to split them.
+    pub(super) deferred_split: super::huge_memory::DeferredSplit,
     pub(super) memcgs: MemcgTree,
     /// Whether file write-back completes later ([`Memory::end_writeback`]) instead of
     /// within the write call.
@@ -356,6 +414,7 @@ impl Memory {
             folios: BTreeMap::new(),
             swap: SwapSpace::new(swap_slots),
             stats: MmStats::default(),
+            deferred_split: Default::default(),
             async_writeback: false,
             writeback: BTreeMap::new(),
             memcg_hierarchy: MemcgHierarchy::V2,
@@ -421,14 +480,24 @@ impl Memory {
         &self.swap
     }
 
-    /// An empty address space charged to the root cgroup.
+    /// An empty address space charged to the root cgroup, in the lowest id an exited one
+    /// left free (a loop that forks and exits keeps a few ids, as Linux reuses pids).
     pub fn create_mm(&mut self) -> MmId {
-        self.mms.push(Some(Mm {
+        let mm = Mm {
             vmas: BTreeMap::new(),
             counters: MmCounters::default(),
             memcg: MemcgId::ROOT,
-        }));
-        MmId(self.mms.len() as u32 - 1)
+        };
+        match self.mms.iter().position(Option::is_none) {
+            Some(free) => {
+                self.mms[free] = Some(mm);
+                MmId(free as u32)
+            }
+            None => {
+                self.mms.push(Some(mm));
+                MmId(self.mms.len() as u32 - 1)
+            }
+        }
     }
 
     /// Move an address space's future charges to `memcg` (cgroup v2 moves no old charges).
@@ -643,10 +712,14 @@ impl Memory {
         folio_order: Order,
     ) -> Result<(), MmError> {
         self.check_range(mm, start, pages)?;
-        self.anon_vmas.push(AnonVma {
-            vmas: alloc::vec![(mm, start)],
-        });
-        let anon_vma = AnonVmaId(self.anon_vmas.len() as u32 - 1);
+        let anon_vma = self.anon_vma_alloc(None);
+        self.anon_vmas[anon_vma.0 as usize]
+            .chains
+            .push(AnonVmaChain {
+                mm,
+                start,
+                end: start + pages,
+            });
         let vma = Vma {
             start,
             kind: VmaKind::Anon {
@@ -654,6 +727,7 @@ impl Memory {
                 folio_order,
             },
             ptes: alloc::vec![Pte::NONE; pages as usize],
+            anon_vma_chain: alloc::vec![anon_vma],
         };
         self.mm_mut(mm)?.vmas.insert(start, vma);
         Ok(())
@@ -678,13 +752,15 @@ impl Memory {
             start,
             kind: VmaKind::File { file, pgoff },
             ptes: alloc::vec![Pte::NONE; pages as usize],
+            anon_vma_chain: Vec::new(),
         };
         self.mm_mut(mm)?.vmas.insert(start, vma);
         Ok(())
     }
 
     /// An access to `vpn`: a fault if nothing is mapped there (anonymous: allocate and
-    /// zero; file: find or read the page-cache folio; swap: read the page back), then the
+    /// zero; file: find or read the page-cache folio; swap: read the page back) or if a
+    /// `write` finds the page write-protected by fork (reuse or copy it), then the
     /// hardware's accessed bit, and the dirty bit on a `write`.
     pub fn access(
         &mut self,
@@ -698,6 +774,15 @@ impl Memory {
         let kind = vma.kind;
         let pte = vma.ptes[(vpn - vma.start) as usize];
         let fault = match pte.state() {
+            PteState::Present { pfn, .. } if write && pte.write_protected() => {
+                self.stats.faults += 1;
+                match self.do_wp_page(caller, mm, vpn, pfn, io)? {
+                    Some(fault) => fault,
+                    // Reclaim took the page while the copy was allocated: fault again on
+                    // what the entry holds now (Linux's `!pte_same` retry).
+                    None => return self.access(caller, mm, vpn, write, io),
+                }
+            }
             PteState::Present { pfn, .. } => {
                 let folio = Folio::of_page(self.mem_map(pfn), pfn)
                     .expect("a present PTE maps an allocated folio");
@@ -725,6 +810,230 @@ impl Memory {
         let vma = self.mm_mut(mm)?.find_vma_mut(vpn).expect("checked above");
         vma.ptes[(vpn - vma.start) as usize].touch(write);
         Ok(fault)
+    }
+
+    /// `do_wp_page` on a private anonymous page that fork write-protected: reuse it if
+    /// this PTE holds the folio's only reference (`wp_can_reuse_anon_folio`, whose
+    /// `folio_move_anon_rmap` moves the folio to this mapping's own anon_vma), else copy
+    /// it into a new order-0 folio (`wp_page_copy`). `None`: direct reclaim for the copy
+    /// unmapped the page, and the access must be retried.
+    fn do_wp_page(
+        &mut self,
+        caller: Caller,
+        mm: MmId,
+        vpn: Vpn,
+        pfn: Pfn,
+        io: &mut dyn PageIo,
+    ) -> Result<Option<Fault>, MmError> {
+        let vma = self.mm(mm)?.find_vma(vpn).expect("checked by access");
+        let VmaKind::Anon { anon_vma, .. } = vma.kind else {
+            unreachable!("only fork write-protects, and only private anonymous entries");
+        };
+        let memcg = self.mm(mm)?.memcg;
+        self.memcgs.group_mut(memcg).events.pgfault += 1;
+        let folio = Folio::of_page(self.mem_map(pfn), pfn).expect("a present PTE maps a folio");
+        // Every reference here is a PTE's (no swap cache, pins or LRU batches), so a count
+        // of one means no other PTE maps any page of the folio: reusing it is safe, and
+        // 6.7 reuses even the last mapped page of a large folio.
+        if folio.refcount(self.mem_map(pfn)) == 1 {
+            let info = self
+                .folios
+                .get_mut(&folio.pfn)
+                .expect("a mapped folio is held");
+            info.mapping = Mapping::Anon(anon_vma);
+            let vma = self.mm_mut(mm)?.find_vma_mut(vpn).expect("checked");
+            vma.ptes[(vpn - vma.start) as usize].mkwrite();
+            self.stats.pgreuse += 1;
+            return Ok(Some(Fault {
+                pfn,
+                folio,
+                was_present: true,
+            }));
+        }
+        let new = self.alloc_folio(caller, Order::ZERO, 0, memcg, true, io)?;
+        let now = self.mm(mm)?.pte(vpn);
+        if now.pfn() != Some(pfn) || !now.write_protected() {
+            self.free_folio(caller, new)?;
+            return Ok(None);
+        }
+        io.copy(pfn, new.pfn);
+        self.folios.insert(
+            new.pfn,
+            FolioInfo {
+                folio: new,
+                mapping: Mapping::Anon(anon_vma),
+                index: vpn,
+            },
+        );
+        // The new page replaces the old one in the PTE: MM_ANONPAGES is unchanged, so
+        // map_pages' increment is undone below.
+        self.map_pages(caller, mm, vpn, new, new.pfn, 1, true)?;
+        self.lru_add(caller, new);
+        self.mm_mut(mm)?.counters.anon_pages -= 1;
+        let unmapped = self.remove_rmap(caller, folio, pfn, 1, true);
+        self.deferred_split_folio(folio, unmapped);
+        self.count_rmap_updates(folio, 1, 1);
+        self.folio_put(caller, folio, 1)?;
+        self.stats.wp_copies += 1;
+        Ok(Some(Fault {
+            pfn: new.pfn,
+            folio: new,
+            was_present: false,
+        }))
+    }
+
+    /// A new anon_vma below `parent` (its own root if none).
+    fn anon_vma_alloc(&mut self, parent: Option<AnonVmaId>) -> AnonVmaId {
+        let id = AnonVmaId(self.anon_vmas.len() as u32);
+        let root = parent.map_or(id, |p| self.anon_vmas[p.0 as usize].root);
+        self.anon_vmas.push(AnonVma {
+            root,
+            parent,
+            chains: Vec::new(),
+        });
+        id
+    }
+
+    /// The anon_vma `id`.
+    pub fn anon_vma(&self, id: AnonVmaId) -> Option<&AnonVma> {
+        self.anon_vmas.get(id.0 as usize)
+    }
+
+    /// `fork`'s `dup_mmap`: a new address space in `parent`'s cgroup with a copy of each
+    /// of its mappings (see the module documentation). If a 16-bit count would overflow
+    /// the child is torn down again and the error returned; the parent's entries that were
+    /// write-protected stay so (their next write reuses the page), as after Linux's failed
+    /// fork.
+    pub fn fork(&mut self, caller: Caller, parent: MmId) -> Result<MmId, MmError> {
+        let memcg = self.mm(parent)?.memcg;
+        let starts: Vec<Vpn> = self.mm(parent)?.vmas.keys().copied().collect();
+        let child = self.create_mm();
+        self.mm_mut(child)?.memcg = memcg;
+        for start in starts {
+            if let Err(e) = self.dup_vma(parent, child, start) {
+                self.exit_mm(caller, child)?;
+                return Err(e);
+            }
+        }
+        Ok(child)
+    }
+
+    /// Copy the mapping at `start` of `parent` into `child`: `anon_vma_fork` and
+    /// `copy_page_range`.
+    fn dup_vma(&mut self, parent: MmId, child: MmId, start: Vpn) -> Result<(), MmError> {
+        let vma = &self.mm(parent)?.vmas[&start];
+        let (kind, end, pages) = (vma.kind, vma.end(), vma.pages());
+        let VmaKind::Anon { anon_vma, .. } = kind else {
+            let VmaKind::File { file, .. } = kind else {
+                unreachable!()
+            };
+            self.file_mut(file)?.i_mmap.push((child, start));
+            self.mm_mut(child)?.vmas.insert(
+                start,
+                Vma {
+                    start,
+                    kind,
+                    ptes: alloc::vec![Pte::NONE; pages as usize],
+                    anon_vma_chain: Vec::new(),
+                },
+            );
+            return Ok(());
+        };
+        let own = self.anon_vma_alloc(Some(anon_vma));
+        let mut anon_vma_chain = alloc::vec![own];
+        anon_vma_chain.extend_from_slice(&self.mm(parent)?.vmas[&start].anon_vma_chain);
+        for &a in &anon_vma_chain {
+            self.anon_vmas[a.0 as usize].chains.push(AnonVmaChain {
+                mm: child,
+                start,
+                end,
+            });
+        }
+        let kind = match kind {
+            VmaKind::Anon { folio_order, .. } => VmaKind::Anon {
+                anon_vma: own,
+                folio_order,
+            },
+            file => file,
+        };
+        let mut parent_ptes = core::mem::take(
+            &mut self
+                .mm_mut(parent)?
+                .vmas
+                .get_mut(&start)
+                .expect("listed")
+                .ptes,
+        );
+        let mut child_ptes = alloc::vec![Pte::NONE; pages as usize];
+        let (present, swapped, failed) = self.copy_ptes(&mut parent_ptes, &mut child_ptes);
+        self.mm_mut(parent)?
+            .vmas
+            .get_mut(&start)
+            .expect("listed")
+            .ptes = parent_ptes;
+        let space = self.mm_mut(child)?;
+        space.vmas.insert(
+            start,
+            Vma {
+                start,
+                kind,
+                ptes: child_ptes,
+                anon_vma_chain,
+            },
+        );
+        space.counters.anon_pages += present;
+        space.counters.swap_entries += swapped;
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// `copy_pte_range` of a private anonymous mapping: each present entry gives its page
+    /// one more reference and map count and is write-protected in both (the child's old),
+    /// each swap entry gives its slot one more user. Returns the present and swap entries
+    /// copied, and the error if it stopped at a count that would overflow (the entries
+    /// copied so far are in `child`).
+    fn copy_ptes(&mut self, parent: &mut [Pte], child: &mut [Pte]) -> (u64, u64, Option<MmError>) {
+        let (mut present, mut swapped) = (0, 0);
+        for (from, to) in parent.iter_mut().zip(child.iter_mut()) {
+            match from.state() {
+                PteState::None => continue,
+                PteState::Swap(entry) => {
+                    self.swap.duplicate(entry);
+                    swapped += 1;
+                }
+                PteState::Present { pfn, .. } => {
+                    let mem_map = self.mem_map(pfn);
+                    let folio = Folio::of_page(mem_map, pfn).expect("a present PTE maps a folio");
+                    if let Err(e) = folio.ref_add(mem_map, 1) {
+                        return (present, swapped, Some(e.into()));
+                    }
+                    match folio.add_rmap_pte(mem_map, pfn) {
+                        Ok(first) => debug_assert!(!first, "the parent maps the page"),
+                        Err(e) => {
+                            folio.ref_sub(mem_map, 1);
+                            return (present, swapped, Some(e.into()));
+                        }
+                    }
+                    from.wrprotect();
+                    present += 1;
+                }
+            }
+            *to = match from.state() {
+                PteState::Present { .. } => from.mkold(),
+                _ => *from,
+            };
+        }
+        (present, swapped, None)
+    }
+
+    /// The process exits: every mapping is unmapped (`exit_mmap`) and the address space
+    /// goes.
+    pub fn exit_mm(&mut self, caller: Caller, mm: MmId) -> Result<(), MmError> {
+        let starts: Vec<Vpn> = self.mm(mm)?.vmas.keys().copied().collect();
+        for start in starts {
+            self.munmap(caller, mm, start)?;
+        }
+        self.mms[mm.0 as usize] = None;
+        Ok(())
     }
 
     /// Allocate a folio of `order` for user data with `refs` references and charge it
@@ -1019,7 +1328,10 @@ impl Memory {
 
     /// `munmap` of the whole mapping at `start`: every PTE is zapped (map counts,
     /// statistics and references dropped, folios freed when unreferenced, swap slots
-    /// released) and the mapping removed from its file's or anon_vma's list.
+    /// released) and the mapping unlinked from its file's `i_mmap` or from every anon_vma
+    /// it is chained to (`unlink_anon_vmas`). The rmap is removed per page (6.7's
+    /// `zap_pte_range`) or, under [`RmapRemoval::Batched`], once per run of consecutive
+    /// pages of one folio (`zap_present_ptes` with `folio_remove_rmap_ptes`, 6.9).
     pub fn munmap(&mut self, caller: Caller, mm: MmId, start: Vpn) -> Result<(), MmError> {
         let vma = self
             .mm_mut(mm)?
@@ -1027,6 +1339,8 @@ impl Memory {
             .remove(&start)
             .ok_or(MmError::BadAddress(start))?;
         let anon = matches!(vma.kind, VmaKind::Anon { .. });
+        let batched = self.policy.rmap_removal == RmapRemoval::Batched;
+        let mut run: Option<(Folio, Pfn, u64)> = None;
         for pte in &vma.ptes {
             match pte.state() {
                 PteState::None => {}
@@ -1047,16 +1361,29 @@ impl Memory {
                     } else {
                         counters.file_pages -= 1;
                     }
-                    self.remove_rmap(caller, folio, pfn, 1, anon);
-                    self.folio_put(caller, folio, 1)?;
+                    run = match run {
+                        Some((f, first, nr)) if batched && f == folio && first.add(nr) == pfn => {
+                            Some((f, first, nr + 1))
+                        }
+                        Some((f, first, nr)) => {
+                            self.zap_run(caller, f, first, nr, anon)?;
+                            Some((folio, pfn, 1))
+                        }
+                        None => Some((folio, pfn, 1)),
+                    };
                 }
             }
         }
+        if let Some((folio, first, nr)) = run {
+            self.zap_run(caller, folio, first, nr, anon)?;
+        }
         match vma.kind {
-            VmaKind::Anon { anon_vma, .. } => {
-                self.anon_vmas[anon_vma.0 as usize]
-                    .vmas
-                    .retain(|&v| v != (mm, start));
+            VmaKind::Anon { .. } => {
+                for a in &vma.anon_vma_chain {
+                    self.anon_vmas[a.0 as usize]
+                        .chains
+                        .retain(|c| (c.mm, c.start) != (mm, start));
+                }
             }
             VmaKind::File { file, .. } => {
                 self.file_mut(file)?.i_mmap.retain(|&v| v != (mm, start));
@@ -1065,8 +1392,27 @@ impl Memory {
         Ok(())
     }
 
+    /// The rmap and reference half of zapping `nr` PTEs that mapped consecutive pages of
+    /// `folio` from `first`.
+    fn zap_run(
+        &mut self,
+        caller: Caller,
+        folio: Folio,
+        first: Pfn,
+        nr: u64,
+        anon: bool,
+    ) -> Result<(), MmError> {
+        let unmapped = self.remove_rmap(caller, folio, first, nr, anon);
+        if anon {
+            self.deferred_split_folio(folio, unmapped);
+        }
+        self.count_rmap_updates(folio, nr, 1);
+        self.folio_put(caller, folio, nr)
+    }
+
     /// Remove `nr` PTE maps from `folio`'s pages from `first` and update the mapped
-    /// statistic: the rmap half of unmapping, shared by zap and `try_to_unmap`.
+    /// statistic: the rmap half of unmapping, shared by zap and `try_to_unmap`. Returns
+    /// how many pages no PTE maps any more.
     pub(super) fn remove_rmap(
         &mut self,
         caller: Caller,
@@ -1074,11 +1420,12 @@ impl Memory {
         first: Pfn,
         nr: u64,
         anon: bool,
-    ) {
+    ) -> u64 {
         let unmapped = folio.remove_rmap_ptes(self.mem_map(folio.pfn), first, nr);
         if unmapped != 0 {
             self.mod_mapped_state(caller, folio, anon, -(unmapped as i64));
         }
+        unmapped
     }
 
     /// `__lruvec_stat_mod_folio(folio, NR_ANON_MAPPED or NR_FILE_MAPPED, delta)`: the
@@ -1130,6 +1477,8 @@ impl Memory {
     /// Give an unreferenced folio back to the allocator.
     pub(super) fn free_folio(&mut self, caller: Caller, folio: Folio) -> Result<(), MmError> {
         self.folios.remove(&folio.pfn);
+        // `folio_undo_large_rmappable`: off the deferred split queue.
+        self.deferred_split.remove(folio.pfn);
         let head = folio.head(self.mem_map(folio.pfn));
         if head.flags().contains(PageFlags::LRU) {
             self.lru_del(caller, folio);

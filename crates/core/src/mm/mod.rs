@@ -3,10 +3,12 @@
 //!
 //! - [`folio`]: a block used as one unit, with its counts in the page descriptors.
 //! - [`pte`]: page-table entries and swap entries.
-//! - [`memory`]: [`Memory`], address spaces, files, faults and `munmap`.
+//! - [`memory`]: [`Memory`], address spaces, files, faults, `munmap`, fork and
+//!   copy-on-write.
 //! - [`rmap`]: the reverse map, `folio_referenced`, `try_to_unmap` (per-page or Yin 2023's
 //!   batched rmap removal).
 //! - [`pageout`]: reclaiming a folio, `split_folio`, `MADV_PAGEOUT`.
+//! - [`huge_memory`]: the deferred split queue and its shrinker.
 //! - [`swap`]: swap slots.
 //! - [`lru`]: LRU lists per memcg and node, linked through the folio heads.
 //! - [`memcg`]: the cgroup tree, charges with per-CPU batching, `memory.stat`.
@@ -14,9 +16,10 @@
 //!   reclaim, kswapd, and `lruvec_lru_size` as two policies.
 //! - [`verify`]: the walker that checks every count against the page tables.
 //!
-//! Still to come: fork, PMD mappings; see `docs/ARCHITECTURE.md`.
+//! Still to come: PMD mappings; see `docs/ARCHITECTURE.md`.
 
 pub mod folio;
+pub mod huge_memory;
 pub mod lru;
 pub mod memcg;
 pub mod memory;

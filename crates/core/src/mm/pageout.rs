@@ -39,8 +39,10 @@ pub struct PageoutOutcome {
 
 impl Memory {
     /// `split_folio`: make each page of a large folio its own order-0 folio. Map counts
-    /// stay; each page gets the references its PTEs (and the page cache) hold. Refused
-    /// (`Ok(false)`) if anyone else holds a reference.
+    /// stay; each page gets the references its PTEs (and the page cache) hold, and an
+    /// anonymous page that no PTE maps (copy-on-write moved its mappings to copies) is
+    /// freed, as `__split_huge_page` frees it. Refused (`Ok(false)`) if anyone else holds
+    /// a reference.
     pub fn split_folio(&mut self, caller: Caller, folio: Folio) -> Result<bool, MmError> {
         if folio.order == Order::ZERO {
             return Ok(true);
@@ -68,10 +70,12 @@ impl Memory {
         }
         let flags = head.flags() - PageFlags::HEAD;
         let memcg = head.memcg_id();
+        let mut unmapped = Vec::new();
         allocator
             .split_page(folio.pfn, folio.order)
             .map_err(MmError::Free)?;
         self.folios.remove(&folio.pfn);
+        self.deferred_split.remove(folio.pfn);
         for i in 0..folio.nr_pages() {
             let pfn = folio.pfn.add(i);
             let page = mem_map.page(pfn);
@@ -101,8 +105,17 @@ impl Memory {
                 // `lru_add_page_tail`: each page takes the folio's place, in order.
                 self.lru_add(caller, single);
             }
+            if refs == 0 {
+                unmapped.push(single);
+            }
+        }
+        for single in unmapped {
+            self.free_folio(caller, single)?;
         }
         self.stats.folio_splits += 1;
+        if super::huge_memory::pmd_mappable(folio.order) {
+            self.stats.thp_split_page += 1;
+        }
         Ok(true)
     }
 
@@ -145,6 +158,12 @@ impl Memory {
                     io.write_swap(entry, folio.pfn.add(i as u64));
                 }
                 self.stats.swap_out += folio.nr_pages();
+                // The folio leaves the swap cache (`__remove_mapping`): each slot keeps
+                // one user per swap PTE, and the slots of pages no PTE mapped (a large
+                // folio partly unmapped by copy-on-write) are free again.
+                for &entry in &entries {
+                    self.swap_free(entry);
+                }
             }
             Mapping::File(file) => {
                 self.try_to_unmap(caller, folio, None);

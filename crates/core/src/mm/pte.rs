@@ -2,6 +2,12 @@
 //!
 //! Linux counterpart: `pte_t` with `pte_present`, `pte_young`, `pte_dirty`, and swap
 //! entries (`swp_entry_t`, `is_swap_pte`). One 64-bit word per virtual page, as on x86-64.
+//!
+//! Where we differ: x86's `_PAGE_RW` is stored inverted, as a write-protect bit, so an
+//! entry is writable unless fork write-protected it for copy-on-write (every mapping here
+//! is writable). A present entry that is writable is also what Linux's `PageAnonExclusive`
+//! says for an anonymous page: only fork shares one, and only a write fault that copies or
+//! reuses it (`do_wp_page`) makes it exclusive again.
 
 use crate::page::Pfn;
 
@@ -9,6 +15,7 @@ const PRESENT: u64 = 1 << 0;
 const ACCESSED: u64 = 1 << 1;
 const DIRTY: u64 = 1 << 2;
 const SWAP: u64 = 1 << 3;
+const WRITE_PROTECTED: u64 = 1 << 4;
 const SHIFT: u32 = 12;
 
 /// A swap slot: where a swapped-out page's data is (`swp_entry_t`, one swap device).
@@ -89,6 +96,30 @@ impl Pte {
         }
     }
 
+    /// Whether a write must fault first (`!pte_write`): fork write-protected a private
+    /// anonymous entry, and the page may be shared.
+    pub fn write_protected(self) -> bool {
+        self.0 & (PRESENT | WRITE_PROTECTED) == PRESENT | WRITE_PROTECTED
+    }
+
+    /// `pte_wrprotect`: writes fault until `do_wp_page` copies or reuses the page. No
+    /// effect on a non-present entry.
+    pub fn wrprotect(&mut self) {
+        if self.0 & PRESENT != 0 {
+            self.0 |= WRITE_PROTECTED;
+        }
+    }
+
+    /// `pte_mkwrite`: a write fault reused the page; writes no longer fault.
+    pub fn mkwrite(&mut self) {
+        self.0 &= !WRITE_PROTECTED;
+    }
+
+    /// `pte_mkold`: clear the accessed bit (fork gives the child old entries).
+    pub fn mkold(self) -> Pte {
+        Pte(self.0 & !ACCESSED)
+    }
+
     /// Clear the accessed bit, returning whether it was set (`ptep_clear_flush_young`).
     pub fn test_and_clear_young(&mut self) -> bool {
         let young = self.0 & (PRESENT | ACCESSED) == PRESENT | ACCESSED;
@@ -128,5 +159,29 @@ mod tests {
         assert!(pte.test_and_clear_young());
         assert!(!pte.test_and_clear_young());
         assert_eq!(pte.pfn(), Some(pfn));
+    }
+
+    #[test]
+    fn a_write_protected_entry_keeps_its_frame_and_bits() {
+        let pfn = Pfn(0x1234);
+        let mut pte = Pte::present(pfn, true, true);
+        assert!(!pte.write_protected());
+        pte.wrprotect();
+        assert!(pte.write_protected());
+        let mut reused = pte;
+        reused.mkwrite();
+        assert!(!reused.write_protected());
+        assert_eq!(
+            pte.mkold().state(),
+            PteState::Present {
+                pfn,
+                accessed: false,
+                dirty: true
+            }
+        );
+        let mut swap = Pte::swap(SwapEntry(5));
+        swap.wrprotect();
+        assert_eq!(swap.state(), PteState::Swap(SwapEntry(5)));
+        assert!(!swap.write_protected());
     }
 }

@@ -1,7 +1,9 @@
 //! The reverse map: from a folio to the page-table entries that map it, and unmapping
 //! through it.
 //!
-//! Linux counterpart (v6.7, `mm/rmap.c`): `rmap_walk` over `anon_vma` or `i_mmap`,
+//! Linux counterpart (v6.7, `mm/rmap.c`): `rmap_walk` over `anon_vma` (the mappings
+//! chained to the folio's anon_vma whose range holds the folio's index: after fork, the
+//! parent's and every child's) or `i_mmap`,
 //! `folio_referenced`, `try_to_unmap` / `try_to_unmap_one`, `page_remove_rmap`; and seed
 //! 002's `folio_remove_rmap_range` (Yin Fengwei 2023), switched by
 //! [`crate::policy::RmapRemoval`].
@@ -28,7 +30,17 @@ impl Memory {
     pub(super) fn rmap_targets(&self, folio: Folio) -> (Vec<(MmId, Vpn)>, u64, bool) {
         let info = self.folios[&folio.pfn];
         match info.mapping {
-            Mapping::Anon(id) => (self.anon_vmas[id.0 as usize].vmas.clone(), info.index, true),
+            Mapping::Anon(id) => {
+                // `anon_vma_interval_tree_foreach(avc, &anon_vma->rb_root, first, last)`.
+                let (first, end) = (info.index, info.index + folio.nr_pages());
+                let chains = self.anon_vmas[id.0 as usize]
+                    .chains
+                    .iter()
+                    .filter(|c| c.start < end && first < c.end)
+                    .map(|c| (c.mm, c.start))
+                    .collect();
+                (chains, info.index, true)
+            }
             Mapping::File(id) => (
                 self.file(id).expect("a cached folio's file").i_mmap.clone(),
                 info.index,
@@ -76,8 +88,8 @@ impl Memory {
     }
 
     /// `try_to_unmap`: clear every PTE that maps `folio`, moving each PTE's dirty bit to
-    /// the folio. Anonymous pages get the swap entry `swap[i]` for page `i`; file pages get
-    /// an empty entry. The rmap is removed per page or per run of consecutive pages, as
+    /// the folio. Anonymous pages get the swap entry `swap[i]` for page `i`, which gains a
+    /// user per PTE (`swap_duplicate`); file pages get an empty entry. The rmap is removed per page or per run of consecutive pages, as
     /// the policy says; the caller must hold its own reference, so the folio is never
     /// freed here. Returns the PTEs cleared.
     pub fn try_to_unmap(
@@ -124,6 +136,9 @@ impl Memory {
                     (true, Some(entries)) => Pte::swap(entries[i as usize]),
                     _ => Pte::NONE,
                 };
+                if let (true, Some(entries)) = (anon, swap) {
+                    self.swap.duplicate(entries[i as usize]);
+                }
                 if dirty {
                     let head = folio.head(mem_map);
                     head.set_flags(head.flags() | PageFlags::DIRTY);
@@ -171,7 +186,7 @@ impl Memory {
     /// Count the shared-counter updates of removing `pages` maps in `calls` calls: one map
     /// count per page, and per call the folio's mapped-page count (large folios), the
     /// `NR_*_MAPPED` statistic and the reference count.
-    fn count_rmap_updates(&mut self, folio: Folio, pages: u64, calls: u64) {
+    pub(super) fn count_rmap_updates(&mut self, folio: Folio, pages: u64, calls: u64) {
         let per_call = if folio.nr_pages() > 1 { 3 } else { 2 };
         self.stats.rmap_counter_updates += pages + calls * per_call;
     }

@@ -4,12 +4,17 @@
 //! allocator; each page's map count equals the PTEs that map it; `_nr_pages_mapped`
 //! equals the pages with a map; the reference count equals the PTE maps plus the page
 //! cache's references; the `NR_*_MAPPED` statistics and every address space's counters
-//! equal what the page tables hold; swap slots in use equal the swap entries; the page
-//! cache and the side table agree. Then the allocator's own walker.
+//! equal what the page tables hold; each swap slot's count equals the swap entries naming
+//! it; the page cache and the side table agree; an anonymous page is mapped only where its
+//! anon_vma's chains reach (so the rmap walk finds every mapping), and each mapping's
+//! `anon_vma_chain` and the anon_vmas' chains name each other, in one fork tree; a folio
+//! on a deferred split queue is a held, partly unmapped anonymous THP on its cgroup's
+//! queue. Then the allocator's own walker.
 
 use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::String;
+use alloc::vec::Vec;
 
 use super::folio::Folio;
 use super::lru::{LruList, NR_LRU_LISTS};
@@ -32,7 +37,7 @@ impl Memory {
     /// Check every invariant of the module documentation; the first violation found.
     pub fn verify(&self) -> Result<(), String> {
         let mut maps: BTreeMap<Pfn, u64> = BTreeMap::new();
-        let mut swap_entries = 0;
+        let mut swap_entries: BTreeMap<u64, u64> = BTreeMap::new();
         for (id, mm) in self.mms.iter().enumerate() {
             let Some(mm) = mm else { continue };
             let mut counters = MmCounters::default();
@@ -49,7 +54,7 @@ impl Memory {
                                 entry.0
                             );
                             counters.swap_entries += 1;
-                            swap_entries += 1;
+                            *swap_entries.entry(entry.0).or_default() += 1;
                         }
                         PteState::Present { pfn, .. } => {
                             let zone = self.allocator.page_allocator().find_zone(pfn);
@@ -70,7 +75,9 @@ impl Memory {
                                 "mm {id}: {vpn:#x} maps {pfn:?} at the wrong index"
                             );
                             let kind_ok = match (vma.kind, info.mapping) {
-                                (VmaKind::Anon { anon_vma, .. }, Mapping::Anon(a)) => a == anon_vma,
+                                (VmaKind::Anon { .. }, Mapping::Anon(a)) => {
+                                    vma.anon_vma_chain.contains(&a)
+                                }
                                 (VmaKind::File { file, .. }, Mapping::File(f)) => f == file,
                                 _ => false,
                             };
@@ -92,10 +99,47 @@ impl Memory {
             );
         }
         ensure!(
-            swap_entries == self.swap.used(),
-            "{} swap slots in use, {swap_entries} swap entries",
-            self.swap.used()
+            swap_entries.len() as u64 == self.swap.used(),
+            "{} swap slots in use, {} named by swap entries",
+            self.swap.used(),
+            swap_entries.len()
         );
+        for (&slot, &entries) in &swap_entries {
+            let count = u64::from(self.swap.count(super::pte::SwapEntry(slot)));
+            ensure!(
+                count == entries,
+                "swap slot {slot}: count {count}, {entries} swap entries"
+            );
+        }
+        self.verify_anon_vmas()?;
+        for head in self.deferred_split.queued() {
+            let info = self.folios.get(&head);
+            ensure!(
+                info.is_some(),
+                "{head:?} on a deferred split queue but not held"
+            );
+            let folio = info.expect("checked").folio;
+            let mem_map = self.mem_map(head);
+            let page = folio.head(mem_map);
+            ensure!(
+                matches!(info.expect("checked").mapping, Mapping::Anon(_))
+                    && super::huge_memory::pmd_mappable(folio.order),
+                "{head:?} on a deferred split queue: not an anonymous THP"
+            );
+            ensure!(
+                folio.nr_pages_mapped(mem_map) < folio.nr_pages(),
+                "{head:?} on a deferred split queue with every page mapped"
+            );
+            let queue = match page.memcg_id() {
+                0 => super::huge_memory::DeferredSplitQueue::Node(self.node_of(head)),
+                id => super::huge_memory::DeferredSplitQueue::Memcg(MemcgId(id)),
+            };
+            ensure!(
+                self.deferred_split.queue_of(head) == Some(queue),
+                "{head:?} on {:?}, charged for {queue:?}",
+                self.deferred_split.queue_of(head)
+            );
+        }
 
         let (mut anon_mapped, mut file_mapped) = (0, 0);
         for (&head, info) in &self.folios {
@@ -261,6 +305,63 @@ impl Memory {
             .verify()
             .map(|_| ())
             .map_err(|e| format!("allocator: {e}"))
+    }
+
+    /// Each anonymous mapping's `anon_vma_chain` starts with its own anon_vma, whose
+    /// parent's mapping it was forked from, all in one fork tree; an anon_vma's chains
+    /// name exactly the live mappings whose `anon_vma_chain` holds it, with their ranges.
+    fn verify_anon_vmas(&self) -> Result<(), String> {
+        let mut expected: BTreeMap<u32, Vec<(u32, u64, u64)>> = BTreeMap::new();
+        for (id, mm) in self.mms.iter().enumerate() {
+            let Some(mm) = mm else { continue };
+            for vma in mm.vmas.values() {
+                let VmaKind::Anon { anon_vma, .. } = vma.kind else {
+                    ensure!(
+                        vma.anon_vma_chain.is_empty(),
+                        "mm {id}: a file mapping with anon_vmas"
+                    );
+                    continue;
+                };
+                ensure!(
+                    vma.anon_vma_chain.first() == Some(&anon_vma),
+                    "mm {id}: mapping {:#x} does not chain its own anon_vma first",
+                    vma.start
+                );
+                let own = &self.anon_vmas[anon_vma.0 as usize];
+                ensure!(
+                    vma.anon_vma_chain.get(1) == own.parent.as_ref(),
+                    "mm {id}: mapping {:#x}: its anon_vma's parent is not the next in its chain",
+                    vma.start
+                );
+                for a in &vma.anon_vma_chain {
+                    ensure!(
+                        self.anon_vmas[a.0 as usize].root == own.root,
+                        "mm {id}: mapping {:#x} chains anon_vma {} of another fork tree",
+                        vma.start,
+                        a.0
+                    );
+                    expected
+                        .entry(a.0)
+                        .or_default()
+                        .push((id as u32, vma.start, vma.end()));
+                }
+            }
+        }
+        for (id, anon_vma) in self.anon_vmas.iter().enumerate() {
+            let mut chains: Vec<(u32, u64, u64)> = anon_vma
+                .chains
+                .iter()
+                .map(|c| (c.mm.0, c.start, c.end))
+                .collect();
+            chains.sort_unstable();
+            let mut want = expected.remove(&(id as u32)).unwrap_or_default();
+            want.sort_unstable();
+            ensure!(
+                chains == want,
+                "anon_vma {id}: chains {chains:?}, mappings chained to it {want:?}"
+            );
+        }
+        Ok(())
     }
 
     /// Every folio is on the LRU list its flags name, of the cgroup it is charged to, on

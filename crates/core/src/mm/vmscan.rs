@@ -324,6 +324,8 @@ impl Memory {
                 let mut pass = ReclaimOutcome::default();
                 for &memcg in targets {
                     pass += self.shrink_lruvec(caller, memcg, node, priority, io)?;
+                    // `shrink_slab`: the deferred split shrinker, after each lruvec.
+                    self.shrink_deferred_split(caller, memcg, node, priority)?;
                 }
                 pass.throttled += self.congestion_control(reclaimer, node, &pass);
                 outcome += pass;
