@@ -295,6 +295,36 @@ fn empties_seeds_a_refilled_list_with_what_was_taken_before_the_refill() {
     assert_eq!(refills(SeedRule::Movable0), 0);
 }
 
+/// A request that could use Normal (no DMA zone modifier) but got a DMA32 block went down
+/// its zonelist past Normal, so the kernel found Normal below its high watermark and
+/// flagged it `BELOW_HIGH`. The replay's Normal zone holds as many free pages in another
+/// layout and would pass the test, so it takes the trace's word: under linux-6.18 the next
+/// free on CPU 0 (count 35,214 ≥ high_min 7,737) drains, where a request confined to DMA32
+/// leaves Normal alone and nothing drains. `base` has no `BELOW_HIGH`: the same either way.
+#[test]
+fn a_request_served_below_its_preferred_zone_flags_the_zones_above_below_high() {
+    let zoneinfo = String::from_utf8(data("compile.zoneinfo.txt")).unwrap();
+    let drains = |gfp: &str, policy: Policy| {
+        let text = format!(
+            "  rustc-7 [000] ..... 10.000001: mm_page_alloc: pfn=0x70e00 order=0 migratetype=1 gfp_flags={gfp}\n  \
+             rustc-7 [000] ..... 10.000002: mm_page_free: pfn=0x200000 order=0\n"
+        );
+        let trace = parse::parse_text(&text);
+        assert_eq!(trace.problems.total(), 0, "{:?}", trace.problems);
+        let machine = Machine::from_trace(&trace, Some(&zoneinfo)).unwrap();
+        let result = replay::replay(&trace, &machine, &[policy], SeedRule::Frees).unwrap();
+        let cpu0 = result.predicted[0].per_cpu[0];
+        (cpu0.drain_events, cpu0.drain_pages)
+    };
+    let movable = "GFP_HIGHUSER_MOVABLE|__GFP_COMP";
+    assert_eq!(drains(movable, Policy::LINUX_6_18), (1, 63));
+    assert_eq!(drains("GFP_DMA32", Policy::LINUX_6_18), (0, 0));
+    assert_eq!(
+        drains(movable, Policy::BASE),
+        drains("GFP_DMA32", Policy::BASE)
+    );
+}
+
 /// The fidelity target of `docs/reference/targets.md` on the committed traces, as a regression guard:
 /// under `linux-6.18` with the default seeding rule, total refill pages and drain pages
 /// within 10 % of the kernel's own counts (equal when the kernel's is 0). Figures and
