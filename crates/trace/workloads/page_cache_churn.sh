@@ -6,8 +6,9 @@
 # Usage: page_cache_churn.sh [--pause S] [DIR]   (runs until killed)
 #   --pause S  read the file in 16 MiB pieces with S seconds between them (default 0), so
 #              that a short recording of the whole machine stays small
-#   DIR        where the 512 MiB file and the small files are made (default /tmp); they
-#              are removed on exit
+#   DIR        where the 512 MiB file and the small files are made, in DIR/mmkit-page-cache-churn
+#              (default /tmp); removed on exit, and reused by the next run when a SIGKILL
+#              (`mmkit trace record --seconds` ends the process group) left them behind
 set -eu
 pause=0
 if [ "${1:-}" = --pause ]; then
@@ -15,7 +16,9 @@ if [ "${1:-}" = --pause ]; then
     shift 2
 fi
 base=${1:-/tmp}
-dir=$(mktemp -d "$base/mmkit-pagecache.XXXXXX")
+dir=$base/mmkit-page-cache-churn
+rm -rf "$dir"
+mkdir -p "$dir"
 small=
 cleanup() {
     [ -n "$small" ] && kill "$small" 2>/dev/null
