@@ -55,6 +55,10 @@ pub struct CompareSimArgs {
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
+    /// Start the simulated pagesets as each recording's zoneinfo snapshot found the
+    /// kernel's (each CPU's count and high) instead of empty.
+    #[arg(long)]
+    warm_pagesets: bool,
 }
 
 /// Private L2 per CPU of the simulated machine: a recording does not hold it, and only
@@ -191,7 +195,7 @@ fn spec(
     recording: &Recording,
     workload: WorkloadKind,
     messages: u64,
-    seed: u64,
+    (seed, warm_pagesets): (u64, bool),
 ) -> Result<(RunSpec, String), CliError> {
     let name = recording.file.display().to_string();
     let machine = MachineSpec::from_zoneinfo(
@@ -201,6 +205,11 @@ fn spec(
         L2_BYTES,
     )
     .map_err(|e| CliError::usage(format!("{name}: {e}")))?;
+    let machine = if warm_pagesets {
+        machine.with_warm_pagesets(&recording.machine.zones)
+    } else {
+        machine
+    };
     let work = &recording.work;
     let (params, inputs) = match workload {
         WorkloadKind::Unix => {
@@ -247,8 +256,13 @@ fn spec(
         .flat_map(|z| z.pagesets.iter())
         .map(|p| format!("{}/{}", p.count, p.high))
         .collect();
+    let simulated = if warm_pagesets {
+        "simulated: started from these, then a warm-up of the same work"
+    } else {
+        "simulated: empty at boot, then a warm-up of the same work"
+    };
     let inputs = format!(
-        "{inputs}; kernel's Normal pagesets at the start, count/high by CPU: {} (simulated: empty at boot, then a warm-up of the same work)",
+        "{inputs}; kernel's Normal pagesets at the start, count/high by CPU: {} ({simulated})",
         start.join(", ")
     );
     let spec = RunSpec {
@@ -342,7 +356,12 @@ pub fn run(args: &CompareSimArgs) -> Result<(), CliError> {
     let mut jobs = Vec::new();
     let mut inputs = Vec::new();
     for recording in &recordings {
-        let (spec, words) = spec(recording, workload, messages, args.seed)?;
+        let (spec, words) = spec(
+            recording,
+            workload,
+            messages,
+            (args.seed, args.warm_pagesets),
+        )?;
         jobs.push((spec, policy));
         inputs.push(words);
     }

@@ -103,6 +103,11 @@ pub struct SimArgs {
     /// batch, high_min and high_max; `--cpus` and `--node-gib` still apply.
     #[arg(long, value_name = "FILE")]
     pub zoneinfo: Option<PathBuf>,
+    /// With --zoneinfo: start each CPU's Normal pageset as the snapshot shows it (its count,
+    /// spread over the order-0 to order-3 lists, and its high) instead of empty; a running
+    /// kernel's pagesets are warm.
+    #[arg(long, requires = "zoneinfo")]
+    pub warm_pagesets: bool,
     /// Run one shard of the sweep (`--shard I/N`, or a Slurm array's or a Kubernetes
     /// Indexed Job's index) and write a shard file for `mmkit sim merge`.
     #[command(flatten)]
@@ -437,7 +442,11 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
             args.pcp.pcp_batch_scale_max()?,
             args.pcp.stat_interval_ms()?,
         )),
-        machine: args.zoneinfo.as_deref().map(zoneinfo_machine).transpose()?,
+        machine: args
+            .zoneinfo
+            .as_deref()
+            .map(|path| zoneinfo_machine(path, args.warm_pagesets))
+            .transpose()?,
         ..RunSpec::new(workload)
     };
     spec.validate()
@@ -501,14 +510,23 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
 /// The machine of `--zoneinfo FILE`. The caches are not in zoneinfo: this machine's
 /// last-level cache when sysfs shows it (else 32 MiB) and a 2 MiB L2; only the cache
 /// model reads them.
-fn zoneinfo_machine(path: &std::path::Path) -> Result<mmkit_sim::MachineSpec, CliError> {
+fn zoneinfo_machine(
+    path: &std::path::Path,
+    warm_pagesets: bool,
+) -> Result<mmkit_sim::MachineSpec, CliError> {
     let refuse = |why: String| CliError::usage(format!("--zoneinfo {}: {why}", path.display()));
     let text = std::fs::read_to_string(path).map_err(|e| refuse(e.to_string()))?;
     let zones = mmkit_core::views::zoneinfo::parse(&text).map_err(|e| refuse(e.to_string()))?;
     let llc_bytes =
         mmkit_trace::machine::llc(std::path::Path::new("/")).map_or(32 << 20, |llc| llc.llc_bytes);
     let name = format!("zoneinfo {}", path.display());
-    mmkit_sim::MachineSpec::from_zoneinfo(&name, &zones, llc_bytes, 2 << 20).map_err(refuse)
+    let machine =
+        mmkit_sim::MachineSpec::from_zoneinfo(&name, &zones, llc_bytes, 2 << 20).map_err(refuse)?;
+    Ok(if warm_pagesets {
+        machine.with_warm_pagesets(&zones)
+    } else {
+        machine
+    })
 }
 
 /// `mmkit sim --shard I/N`: run the shard's jobs and write its shard file (stdout unless

@@ -259,6 +259,36 @@ fn sim_runs_the_machine_a_zoneinfo_snapshot_describes() {
     std::fs::remove_file(&bad).unwrap();
 }
 
+/// `--warm-pagesets` starts the pagesets from the snapshot (here 3,138 and 9,069 pages
+/// on CPUs 0 and 1), which changes what the run counts; without `--zoneinfo` there is no
+/// snapshot and the flag is refused.
+#[test]
+fn warm_pagesets_start_the_run_from_the_snapshot_and_need_a_zoneinfo() {
+    let zoneinfo = format!(
+        "{}/tests/data/linux-6.18-2cpu/proc/zoneinfo",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let run = |warm: bool| {
+        let mut command = Command::cargo_bin("mmkit").unwrap();
+        command
+            .args(["sim", "--scale", "0.005", "--workload", "unix", "--json"])
+            .args(["--policies", "linux-6.18", "--zoneinfo", &zoneinfo]);
+        if warm {
+            command.arg("--warm-pagesets");
+        }
+        let out = command.assert().success().get_output().stdout.clone();
+        String::from_utf8(out).unwrap()
+    };
+    assert_ne!(run(false), run(true));
+    Command::cargo_bin("mmkit")
+        .unwrap()
+        .args(["sim", "--workload", "unix", "--warm-pagesets"])
+        .assert()
+        .code(2)
+        .stdout("")
+        .stderr(contains("--zoneinfo"));
+}
+
 #[test]
 fn placement_moves_the_unix_pairs_and_is_refused_elsewhere() {
     // 64 CPUs, 2 sockets of 32: spread gives each zone 8 of the 16 pairs, one-node all 16

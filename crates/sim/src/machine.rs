@@ -10,10 +10,11 @@
 //! ≥ 688 MiB.
 
 use mmkit_core::page_alloc::watermark;
+use mmkit_core::page_alloc::ZoneId;
 use mmkit_core::settings::MinFreeKbytes;
 use mmkit_core::topology::{CacheInfo, ZoneSize};
 use mmkit_core::views::zoneinfo::ZoneInfo;
-use mmkit_core::{Settings, Topology, ZoneType};
+use mmkit_core::{MigrateType, Order, PageAllocator, Settings, Topology, ZoneType};
 use serde::{Deserialize, Serialize};
 
 /// A machine to simulate.
@@ -40,6 +41,24 @@ pub struct MachineSpec {
     /// `vm.stat_interval` in milliseconds: the vmstat tick's period (Linux's default 1 s).
     #[serde(default = "default_stat_interval_ms")]
     pub stat_interval_ms: u32,
+    /// Pagesets to start warm, as a zoneinfo snapshot found them ([`Self::with_warm_pagesets`]);
+    /// empty: every pageset starts empty, with `high` at `high_min`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warm_pagesets: Vec<WarmPageset>,
+}
+
+/// One CPU's pageset of one node's Normal zone at the start of a run: what a zoneinfo
+/// snapshot shows of it (`count`, `high`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WarmPageset {
+    /// The node (= socket) whose Normal zone it caches.
+    pub node: u16,
+    /// The CPU.
+    pub cpu: u32,
+    /// Pages it holds.
+    pub count: u64,
+    /// Its `high` (kept by the policies that auto-tune it; the others recompute it).
+    pub high: u64,
 }
 
 /// Pages in a GiB.
@@ -69,6 +88,7 @@ impl MachineSpec {
             low_wmark_pages: Some(367 * 112 + 56),
             pcp_batch_scale_max: default_pcp_batch_scale_max(),
             stat_interval_ms: default_stat_interval_ms(),
+            warm_pagesets: Vec::new(),
         }
     }
 
@@ -86,6 +106,7 @@ impl MachineSpec {
             low_wmark_pages: Some(linux_low_wmark_pages(128 * GIB_PAGES, 2)),
             pcp_batch_scale_max: default_pcp_batch_scale_max(),
             stat_interval_ms: default_stat_interval_ms(),
+            warm_pagesets: Vec::new(),
         }
     }
 
@@ -142,7 +163,35 @@ impl MachineSpec {
             // `--stat-interval` change.
             pcp_batch_scale_max: default_pcp_batch_scale_max(),
             stat_interval_ms: default_stat_interval_ms(),
+            warm_pagesets: Vec::new(),
         })
+    }
+
+    /// This machine with its Normal zones' pagesets starting as `zones` (a zoneinfo
+    /// snapshot of it) shows them: each CPU's `count` and `high`. A running kernel's
+    /// pagesets are warm: on the 2-CPU VM they held 27,000–78,000 pages against `high`
+    /// 58,000–259,000 when the compile-like build was recorded, so the build drew on them
+    /// and its exit bursts crossed `high`, where empty ones recycle the build's own pages.
+    /// Only nodes and CPUs the machine has are kept.
+    pub fn with_warm_pagesets(mut self, zones: &[ZoneInfo]) -> MachineSpec {
+        let (nr_cpus, sockets) = (self.nr_cpus(), self.sockets);
+        self.warm_pagesets = zones
+            .iter()
+            .filter(|z| z.zone == ZoneType::Normal && z.managed > 0)
+            .filter(|z| u32::from(z.node) < sockets)
+            .flat_map(|z| {
+                z.pagesets
+                    .iter()
+                    .filter(move |p| p.cpu < nr_cpus)
+                    .map(move |p| WarmPageset {
+                        node: z.node,
+                        cpu: p.cpu,
+                        count: p.count,
+                        high: p.high,
+                    })
+            })
+            .collect();
+        self
     }
 
     /// This machine with `cpus` CPUs, split evenly over its sockets (one socket if
@@ -183,6 +232,45 @@ impl MachineSpec {
         self.pcp_batch_scale_max = scale_max;
         self.stat_interval_ms = stat_interval_ms;
         self
+    }
+
+    /// Start `allocator`'s pagesets as this machine's [`WarmPageset`]s say, before a run's
+    /// first step: each CPU's `count` spread evenly over its order-0 to order-3 lists of
+    /// the three pageset migratetypes (a zoneinfo snapshot does not say which lists held
+    /// the pages; what the rounding leaves goes on the order-0 lists), and its `high`. The
+    /// pages come off the buddy lists through the core's `seed_pageset`, the trace
+    /// replayer's mechanism, and count as no refill. Returns the pages placed.
+    pub fn warm_pagesets(&self, allocator: &PageAllocator) -> u64 {
+        const TYPES: [MigrateType; 3] = [
+            MigrateType::Unmovable,
+            MigrateType::Movable,
+            MigrateType::Reclaimable,
+        ];
+        let lists = 4 * TYPES.len() as u64;
+        let mut placed = 0;
+        for warm in &self.warm_pagesets {
+            let id = ZoneId {
+                node: warm.node,
+                zone_type: ZoneType::Normal,
+            };
+            let per_list = warm.count / lists;
+            let planned: u64 = (0..4)
+                .map(|o| (per_list >> o << o) * TYPES.len() as u64)
+                .sum();
+            let left = warm.count - planned;
+            for order in (0..4).map(|o| Order::new(o).expect("orders 0-3 exist")) {
+                for (i, &mt) in TYPES.iter().enumerate() {
+                    let mut blocks = per_list >> order.get();
+                    if order == Order::ZERO {
+                        blocks += left / 3 + u64::from((i as u64) < left % 3);
+                    }
+                    placed += allocator
+                        .seed_pageset(warm.cpu, id, (order, mt), blocks, warm.high)
+                        .unwrap_or(0);
+                }
+            }
+        }
+        placed
     }
 
     /// All CPUs.
@@ -258,6 +346,7 @@ pub fn linux_low_wmark_pages(node_pages: u64, nodes: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mmkit_core::page_alloc::pcp::order_to_pindex;
     use mmkit_core::{PageAllocator, Policy};
 
     #[test]
@@ -308,6 +397,44 @@ Node 0, zone   Normal
               high_min: 10081
               high_max: 337141
 ";
+
+    #[test]
+    fn warm_pagesets_start_with_the_snapshot_count_and_high() {
+        let zones = mmkit_core::views::zoneinfo::parse(VM_ZONEINFO).unwrap();
+        let snapshot: Vec<(u64, u64)> = zones
+            .iter()
+            .find(|z| z.zone == ZoneType::Normal)
+            .unwrap()
+            .pagesets
+            .iter()
+            .map(|p| (p.count, p.high))
+            .collect();
+        let cold = MachineSpec::from_zoneinfo("vm", &zones, 480 << 20, 2 << 20).unwrap();
+        let warm = cold.clone().with_warm_pagesets(&zones);
+        assert!(cold.warm_pagesets.is_empty());
+        assert_eq!(warm.warm_pagesets.len(), 2);
+        for (spec, placed) in [(&cold, 0), (&warm, snapshot.iter().map(|s| s.0).sum())] {
+            let allocator =
+                PageAllocator::new(spec.topology(), spec.settings(), Policy::LINUX_6_18).unwrap();
+            assert_eq!(spec.warm_pagesets(&allocator), placed);
+            let zone = allocator.zones().iter().find(|z| z.managed() > 0).unwrap();
+            for (cpu, &(count, high)) in snapshot.iter().enumerate() {
+                let pcp = zone.pageset(cpu as u32).unwrap();
+                if placed == 0 {
+                    assert_eq!(pcp.count, 0);
+                    continue;
+                }
+                assert_eq!((pcp.count, pcp.high), (count, high), "CPU {cpu}");
+                // A twelfth of the pages on the list the faults of a build come from, and a
+                // third of what the rounding left: under 18 pages (7 of order 3, 3 of
+                // order 2, 1 of order 1 per type, 11 of the division, over 3 lists).
+                let movable0 = order_to_pindex(MigrateType::Movable, Order::ZERO);
+                let on_list = pcp.list_len(movable0);
+                assert!(on_list >= count / 12, "{on_list} of {count}");
+                assert!(on_list - count / 12 < 18, "{on_list} of {count}");
+            }
+        }
+    }
 
     #[test]
     fn a_machine_from_zoneinfo_has_the_snapshot_pageset_limits() {

@@ -329,6 +329,7 @@ pub fn run(
     };
     let mut sim = Sim::new(&machine, policy, options);
     sim.set_cost(spec.cost);
+    machine.warm_pagesets(sim.allocator());
     let wall_ns = built.run(&mut sim, progress)?;
     let work_done = match &built {
         Built::Kbuild(k) => k.jobs_done(),

@@ -83,6 +83,11 @@ pub struct Event {
     /// by `call_rcu` shows it, whichever task the softirq interrupted. False when the line
     /// has no flags column (`options/irq-info` off).
     pub softirq: bool,
+    /// `mm_page_alloc`'s `gfp_flags` allow a zone above DMA32: the request has neither
+    /// `__GFP_DMA` nor `__GFP_DMA32` (`GFP_DMA`, `GFP_DMA32`). Such a request walks its
+    /// zonelist from Normal down, so a block of it in DMA32 says the zones above failed
+    /// the walk. False for the other events and when the line has no `gfp_flags`.
+    pub gfp_above_dma32: bool,
 }
 
 /// What was wrong with one line.
@@ -365,6 +370,7 @@ fn parse_line_with_comm(number: usize, line: &str) -> Result<(Event, &str), Prob
     };
     let mut migratetype = -1;
     let mut percpu_refill = None;
+    let mut gfp_above_dma32 = false;
     for token in tokens {
         let Some((key, value)) = token.split_once('=') else {
             continue;
@@ -377,6 +383,7 @@ fn parse_line_with_comm(number: usize, line: &str) -> Result<(Event, &str), Prob
             }
             "migratetype" => migratetype = value.parse().map_err(|_| ProblemKind::BadField)?,
             "percpu_refill" => percpu_refill = Some(value == "1"),
+            "gfp_flags" => gfp_above_dma32 = !value.split('|').any(is_dma_zone_modifier),
             _ => {}
         }
     }
@@ -406,8 +413,15 @@ fn parse_line_with_comm(number: usize, line: &str) -> Result<(Event, &str), Prob
         migratetype,
         percpu_refill: percpu_refill.unwrap_or(false),
         softirq,
+        gfp_above_dma32: gfp_above_dma32 && kind == EventKind::Alloc,
     };
     Ok((event, comm))
+}
+
+/// A `gfp_flags` word that confines a request to DMA or DMA32 (`gfp_zone`): the bare
+/// modifiers and the composite names the tracepoint prints for them.
+fn is_dma_zone_modifier(word: &str) -> bool {
+    matches!(word, "__GFP_DMA" | "__GFP_DMA32" | "GFP_DMA" | "GFP_DMA32")
 }
 
 /// Split `comm-pid [cpu] rest`: the comm may hold spaces and dashes, so look for the
@@ -480,8 +494,25 @@ mod tests {
                 migratetype: 0,
                 percpu_refill: false,
                 softirq: false,
+                gfp_above_dma32: true,
             }
         );
+    }
+
+    /// A request without a DMA zone modifier may be served from any zone; one with it, or a
+    /// line without `gfp_flags`, tells nothing about the zones above.
+    #[test]
+    fn gfp_flags_tell_whether_a_request_could_use_zones_above_dma32() {
+        let event = |gfp: &str| {
+            let line = format!(
+                "  rustc-9 [000] ..... 1.0: mm_page_alloc: pfn=0x70e00 order=9 migratetype=1{gfp}"
+            );
+            parse_line(1, &line).unwrap()
+        };
+        assert!(event(" gfp_flags=GFP_HIGHUSER_MOVABLE|__GFP_WRITE|__GFP_COMP").gfp_above_dma32);
+        assert!(!event(" gfp_flags=GFP_DMA32|__GFP_ZERO").gfp_above_dma32);
+        assert!(!event(" gfp_flags=GFP_KERNEL|__GFP_DMA").gfp_above_dma32);
+        assert!(!event("").gfp_above_dma32);
     }
 
     #[test]

@@ -633,6 +633,23 @@ pub fn replay(
     })
 }
 
+/// A request that could have used a zone above DMA32 (no DMA zone modifier in its
+/// `gfp_flags`) but whose block the trace shows in `traced` went down its zonelist past
+/// every populated zone above: the kernel found them below their high watermark (or, on
+/// the first pass, without a block of the type short of fragmenting one). The replay
+/// cannot get there by itself: its zones hold the same number of free pages in another
+/// layout, so a high-order request that failed for want of a large enough free block in
+/// the kernel's Normal zone finds one in the replay's. What the walk leaves behind is the
+/// core's rule ([`PageAllocator::zone_passed_over`]: `BELOW_HIGH`, which shrinks the
+/// pagesets on their next frees).
+fn pass_over_zones_above(allocator: &PageAllocator, traced: &ZoneInfo) {
+    for zone in allocator.zones() {
+        if zone.node() == traced.node && zone.zone_type() > traced.zone && zone.managed() > 0 {
+            allocator.zone_passed_over(zone);
+        }
+    }
+}
+
 fn zone_id(zone: &ZoneInfo) -> ZoneId {
     ZoneId {
         node: zone.node,
@@ -1084,7 +1101,11 @@ fn run_policy(
         let order = Order::new(event.order).expect("parser bounds orders");
         match event.kind {
             EventKind::Alloc => {
-                let zone = machine.zone_of(event.pfn).expect("filtered to zones").zone;
+                let traced = machine.zone_of(event.pfn).expect("filtered to zones");
+                let zone = traced.zone;
+                if event.gfp_above_dma32 {
+                    pass_over_zones_above(&allocator, traced);
+                }
                 let gfp = gfp_for(zone, event.migratetype);
                 match allocator.alloc_pages_report(caller, gfp, order, &mut holds) {
                     Ok(pfn) => {

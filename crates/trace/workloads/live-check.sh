@@ -92,3 +92,9 @@ done
 "$mmkit" trace compare-sim --workload unix --messages $((mib * 16)) "$dir"/unix-*.mmkit.gz
 echo
 "$mmkit" trace compare-sim --workload kbuild "$dir"/compile-*.mmkit.gz
+# The kernel's pagesets were warm when each recording began; the same runs with the
+# simulated pagesets started from each recording's snapshot (count and high per CPU).
+echo
+"$mmkit" trace compare-sim --warm-pagesets --workload unix --messages $((mib * 16)) "$dir"/unix-*.mmkit.gz
+echo
+"$mmkit" trace compare-sim --warm-pagesets --workload kbuild "$dir"/compile-*.mmkit.gz

@@ -18,7 +18,7 @@ use super::gfp::{Gfp, GFP_DECODE_COMBINATIONS};
 use super::pcp_sizing::{self, PcpLimits};
 use super::types::{CpuId, MigrateType, NodeId, ZoneType, MAX_NR_ZONES, MIGRATE_TYPES};
 use super::watermark::{self, WatermarkKind, PAGEBLOCK_PAGES};
-use super::zone::{PagesetSlot, Zone};
+use super::zone::{PagesetSlot, Zone, ZoneFlags};
 use crate::page::{Page, Pfn};
 use crate::policy::Policy;
 use crate::settings::{MinFreeKbytes, Settings, SettingsError};
@@ -507,6 +507,21 @@ impl PageAllocator {
     /// Every zone, node by node, each node's zone types in order (empty zones included).
     pub fn zones(&self) -> &[Zone] {
         &self.zones
+    }
+
+    /// A request's zonelist walk passed over `zone` and was served from a lower zone: what
+    /// `get_page_from_freelist` leaves on a zone that failed its high-watermark test. Under
+    /// a policy with `BELOW_HIGH` (patch 8 on, so v6.7 and linux-6.18) the zone is flagged,
+    /// and every pageset of it shrinks on its next frees (`nr_pcp_high`) until a drain finds
+    /// the zone above its high mark again. Other policies leave no mark.
+    ///
+    /// For a replay of a trace, whose blocks show where the kernel served each request:
+    /// the kernel's zone may have failed the test where this allocator's, with another
+    /// free-block layout, would pass it (a high-order request in a fragmented zone).
+    pub fn zone_passed_over(&self, zone: &Zone) {
+        if self.policy.pcp.below_high && zone.is_managed() {
+            zone.set_flag(ZoneFlags::BELOW_HIGH);
+        }
     }
 
     /// The zone of `node` of type `zone_type`.
