@@ -623,7 +623,19 @@ impl Sim {
     /// Charge the zone-lock holds the last call reported, in the order it made them, to
     /// `cpu`: each one acquisition of the zone's lock, held for
     /// `c_lock + blocks · h_page + (merges + splits) · h_merge`.
+    ///
+    /// Inlined: nearly every call is a pageset hit that reported no hold, and that test
+    /// is all it costs then; the charging is out of line.
+    #[inline(always)]
     fn charge_report(&mut self, cpu: u32) {
+        if !self.report.holds.is_empty() {
+            self.charge_holds(cpu);
+        }
+    }
+
+    /// [`Self::charge_report`] of a call that reported holds.
+    #[inline(never)]
+    fn charge_holds(&mut self, cpu: u32) {
         for i in 0..self.report.holds.len() {
             let hold = self.report.holds[i];
             let slot = self.slot_of_zone[hold.zone];
