@@ -19,20 +19,67 @@ use super::pcp_sizing::{self, PcpLimits};
 use super::types::{CpuId, MigrateType, NodeId, ZoneType, MAX_NR_ZONES, MIGRATE_TYPES};
 use super::watermark::{self, WatermarkKind, PAGEBLOCK_PAGES};
 use super::zone::{PagesetSlot, Zone};
-use crate::page::{Page, Pfn};
+use crate::page::{Order, Page, Pfn};
 use crate::policy::Policy;
 use crate::settings::{MinFreeKbytes, Settings, SettingsError};
 use crate::sync::{AtomicU64, CachePadded, SpinLock};
 use crate::topology::{Topology, ZoneSpec};
 
 /// kswapd wake-ups requested for a node. The core only records them; a runtime or
-/// simulator runs the reclaim.
-#[derive(Debug, Default)]
+/// simulator runs [`crate::mm::kswapd::balance_pgdat`] for the request it takes.
+#[derive(Debug)]
 pub struct KswapdState {
     /// Wake-ups requested.
     pub wakeups: AtomicU64,
     /// A wake-up is pending.
     pub pending: AtomicBool,
+    /// The highest order asked since kswapd last took its request (`pgdat->kswapd_order`).
+    order: AtomicU32,
+    /// The highest zone index asked since then, [`MAX_NR_ZONES`] for none
+    /// (`pgdat->kswapd_highest_zoneidx`).
+    highest_zoneidx: AtomicU32,
+}
+
+impl Default for KswapdState {
+    fn default() -> Self {
+        KswapdState {
+            wakeups: AtomicU64::new(0),
+            pending: AtomicBool::new(false),
+            order: AtomicU32::new(0),
+            highest_zoneidx: AtomicU32::new(MAX_NR_ZONES as u32),
+        }
+    }
+}
+
+impl KswapdState {
+    /// `wakeup_kswapd`'s part: raise the recorded order and highest zone to the request's
+    /// and mark a wake-up pending.
+    pub(crate) fn request(&self, order: Order, highest_zoneidx: ZoneType) {
+        self.order.fetch_max(u32::from(order.get()), Relaxed);
+        let zoneidx = highest_zoneidx.index() as u32;
+        let _ = self
+            .highest_zoneidx
+            .fetch_update(Relaxed, Relaxed, |current| {
+                (current == MAX_NR_ZONES as u32 || current < zoneidx).then_some(zoneidx)
+            });
+        self.wakeups.fetch_add(1, Relaxed);
+        self.pending.store(true, Relaxed);
+    }
+
+    /// kswapd's read of its wake-up (`kswapd()`: read `kswapd_order` and
+    /// `kswapd_highest_zoneidx`, then reset them): the order and highest zone to balance
+    /// for, or `None` if no wake-up is pending. A request recorded without a zone asks for
+    /// every zone, as kswapd's first run does.
+    pub fn take_request(&self) -> Option<(Order, ZoneType)> {
+        if !self.pending.swap(false, Relaxed) {
+            return None;
+        }
+        let order = self.order.swap(0, Relaxed);
+        let zoneidx = self.highest_zoneidx.swap(MAX_NR_ZONES as u32, Relaxed) as usize;
+        let order = Order::new(order as u8).unwrap_or(Order::ZERO);
+        let highest = ZoneType::from_index(zoneidx).unwrap_or(ZoneType::Device);
+        Some((order, highest))
+    }
 }
 
 /// A node's zonelist (`pgdat->node_zonelists[ZONELIST_FALLBACK]`).

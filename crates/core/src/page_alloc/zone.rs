@@ -440,10 +440,13 @@ impl Zone {
         self.stat_threshold.load(Relaxed)
     }
 
-    /// Drop the watermark boost, as kswapd does once it has balanced the node.
-    pub fn clear_watermark_boost(&self) {
+    /// Take `pages` off the watermark boost (never below zero), as kswapd does at the end
+    /// of a run with the boost it found when it started: a boost a fallback added while it
+    /// ran stays for the next run. Under the zone lock, where fallbacks raise it.
+    pub(crate) fn reduce_watermark_boost(&self, pages: u64) {
         let _locked = self.lock();
-        self.watermarks.set_boost(0);
+        let boost = self.watermarks.boost();
+        self.watermarks.set_boost(boost - boost.min(pages));
     }
 
     /// `vm.watermark_boost_factor` as this zone applies it.
