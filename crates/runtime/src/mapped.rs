@@ -140,7 +140,7 @@ impl crate::Reclaim for KswapdHook {
         // CPU (the kswapd thread holds the CPU hotplug lock for reading: it stays online),
         // or to any online CPU if the node has none left.
         let topology = cx.allocator.topology();
-        let online = |c: &u32| cx.allocator.cpu_online(*c);
+        let online = |c: &u32| cx.allocator.is_cpu_online(*c);
         let cpu = (0..topology.nr_cpus())
             .filter(online)
             .find(|&c| topology.cpu_node(c) == Some(cx.scan.node))

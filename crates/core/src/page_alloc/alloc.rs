@@ -129,7 +129,7 @@ impl PageAllocator {
         node: NodeId,
         events: &mut E,
     ) -> Result<Pfn, AllocError> {
-        if !self.cpu_online(caller.cpu) {
+        if !self.is_cpu_online(caller.cpu) {
             return Err(AllocError::InvalidCpu(caller.cpu));
         }
         self.alloc_pages_online::<false, _>(caller, gfp, order, node, events)
@@ -194,7 +194,7 @@ impl PageAllocator {
         order: Order,
         node: NodeId,
     ) -> Result<AllocContext<'_>, AllocError> {
-        if !self.cpu_online(caller.cpu) {
+        if !self.is_cpu_online(caller.cpu) {
             return Err(AllocError::InvalidCpu(caller.cpu));
         }
         self.alloc_context(caller, gfp, order, node)

@@ -324,7 +324,7 @@ impl PageAllocator {
     }
 
     /// Whether `cpu` exists and is online.
-    pub fn cpu_online(&self, cpu: CpuId) -> bool {
+    pub fn is_cpu_online(&self, cpu: CpuId) -> bool {
         self.cpus
             .get(cpu as usize)
             .is_some_and(|c| c.online.load(Relaxed))
@@ -495,7 +495,7 @@ impl PageAllocator {
         // quadratic when one LLC spans every CPU (20 s to build a 100,000-CPU pool).
         let mut sharing = alloc::vec![0u32; self.cpus.len().div_ceil(group)];
         for cpu in 0..self.cpus.len() {
-            sharing[cpu / group] += u32::from(self.cpu_online(cpu as CpuId));
+            sharing[cpu / group] += u32::from(self.is_cpu_online(cpu as CpuId));
         }
         for zone in &self.zones {
             for (cpu, pageset) in zone.pagesets.iter().enumerate() {

@@ -332,9 +332,9 @@ impl Zone {
 
     /// `pcp_spin_trylock` on `cpu`'s pageset, refusing one whose CPU is offline as well as
     /// a busy one. On Linux nothing runs on a dead CPU; here a task that saw its CPU
-    /// online can reach the pageset after `cpu_offline` drained it, and what it left there
+    /// online can reach the pageset after `cpu_down` drained it, and what it left there
     /// would sit on an offline CPU, out of every allocator's reach, until the CPU came
-    /// back. `cpu_offline` sets the flag under this lock before it drains, so a task that
+    /// back. `cpu_down` sets the flag under this lock before it drains, so a task that
     /// takes the lock later sees it; one that took it earlier is drained.
     #[inline(always)]
     pub(crate) fn pcp_trylock(&self, cpu: CpuId) -> Result<PcpLocked<'_>, PcpRefused> {
