@@ -152,6 +152,39 @@ struct CpuState {
 }
 
 /// The zones of every node and the allocator's entry points.
+///
+/// Built from a [`Topology`], [`Settings`] and a [`Policy`]; every call names the CPU it
+/// runs on and its context ([`Caller`](super::Caller)), as Linux's `alloc_pages` knows
+/// them implicitly. Allocations return pfns; a free gives the pfn and the order back.
+///
+/// ```
+/// use mmkit_core::page_alloc::Caller;
+/// use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// use mmkit_core::{Gfp, Order, PageAllocator, Policy, Settings, Topology, ZoneType};
+///
+/// // 64 MiB of DMA32 and 64 MiB of Normal memory, two CPUs.
+/// let zones = [
+///     ZoneSize::managed(0, ZoneType::Dma32, 16_384),
+///     ZoneSize::managed(0, ZoneType::Normal, 16_384),
+/// ];
+/// let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 2 };
+/// let topology = Topology::x86_64(&zones, vec![2], llc, false)?;
+/// let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+///
+/// let cpu1 = Caller::task(1);
+/// let order = Order::try_from(3u8)?; // 8 pages
+/// let normal = allocator.alloc_pages(cpu1, Gfp::KERNEL, order)?;
+/// let dma32 = allocator.alloc_pages(cpu1, Gfp::KERNEL | Gfp::DMA32, order)?;
+/// assert_eq!(allocator.find_zone(normal).unwrap().zone_type(), ZoneType::Normal);
+/// assert_eq!(allocator.find_zone(dma32).unwrap().zone_type(), ZoneType::Dma32);
+///
+/// // A wrong free is refused and changes nothing.
+/// assert!(allocator.free_pages(cpu1, normal, Order::ZERO).is_err());
+/// allocator.free_pages(cpu1, normal, order)?;
+/// allocator.free_pages(cpu1, dma32, order)?;
+/// allocator.verify()?; // every page accounted for: free, on a pageset or allocated
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct PageAllocator {
     pub(crate) topology: Topology,
