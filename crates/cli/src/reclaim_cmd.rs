@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, Subcommand};
 use mmkit_core::mm::lru::LruList;
 use mmkit_core::mm::memcg::MemcgId;
+use mmkit_core::mm::vmscan::MAX_RECLAIM_RETRIES;
 use mmkit_core::mm::{FileId, Memory, MmError, PageIo, SwapEntry};
 use mmkit_core::page_alloc::{Caller, WatermarkKind};
 use mmkit_core::settings::MinFreeKbytes;
@@ -861,17 +862,23 @@ fn congestion_run(name: &'static str, bits: CongestionBits) -> Result<Congestion
             .map_err(failed)?;
         vpn += 1;
     }
-    // kswapd queues the dirty pages for write-back, and, woken again while the write-back
-    // is in flight, finds only pages it already asked for.
-    m.kswapd_balance(caller, 0, &mut NoIo).map_err(failed)?;
-    m.kswapd_balance(caller, 0, &mut NoIo).map_err(failed)?;
+    // kswapd's runs queue dirty pages for write-back (the first ones activate what they
+    // find referenced), and, woken again while the write-back is in flight, it reruns
+    // until it finds only pages it already asked for.
+    for _ in 0..MAX_RECLAIM_RETRIES {
+        if m.writeback_folios() > 0 {
+            break;
+        }
+        m.kswapd_balance(caller, 0, &mut NoIo).map_err(failed)?;
+    }
+    m.kswapd(caller, 0, &mut NoIo).map_err(failed)?;
     let throttled_after_kswapd = m.reclaim_throttled(MemcgId::ROOT, 0);
     let balanced_after_kswapd = !below(&m, WatermarkKind::High);
     let _ = m.memory_reclaim(caller, MemcgId::ROOT, 32, &mut NoIo);
     let throttled_after_root_memory_reclaim = m.reclaim_throttled(MemcgId::ROOT, 0);
     let balanced_after_root_memory_reclaim = !below(&m, WatermarkKind::High);
     m.end_all_writeback(caller);
-    m.kswapd_balance(caller, 0, &mut NoIo).map_err(failed)?;
+    m.kswapd(caller, 0, &mut NoIo).map_err(failed)?;
     let throttled_after_writeback_and_kswapd = m.reclaim_throttled(MemcgId::ROOT, 0);
     m.verify().map_err(CliError::failed)?;
     Ok(CongestionRow {

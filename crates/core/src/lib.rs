@@ -1,5 +1,24 @@
 //! mmkit-core: Linux's physical memory manager as a `no_std` library.
 //!
+//! ```
+//! use mmkit_core::page_alloc::Caller;
+//! use mmkit_core::topology::{CacheInfo, ZoneSize};
+//! use mmkit_core::{Gfp, Order, PageAllocator, Policy, Settings, Topology, ZoneType};
+//!
+//! // A 64 MiB machine: one node, one Normal zone, two CPUs sharing an 8 MiB cache.
+//! let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+//! let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 2 };
+//! let topology = Topology::x86_64(&zones, vec![2], llc, false)?;
+//! let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+//!
+//! // A task on CPU 0 takes a page for the kernel, through its per-CPU pageset.
+//! let cpu0 = Caller::task(0);
+//! let pfn = allocator.alloc_pages(cpu0, Gfp::KERNEL, Order::ZERO)?;
+//! allocator.free_pages(cpu0, pfn, Order::ZERO)?;
+//! allocator.verify()?; // every page accounted for
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! Every structure and policy of mmkit lives here, and nothing else: the simulator, the
 //! trace replayer and the `std` runtime all drive this crate and none of them re-implement
 //! allocator behaviour. The crate needs only `alloc` and forbids `unsafe`; pages are linked
@@ -45,7 +64,8 @@ pub mod views;
 pub use frame::{FrameAllocator, Frames};
 pub use page::{Order, Pfn};
 pub use page_alloc::{
-    AllocError, FreeError, Gfp, MigrateType, PageAllocator, Zone, ZoneType, MAX_ORDER,
+    AllocError, BatchFreeError, FreeError, Gfp, MigrateType, PageAllocator, Zone, ZoneType,
+    MAX_ORDER,
 };
 pub use percpu::{PercpuAllocator, PercpuPolicy};
 pub use policy::{

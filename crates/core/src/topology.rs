@@ -208,6 +208,33 @@ enum CpuNodes {
 
 /// A whole machine: zones and where their present pages lie, CPUs and their nodes, and
 /// the LLC.
+///
+/// A kernel builds it from firmware's memory map ([`Topology::from_memory_map`]); a test
+/// or a simulation from zone sizes laid out as on a PC ([`Topology::x86_64`]) or from
+/// explicit spans ([`Topology::new`]). A topology is checked when it is built: zones in
+/// order, inside their architectural limits, CPUs on nodes that exist.
+///
+/// ```
+/// use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// use mmkit_core::{Topology, ZoneType};
+///
+/// // Two nodes of 4 CPUs each; node 0 has DMA32 (1 GiB) and Normal (1 GiB), node 1
+/// // Normal (2 GiB).
+/// let zones = [
+///     ZoneSize::managed(0, ZoneType::Dma32, 1 << 18),
+///     ZoneSize::managed(0, ZoneType::Normal, 1 << 18),
+///     ZoneSize::managed(1, ZoneType::Normal, 1 << 19),
+/// ];
+/// let llc = CacheInfo { llc_bytes: 32 << 20, llc_shared_cpus: 4 };
+/// let topology = Topology::x86_64(&zones, vec![4, 4], llc, false)?;
+/// assert_eq!((topology.nr_nodes(), topology.nr_cpus()), (2, 8));
+/// assert_eq!(topology.cpu_node(5), Some(1));
+///
+/// // Zones out of order are refused.
+/// let backwards = [zones[1], zones[0]];
+/// assert!(Topology::x86_64(&backwards, vec![4], llc, false).is_err());
+/// # Ok::<(), mmkit_core::TopologyError>(())
+/// ```
 #[derive(Clone, PartialEq, Eq, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Topology {

@@ -20,8 +20,8 @@ use mmkit_core::page_alloc::verify::ZoneCensus;
 use mmkit_core::page_alloc::Caller;
 use mmkit_core::topology::{CacheInfo, ZoneSize};
 use mmkit_core::{
-    FreeError, Gfp, MigrateType, Order, PageAllocator, Pfn, Policy, Settings, Topology, ZoneSpec,
-    ZoneType,
+    BatchFreeError, FreeError, Gfp, MigrateType, Order, PageAllocator, Pfn, Policy, Settings,
+    Topology, ZoneSpec, ZoneType,
 };
 
 /// Every call comes from a task on CPU 0 unless a test says otherwise.
@@ -596,7 +596,20 @@ fn exclusive_batch_with_a_freed_page_is_refused_as_the_atomic_one_is() {
     );
     let before = Snapshot::take(&allocator, &pfns);
     let atomic = allocator.free_pages_batch(CPU0, &pfns);
-    assert_eq!(atomic, Err((2, FreeError::NotAllocated { pfn: pfns[2] })));
+    let refused = BatchFreeError {
+        index: 2,
+        error: FreeError::NotAllocated { pfn: pfns[2] },
+    };
+    assert_eq!(atomic, Err(refused));
+    assert_eq!(
+        refused.to_string(),
+        format!(
+            "page 2 of the batch: pfn {} is free: double free, or never allocated; nothing freed",
+            pfns[2]
+        )
+    );
+    // An error a caller can box and chain.
+    let _: &dyn std::error::Error = &refused;
     assert_eq!(allocator.free_pages_batch_exclusive(CPU0, &pfns), atomic);
     assert_eq!(before, Snapshot::take(&allocator, &pfns));
     assert_eq!(

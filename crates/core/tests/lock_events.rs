@@ -374,10 +374,10 @@ impl Run {
                 assert_eq!(done, b.drain_all_pages(None), "{op:?}");
             }
             Op::Offline { cpu } => {
-                let down = a.cpu_offline_report(cpu, &mut rec);
-                assert_eq!(down, b.cpu_offline(cpu), "{op:?}");
+                let down = a.cpu_down_report(cpu, &mut rec);
+                assert_eq!(down, b.cpu_down(cpu), "{op:?}");
                 if down {
-                    assert!(a.cpu_online_event(cpu) && b.cpu_online_event(cpu));
+                    assert!(a.cpu_up(cpu) && b.cpu_up(cpu));
                 }
             }
         }

@@ -570,12 +570,12 @@ fn zone_pcp_disable_nests_and_defers_new_limits_until_enabled() {
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn cpu_offline_drains_the_cpu_and_splits_limits_over_fewer_cpus() {
+fn cpu_down_drains_the_cpu_and_splits_limits_over_fewer_cpus() {
     let allocator = machine(Policy::V6_7, 2);
     warm(&allocator, 1);
     let normal_free = zone(&allocator, NORMAL).free_pages();
-    assert!(allocator.cpu_offline(1));
-    assert!(!allocator.cpu_online(1));
+    assert!(allocator.cpu_down(1));
+    assert!(!allocator.is_cpu_online(1));
     assert_eq!(
         (count(&allocator, NORMAL, 1), count(&allocator, DMA32, 1)),
         (0, 0)
@@ -597,8 +597,8 @@ fn cpu_offline_drains_the_cpu_and_splits_limits_over_fewer_cpus() {
     allocator
         .free_pages(Caller::task(0), pfn, Order::ZERO)
         .expect("CPU 0 frees it");
-    assert!(!allocator.cpu_offline(1), "already offline");
-    assert!(!allocator.cpu_offline(0), "the last online CPU stays");
+    assert!(!allocator.cpu_down(1), "already offline");
+    assert!(!allocator.cpu_down(0), "the last online CPU stays");
     assert!(!allocator.vmstat_tick(1), "an offline CPU does not tick");
     census(&allocator);
 }
@@ -607,13 +607,13 @@ fn cpu_offline_drains_the_cpu_and_splits_limits_over_fewer_cpus() {
 /// `cpu_online` 1: on a 3-CPU node with CPU 2 coming back, the divisor is 2 + 1 = 3
 /// (`docs/reference/linux-mm.md` §8): Normal high_min 4265 / 3 = 1421, high_max 24576 / 3 = 8192.
 #[test]
-fn cpu_online_event_splits_limits_over_node_cpus_plus_one() {
+fn cpu_up_splits_limits_over_node_cpus_plus_one() {
     let allocator = machine(Policy::V6_7, 3);
     assert_eq!(limits(&allocator, NORMAL, 0), (63, 1421, 8192));
-    assert!(allocator.cpu_offline(2));
+    assert!(allocator.cpu_down(2));
     assert_eq!(limits(&allocator, NORMAL, 0), (63, 2132, 12288));
-    assert!(allocator.cpu_online_event(2));
-    assert!(allocator.cpu_online(2));
+    assert!(allocator.cpu_up(2));
+    assert!(allocator.is_cpu_online(2));
     for cpu in 0..3 {
         assert_eq!(
             limits(&allocator, NORMAL, cpu),
@@ -621,8 +621,8 @@ fn cpu_online_event_splits_limits_over_node_cpus_plus_one() {
             "cpu {cpu}"
         );
     }
-    assert!(!allocator.cpu_online_event(2), "already online");
-    assert!(!allocator.cpu_online_event(3), "no such CPU");
+    assert!(!allocator.cpu_up(2), "already online");
+    assert!(!allocator.cpu_up(3), "no such CPU");
     alloc_many(&allocator, Caller::task(2), MOVABLE, Order::ZERO, 1);
     assert_eq!(count(&allocator, NORMAL, 2), 62, "the CPU is usable again");
 }
@@ -637,9 +637,9 @@ fn cpu_hotplug_recomputes_free_high_batch_from_the_cache_slice() {
     };
     let allocator = machine_with(Policy::V6_7, 2, llc);
     assert!(!pageset(&allocator, NORMAL, 0).flags.free_high_batch);
-    assert!(allocator.cpu_offline(1));
+    assert!(allocator.cpu_down(1));
     assert!(pageset(&allocator, NORMAL, 0).flags.free_high_batch);
-    assert!(allocator.cpu_online_event(1));
+    assert!(allocator.cpu_up(1));
     assert!(!pageset(&allocator, NORMAL, 0).flags.free_high_batch);
     assert!(!pageset(&allocator, NORMAL, 1).flags.free_high_batch);
 }
@@ -951,17 +951,20 @@ fn free_pages_batch_with_a_bad_pfn_frees_nothing() {
     let bad = [pages[0], pages[1], cached, pages[2]];
     assert_eq!(
         allocator.free_pages_batch(Caller::task(0), &bad),
-        Err((2, FreeError::NotAllocated { pfn: cached }))
+        Err((2, FreeError::NotAllocated { pfn: cached }).into())
     );
     let wrong_order = [pages[0], pair];
     assert!(matches!(
         allocator.free_pages_batch(Caller::task(0), &wrong_order),
-        Err((1, FreeError::WrongOrder { .. }))
+        Err(mmkit_core::BatchFreeError {
+            index: 1,
+            error: FreeError::WrongOrder { .. }
+        })
     ));
     let duplicate = [pages[0], pages[1], pages[0]];
     assert_eq!(
         allocator.free_pages_batch(Caller::task(0), &duplicate),
-        Err((2, FreeError::Duplicate { pfn: pages[0] }))
+        Err((2, FreeError::Duplicate { pfn: pages[0] }).into())
     );
     assert_eq!(
         census(&allocator),

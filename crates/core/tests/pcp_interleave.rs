@@ -270,12 +270,12 @@ impl Run<'_> {
         let online = self.model.online_cpus();
         let cpu = self.rng.below(CPUS as usize) as u32;
         let expected = if self.model.online[cpu as usize] {
-            let ok = self.allocator.cpu_offline(cpu);
+            let ok = self.allocator.cpu_down(cpu);
             assert_eq!(ok, online.len() > 1, "{}: offline cpu {cpu}", self.name);
             ok
         } else {
             assert!(
-                self.allocator.cpu_online_event(cpu),
+                self.allocator.cpu_up(cpu),
                 "{}: online cpu {cpu}",
                 self.name
             );
@@ -286,7 +286,7 @@ impl Run<'_> {
         }
         for cpu in 0..CPUS {
             assert_eq!(
-                self.allocator.cpu_online(cpu),
+                self.allocator.is_cpu_online(cpu),
                 self.model.online[cpu as usize]
             );
         }

@@ -132,7 +132,7 @@ fn global_and_zone_drains_hand_off() {
 /// down) or completes; one that checked before and reached the pageset after the drain
 /// must not leave a page there. At the end CPU 1's pageset is empty and every page is in
 /// exactly one place.
-fn task_against_cpu_offline() {
+fn task_against_cpu_down() {
     let allocator = machine();
     let pfn = allocator
         .alloc_pages(Caller::task(1), Gfp::KERNEL, Order::ZERO)
@@ -158,7 +158,7 @@ fn task_against_cpu_offline() {
     };
     let hotplug = {
         let allocator = allocator.clone();
-        thread::spawn(move || assert!(allocator.cpu_offline(1)))
+        thread::spawn(move || assert!(allocator.cpu_down(1)))
     };
     task.join().unwrap();
     hotplug.join().unwrap();
@@ -174,8 +174,8 @@ fn task_against_cpu_offline() {
 
 #[test]
 fn calls_racing_their_cpu_going_offline_leave_no_page_on_it() {
-    shuttle::check_random(task_against_cpu_offline, 300);
-    shuttle::check_pct(task_against_cpu_offline, 300, 3);
+    shuttle::check_random(task_against_cpu_down, 300);
+    shuttle::check_pct(task_against_cpu_down, 300, 3);
 }
 
 #[test]

@@ -1,10 +1,11 @@
 //! The pool's background threads: the vmstat tick and one kswapd per node.
 //!
 //! Linux counterpart: the per-CPU `vmstat_update` work (every `vm.stat_interval`, which
-//! runs `decay_pcp_high` on each CPU's pagesets) and `kswapd`'s `balance_pgdat` (woken
-//! when an allocation finds a zone below its low watermark; reclaims until a zone is above
-//! its high watermark; sets `ZONE_RECLAIM_ACTIVE` meanwhile, which makes the pagesets
-//! shrink; drops the watermark boost when done).
+//! runs `decay_pcp_high` on each CPU's pagesets) and the `kswapd` thread (woken when an
+//! allocation finds a zone below its low watermark or a fallback boosts a watermark). The
+//! thread takes the wake-up's order and highest zone and runs the core's
+//! `mmkit_core::mm::kswapd::run` (`balance_pgdat` until the node is balanced) with the
+//! pool's [`crate::Reclaim`] hook as the shrinker; it has no reclaim loop of its own.
 //!
 //! The threads hold only a `Weak` reference to the pool's state, so they never keep it
 //! alive; the pool stops and joins them when it drops.
@@ -14,16 +15,15 @@ use std::sync::{Arc, Weak};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use mmkit_core::page_alloc::{NodeId, ZoneFlags, ZoneType};
+use std::convert::Infallible;
+
+use mmkit_core::mm::kswapd::{self, KswapdOutcome, ShrinkOutcome};
+use mmkit_core::page_alloc::{NodeId, ZoneType};
 use mmkit_core::Order;
 
 use crate::pool::Inner;
 use crate::reclaim::ReclaimContext;
 
-/// Reclaim rounds before kswapd gives up on a node (`MAX_RECLAIM_RETRIES`).
-const MAX_RECLAIM_RETRIES: u32 = 16;
-/// Pages asked of one reclaim round at least (`SWAP_CLUSTER_MAX`).
-const SWAP_CLUSTER_MAX: u64 = 32;
 /// kswapd also looks for work this often, in case a wake-up was missed.
 const KSWAPD_POLL: Duration = Duration::from_millis(100);
 
@@ -110,52 +110,39 @@ fn kswapd_thread(weak: &Weak<Inner>, stop: &AtomicBool, node: NodeId) {
         let Some(state) = inner.allocator.kswapd(node) else {
             return;
         };
-        if state.pending.swap(false, Relaxed) {
-            balance_pgdat(&inner, node);
+        if let Some((order, highest_zoneidx)) = state.take_request() {
+            kswapd_run(&inner, node, order, highest_zoneidx);
         }
     }
 }
 
-/// `balance_pgdat`, reduced: reclaim through the hook until the node is balanced or no
-/// progress is made.
-fn balance_pgdat(inner: &Inner, node: NodeId) {
-    let allocator = &inner.allocator;
+/// One wake-up of kswapd: the core's [`kswapd::run`] (`balance_pgdat` until the node is
+/// balanced or reclaim keeps failing), with the pool's reclaim hook as the shrinker.
+pub(crate) fn kswapd_run(
+    inner: &Inner,
+    node: NodeId,
+    order: Order,
+    highest_zoneidx: ZoneType,
+) -> KswapdOutcome {
     inner.kswapd_runs.fetch_add(1, Relaxed);
-    let zones: Vec<_> = allocator
-        .zones()
-        .iter()
-        .filter(|z| z.node() == node && z.is_managed())
-        .collect();
-    for zone in &zones {
-        zone.set_flag(ZoneFlags::RECLAIM_ACTIVE);
-    }
-    for _ in 0..MAX_RECLAIM_RETRIES {
-        if allocator.pgdat_balanced(node, Order::ZERO, ZoneType::Movable) {
-            break;
-        }
-        let deficit: u64 = zones
-            .iter()
-            .map(|z| {
-                z.wmark(mmkit_core::page_alloc::WatermarkKind::High)
-                    .saturating_sub(z.free_pages().max(0) as u64)
-            })
-            .sum();
+    let allocator = &inner.allocator;
+    let run = kswapd::run(allocator, node, order, highest_zoneidx, |sc| {
         let cx = ReclaimContext {
             allocator,
-            node,
-            nr_to_reclaim: deficit.max(SWAP_CLUSTER_MAX),
+            scan: *sc,
         };
-        // A reclaim round makes many calls as one CPU (the hook picks it): keep it online.
-        let reclaimed = {
-            let _hotplug = inner.cpus_read_lock();
-            inner.reclaim.reclaim(&cx)
-        };
-        if reclaimed == 0 {
-            break;
-        }
-    }
-    for zone in &zones {
-        zone.clear_watermark_boost();
-        zone.clear_flag(ZoneFlags::RECLAIM_ACTIVE);
+        // A reclaim pass makes many calls as one CPU (the hook picks it): keep it online.
+        let _hotplug = inner.cpus_read_lock();
+        let reclaimed = inner.reclaim.reclaim(&cx);
+        // The hook reports what it freed, not what it looked at: count the pass as one
+        // that scanned what it freed, so a hook that keeps up keeps the priority gentle.
+        Ok::<_, Infallible>(ShrinkOutcome {
+            scanned: reclaimed,
+            reclaimed,
+        })
+    });
+    match run {
+        Ok(outcome) => outcome,
+        Err(never) => match never {},
     }
 }

@@ -1,12 +1,5 @@
 //! mmkit-runtime: Linux's page allocator as a thread-safe page pool on real memory.
 //!
-//! A [`PagePool`] reserves one `mmap`ed arena, lays the zones of `mmkit-core` over it, and
-//! serves each thread from the per-CPU pageset of the CPU it runs on. Background threads do
-//! what Linux's do: the per-CPU vmstat tick (PCP `high` decay) once per `stat_interval`,
-//! and a kswapd per node that runs a [`Reclaim`] hook while a zone is below its low
-//! watermark. Allocation policy, sizing and statistics are the core's; this crate adds
-//! memory, threads and the OS.
-//!
 //! ```
 //! use mmkit_runtime::PagePool;
 //! use mmkit_core::Order;
@@ -19,6 +12,14 @@
 //! assert_eq!(pool.verify()?.iter().map(|z| z.allocated).sum::<u64>(), 0);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! A [`PagePool`] reserves one `mmap`ed arena, lays the zones of `mmkit-core` over it, and
+//! serves each thread from the per-CPU pageset of the CPU it runs on. Background threads do
+//! what Linux's do: the per-CPU vmstat tick (PCP `high` decay) once per `stat_interval`,
+//! and a kswapd per node that runs the core's kswapd loop, with a [`Reclaim`] hook as its
+//! shrinker, when a zone falls below its low watermark or a watermark is boosted.
+//! Allocation policy, sizing, reclaim decisions and statistics are the core's; this crate
+//! adds memory, threads and the OS.
 //!
 //! For the hottest page users there is a [`PoolCache`]: Linux's `page_pool` recycling
 //! cache, one owner thread allocating from a small array without atomics and other

@@ -146,15 +146,15 @@ impl crate::Reclaim for KswapdHook {
         // CPU (the kswapd thread holds the CPU hotplug lock for reading: it stays online),
         // or to any online CPU if the node has none left.
         let topology = cx.allocator.topology();
-        let online = |c: &u32| cx.allocator.cpu_online(*c);
+        let online = |c: &u32| cx.allocator.is_cpu_online(*c);
         let cpu = (0..topology.nr_cpus())
             .filter(online)
-            .find(|&c| topology.cpu_node(c) == Some(cx.node))
+            .find(|&c| topology.cpu_node(c) == Some(cx.scan.node))
             .or_else(|| (0..topology.nr_cpus()).find(online))
             .unwrap_or(0);
         let caller = mmkit_core::page_alloc::Caller::task(cpu);
         memory
-            .kswapd_shrink(caller, cx.node, cx.nr_to_reclaim, io)
+            .kswapd_shrink_node(caller, &cx.scan, io)
             .map_or(0, |outcome| outcome.reclaimed)
     }
 }
@@ -232,9 +232,10 @@ impl MappedMemory {
     }
 
     /// Mapped memory on a pool built from `builder`, whose kswapd threads reclaim from
-    /// the mapping layer: woken below a zone's low watermark, they run
-    /// [`Memory::kswapd_shrink`] rounds with `RECLAIM_ACTIVE` set until the node is above
-    /// its high watermark, alongside the direct reclaim of faulting threads.
+    /// the mapping layer: woken below a zone's low watermark (or by a watermark boost),
+    /// they run the core's kswapd loop with [`Memory::kswapd_shrink_node`] as each pass,
+    /// `RECLAIM_ACTIVE` set, until the node is above its high watermark, alongside the
+    /// direct reclaim of faulting threads.
     pub fn with_kswapd(
         builder: crate::PagePoolBuilder,
         dir: &Path,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use mmkit_core::page::PAGE_SIZE;
 use mmkit_core::page_alloc::verify::{VerifyError, ZoneCensus};
 use mmkit_core::page_alloc::{
-    AllocError, Caller, CpuId, DrainAll, FreeError, Gfp, NodeId, ZoneId, ZoneType,
+    AllocError, BatchFreeError, Caller, CpuId, DrainAll, FreeError, Gfp, NodeId, ZoneId, ZoneType,
 };
 use mmkit_core::views::{buddyinfo, zoneinfo};
 use mmkit_core::{Order, PageAllocator, Pfn, Policy, Settings, Topology};
@@ -229,13 +229,13 @@ impl PagePool {
     pub fn caller(&self) -> Caller {
         let first = self.this_cpu();
         // The CPU we run on is almost always online: test it before the search.
-        if self.inner.allocator.cpu_online(first) {
+        if self.inner.allocator.is_cpu_online(first) {
             return Caller::task(first);
         }
         let nr = self.inner.nr_cpus;
         let cpu = (0..nr)
             .map(|i| (first + i) % nr)
-            .find(|&c| self.inner.allocator.cpu_online(c))
+            .find(|&c| self.inner.allocator.is_cpu_online(c))
             .unwrap_or(first);
         Caller::task(cpu)
     }
@@ -615,12 +615,14 @@ impl PagePool {
                 .allocator
                 .free_pages_batch_exclusive(caller, pfns)
             {
-                Err((_, FreeError::InvalidCpu(cpu)))
-                    if self.retry_after_hotplug(&mut caller, cpu, &mut retries) => {}
+                Err(BatchFreeError {
+                    error: FreeError::InvalidCpu(cpu),
+                    ..
+                }) if self.retry_after_hotplug(&mut caller, cpu, &mut retries) => {}
                 done => break done,
             }
         }
-        .map_err(|(_, e)| PoolError::Free(e))
+        .map_err(|e| PoolError::Free(e.error))
     }
 
     pub(crate) fn free_pfn(&self, pfn: Pfn, order: Order) -> Result<(), PoolError> {
@@ -850,9 +852,9 @@ impl PagePool {
             .write()
             .unwrap_or_else(|e| e.into_inner());
         if online {
-            self.inner.allocator.cpu_online_event(cpu)
+            self.inner.allocator.cpu_up(cpu)
         } else {
-            self.inner.allocator.cpu_offline(cpu)
+            self.inner.allocator.cpu_down(cpu)
         }
     }
 
@@ -986,7 +988,7 @@ mod tests {
             .build()
             .unwrap();
         let (mut caller, mut retries) = (Caller::task(1), 0);
-        assert!(pool.inner.allocator.cpu_online(1), "back online already");
+        assert!(pool.inner.allocator.is_cpu_online(1), "back online already");
         assert!(pool.retry_after_hotplug(&mut caller, 1, &mut retries));
         assert_eq!(retries, 1);
         let mut other = Caller::task(0);

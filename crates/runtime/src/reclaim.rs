@@ -2,20 +2,23 @@
 //!
 //! The page pool does not know what its pages hold, so reclaim is the user's: a database
 //! evicts buffers, a packet pool drops cached frames. kswapd calls [`Reclaim::reclaim`]
-//! while a zone of its node is below the high watermark.
+//! once per pass of the core's `balance_pgdat` (`mmkit_core::mm::kswapd`): while no zone
+//! of its node is above its high watermark, and while a watermark boost is being paid
+//! back.
 
-use mmkit_core::page_alloc::NodeId;
+use mmkit_core::mm::kswapd::ScanControl;
 use mmkit_core::PageAllocator;
 
-/// What kswapd asks of one reclaim round.
+/// What kswapd asks of one reclaim pass.
 #[derive(Debug)]
 pub struct ReclaimContext<'a> {
     /// The allocator (zones, statistics, drains).
     pub allocator: &'a PageAllocator,
-    /// The node being balanced.
-    pub node: NodeId,
-    /// Pages kswapd would like back this round (`SWAP_CLUSTER_MAX` = 32 per call in Linux).
-    pub nr_to_reclaim: u64,
+    /// The pass: the node (`scan.node`), the pages wanted back (`scan.nr_to_reclaim`: the
+    /// high watermark of each eligible zone, at least `SWAP_CLUSTER_MAX` = 32 each), the
+    /// priority (12 gentle … 1 hard), and whether the pass may write back or swap (not
+    /// while kswapd reclaims only for a watermark boost).
+    pub scan: ScanControl,
 }
 
 /// A source of reclaimable pages.
@@ -33,7 +36,7 @@ pub struct ReclaimContext<'a> {
 ///     fn reclaim(&self, cx: &ReclaimContext<'_>) -> u64 {
 ///         self.0.fetch_add(1, Relaxed);
 ///         cx.allocator.drain_all_pages(None);
-///         0 // nothing freed: kswapd stops for now
+///         0 // nothing freed: kswapd scans harder, then gives up until woken again
 ///     }
 /// }
 ///
@@ -41,13 +44,15 @@ pub struct ReclaimContext<'a> {
 /// # Ok::<(), mmkit_runtime::PoolError>(())
 /// ```
 pub trait Reclaim: Send + Sync {
-    /// Free up to `cx.nr_to_reclaim` pages back to the pool; return how many were freed.
-    /// Returning 0 tells kswapd that no progress is possible now.
+    /// Free up to `cx.scan.nr_to_reclaim` pages back to the pool; return how many were
+    /// freed. Returning 0 makes kswapd try harder (a lower priority) up to priority 1, and
+    /// ends a run that only pays back a boost.
     fn reclaim(&self, cx: &ReclaimContext<'_>) -> u64;
 }
 
 /// The default hook: nothing to reclaim, but it drains every pageset, which returns
-/// cached free pages to the zones. Reports no progress, so kswapd stops after one round.
+/// cached free pages to the zones. Reports no progress, so kswapd's priority falls with
+/// each pass, and a run for a boost ends after one.
 #[derive(Debug, Default)]
 pub struct NoReclaim;
 

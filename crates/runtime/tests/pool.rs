@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mmkit_core::page_alloc::{DrainReason, Gfp, ZoneFlags, ZoneType};
+use mmkit_core::page_alloc::{DrainReason, Gfp, WatermarkKind, ZoneFlags, ZoneType};
 use mmkit_core::settings::MinFreeKbytes;
 use mmkit_core::views::zoneinfo;
 use mmkit_core::{Order, Pfn, Settings};
@@ -283,7 +283,7 @@ impl Reclaim for Cache<'static> {
             return 0;
         };
         let mut blocks = self.blocks.lock().unwrap();
-        let take = (cx.nr_to_reclaim as usize).min(blocks.len());
+        let take = (cx.scan.nr_to_reclaim as usize).min(blocks.len());
         for pfn in blocks.drain(..take) {
             // SAFETY: the cache allocated these raw and nobody else references them.
             unsafe { pool.free_raw(pfn, Order::ZERO).unwrap() };
@@ -345,6 +345,83 @@ fn kswapd_reclaims_through_the_hook_until_balanced() {
         || !zone.flags().contains(ZoneFlags::RECLAIM_ACTIVE),
         || std::thread::sleep(Duration::from_millis(5)),
     );
+}
+
+/// A 16 MiB pool (4096 pages, min 256, high 384) boosted the way
+/// `crates/core/tests/kswapd.rs` boosts its zone: eight order-8 Movable blocks free, one
+/// per pageblock, then an order-0 Unmovable request that falls back to one of them.
+fn boosted_pool(background: bool) -> PagePool {
+    let settings = Settings {
+        min_free_kbytes: MinFreeKbytes::Explicit(1024),
+        ..Settings::default()
+    };
+    let pool = PagePool::builder()
+        .memory_bytes(16 << 20)
+        .cpus(1)
+        .settings(settings)
+        .background(background)
+        .build()
+        .unwrap();
+    let mut held = Vec::new();
+    while let Ok(pfn) = pool.alloc_raw(Gfp::HIGHUSER_MOVABLE, order(8)) {
+        held.push(pfn);
+    }
+    for &pfn in held.iter().skip(1).step_by(2) {
+        // SAFETY: allocated raw above, referenced nowhere else.
+        unsafe { pool.free_raw(pfn, order(8)).unwrap() };
+    }
+    pool.alloc_raw(Gfp::KERNEL, order(0)).unwrap();
+    pool
+}
+
+fn boost(pool: &PagePool) -> u64 {
+    // SAFETY: only reads the zone's watermark boost.
+    let allocator = unsafe { pool.allocator() };
+    allocator
+        .zone(0, ZoneType::Normal)
+        .unwrap()
+        .watermarks()
+        .boost()
+}
+
+/// The runtime's kswapd thread runs the core's loop (`mmkit_core::mm::kswapd::run`), so
+/// a pool whose kswapd thread handled a wake-up and a pool on which the test ran the core
+/// loop itself, with the default hook's work (drain every pageset, free nothing), end in
+/// the same state: the boost the fallback added is gone, the watermarks and the free
+/// lists are the same.
+#[test]
+fn kswapd_thread_and_core_loop_leave_a_boosted_pool_in_the_same_state() {
+    let threaded = boosted_pool(true);
+    let by_hand = boosted_pool(false);
+    assert!(boost(&by_hand) > 0, "the fallback boosted the watermarks");
+    wait_until(
+        "kswapd never dropped the boost",
+        || boost(&threaded) == 0,
+        || std::thread::sleep(Duration::from_millis(5)),
+    );
+    // SAFETY: the core's loop frees nothing here; it drains pagesets and changes the
+    // boost and zone flags, which no `PageBlock` depends on.
+    let allocator = unsafe { by_hand.allocator() };
+    let (order, highest_zoneidx) = allocator.kswapd(0).unwrap().take_request().unwrap();
+    mmkit_core::mm::kswapd::run(allocator, 0, order, highest_zoneidx, |_| {
+        allocator.drain_all_pages(None);
+        Ok::<_, std::convert::Infallible>(mmkit_core::mm::kswapd::ShrinkOutcome::default())
+    })
+    .unwrap();
+    assert_eq!(boost(&by_hand), 0);
+    let zone = |pool: &PagePool| {
+        pool.drain_all(None);
+        let zone = pool.zone(0, ZoneType::Normal).unwrap();
+        let marks = [WatermarkKind::Min, WatermarkKind::Low, WatermarkKind::High];
+        let flags = zone.flags() - ZoneFlags::BELOW_HIGH;
+        (
+            marks.map(|k| zone.wmark(k)),
+            flags,
+            zone.free_pages(),
+            zone.buddyinfo(),
+        )
+    };
+    assert_eq!(zone(&threaded), zone(&by_hand));
 }
 
 struct CacheRef(&'static Cache<'static>);

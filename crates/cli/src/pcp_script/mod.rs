@@ -6,8 +6,8 @@
 //! [`PageAllocator`] for the machine and policy given, calls one `mmkit-core` entry point
 //! per operation (`alloc_pages`, `free_pages`, `free_pages_batch`,
 //! `alloc_pages_bulk_list`, `vmstat_tick`, `drain_local_pages`, `drain_all_pages`,
-//! `run_drain_work`, `cpu_offline`, `zone_pcp_disable`, each in its `_report` form, which
-//! also says what the call did under the zone lock; `cpu_online_event`, `zone_pcp_enable`,
+//! `run_drain_work`, `cpu_down`, `zone_pcp_disable`, each in its `_report` form, which
+//! also says what the call did under the zone lock; `cpu_up`, `zone_pcp_enable`,
 //! `set_settings`, `Zone::set_flag`/`clear_flag`) and prints what changed ([`report`]). The
 //! only state kept here is which blocks the script holds, under which labels, and which
 //! `drain all … later` still waits for queued work. `docs/PCP-SCRIPT.md` describes the
@@ -26,8 +26,8 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use mmkit_core::page_alloc::{
-    Caller, Context, CpuId, DrainAll, DrainCaller, DrainWork, WatermarkKind, ZoneFlags, ZoneId,
-    ZoneLockHold,
+    BatchFreeError, Caller, Context, CpuId, DrainAll, DrainCaller, DrainWork, WatermarkKind,
+    ZoneFlags, ZoneId, ZoneLockHold,
 };
 use mmkit_core::{DrainMode, Gfp, MigrateType, Order, PageAllocator, Pfn, Policy, Settings};
 
@@ -450,7 +450,7 @@ impl<'a> Runner<'a> {
             Op::DrainAll { zone, later } => self.drain_all(line, *zone, *later, holds),
             Op::RunWork => self.run_work(line.cpu, holds),
             Op::Offline => self.offline(line.cpu, holds),
-            Op::Online => hotplug(allocator.cpu_online_event(line.cpu), "already online"),
+            Op::Online => hotplug(allocator.cpu_up(line.cpu), "already online"),
             Op::PcpDisable(zone) => match self.waits_for_drain_mutex("zone_pcp_disable") {
                 Some(refused) => refused,
                 None => pcp_disable(allocator, *zone, holds),
@@ -584,7 +584,7 @@ impl<'a> Runner<'a> {
         }
     }
 
-    /// `cpu_offline`, unless the CPU still has queued drain work: the script would lose
+    /// `cpu_down`, unless the CPU still has queued drain work: the script would lose
     /// it (Linux's workqueue hands a dying CPU's work to an unbound worker, which mmkit
     /// does not model).
     fn offline(&mut self, cpu: CpuId, holds: &mut Vec<ZoneLockHold>) -> Outcome {
@@ -602,7 +602,7 @@ impl<'a> Runner<'a> {
             };
         }
         hotplug(
-            self.allocator.cpu_offline_report(cpu, holds),
+            self.allocator.cpu_down_report(cpu, holds),
             "not online, or the last online CPU",
         )
     }
@@ -768,7 +768,7 @@ impl<'a> Runner<'a> {
                     ..Outcome::default()
                 }
             }
-            Err((index, e)) => Outcome {
+            Err(BatchFreeError { index, error: e }) => Outcome {
                 error: Some(format!(
                     "block {} of {}: {e}; nothing freed",
                     index + 1,

@@ -91,9 +91,9 @@ pub enum Op {
     /// `run-work`: this CPU's workqueue worker runs its queued drain work
     /// (`drain_local_pages_wq`).
     RunWork,
-    /// `offline`: `cpu_offline` of this CPU.
+    /// `offline`: `cpu_down` of this CPU.
     Offline,
-    /// `online`: `cpu_online_event` of this CPU.
+    /// `online`: `cpu_up` of this CPU.
     Online,
     /// `pcp-disable ZONE`: `zone_pcp_disable`.
     PcpDisable(ZoneId),

@@ -363,7 +363,7 @@ impl Snapshot {
                         let pcp = zone.pageset(cpu)?;
                         Some(PagesetState {
                             cpu,
-                            online: allocator.cpu_online(cpu),
+                            online: allocator.is_cpu_online(cpu),
                             count: pcp.count,
                             high: pcp.high,
                             batch: pcp.batch,

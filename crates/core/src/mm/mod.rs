@@ -14,12 +14,15 @@
 //! - [`memcg`]: the cgroup tree, charges with per-CPU batching, `memory.stat`.
 //! - [`vmscan`]: reclaim from the LRU lists: cgroup limits, `memory.reclaim`, direct
 //!   reclaim, kswapd, and `lruvec_lru_size` as two policies.
+//! - [`kswapd`]: kswapd's balancing loop (`balance_pgdat`), which the mapping layer and
+//!   the runtime's kswapd threads both run.
 //! - [`verify`]: the walker that checks every count against the page tables.
 //!
 //! Still to come: PMD mappings; see `docs/ARCHITECTURE.md`.
 
 pub mod folio;
 pub mod huge_memory;
+pub mod kswapd;
 pub mod lru;
 pub mod memcg;
 pub mod memory;

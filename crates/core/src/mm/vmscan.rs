@@ -14,12 +14,13 @@
 use alloc::vec::Vec;
 
 use super::folio::Folio;
+use super::kswapd::{self, ScanControl, ShrinkOutcome};
 use super::lru::{LruList, LruvecFlags};
 use super::memcg::{MemcgHierarchy, MemcgId, MemcgState};
-use super::memory::{Memory, MmError, PageIo};
+use super::memory::{Mapping, Memory, MmError, PageIo};
 use super::pageout::ReclaimResult;
-use crate::page::{PageFlags, Pfn};
-use crate::page_alloc::{Caller, NodeId, WatermarkKind, ZoneFlags, MAX_NR_ZONES};
+use crate::page::{Order, PageFlags, Pfn};
+use crate::page_alloc::{Caller, NodeId, ZoneType, MAX_NR_ZONES};
 use crate::policy::{CongestionBits, LruSizePolicy};
 
 /// `DEF_PRIORITY`: the first pass scans 1/4096 of each list.
@@ -28,6 +29,9 @@ pub const DEF_PRIORITY: u32 = 12;
 pub const SWAP_CLUSTER_MAX: u64 = 32;
 /// `MAX_RECLAIM_RETRIES`.
 pub const MAX_RECLAIM_RETRIES: u32 = 16;
+/// The highest zone index of a kswapd request that any zone may serve (kswapd's
+/// `MAX_NR_ZONES - 1`).
+const KSWAPD_HIGHEST_ZONEIDX: ZoneType = ZoneType::Device;
 
 /// What one reclaim call did.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -80,6 +84,23 @@ impl Reclaimer {
             Reclaimer::Direct | Reclaimer::Kswapd => MemcgId::ROOT,
         }
     }
+}
+
+/// What a reclaim pass may do besides dropping clean pages (`sc.may_writepage`,
+/// `sc.may_swap`). Only kswapd's reclaim for a watermark boost forbids anything.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct MayReclaim {
+    /// Write dirty file pages back.
+    writepage: bool,
+    /// Swap anonymous pages out.
+    swap: bool,
+}
+
+impl MayReclaim {
+    const ALL: MayReclaim = MayReclaim {
+        writepage: true,
+        swap: true,
+    };
 }
 
 /// What `folio_check_references` decided.
@@ -203,7 +224,12 @@ impl Memory {
     }
 
     /// `shrink_inactive_list` + `shrink_folio_list`: isolate up to `nr` pages, activate
-    /// the referenced ones, keep those seen once, reclaim the rest.
+    /// the referenced ones, keep those seen once, reclaim the rest. A pass that may not
+    /// write keeps dirty file pages where they are (`keep_locked`), counted dirty.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "shrink_inactive_list's own inputs; a struct would only rename them"
+    )]
     fn shrink_inactive_list(
         &mut self,
         caller: Caller,
@@ -211,6 +237,7 @@ impl Memory {
         node: NodeId,
         lru: LruList,
         nr: u64,
+        may: MayReclaim,
         io: &mut dyn PageIo,
     ) -> Result<ReclaimOutcome, MmError> {
         let mut outcome = ReclaimOutcome::default();
@@ -235,6 +262,10 @@ impl Memory {
                     outcome.activated += folio.nr_pages();
                 }
                 References::Keep => self.lru_add(caller, folio),
+                References::Reclaim if !may.writepage && self.is_dirty_file(folio) => {
+                    outcome.dirty += folio.nr_pages();
+                    self.lru_add(caller, folio);
+                }
                 References::Reclaim => match self.reclaim_folio(caller, folio, io)? {
                     ReclaimResult::Freed => outcome.reclaimed += folio.nr_pages(),
                     ReclaimResult::NoSwap => self.lru_add(caller, folio),
@@ -252,18 +283,29 @@ impl Memory {
         Ok(outcome)
     }
 
+    /// Whether reclaiming `folio` would write it to its file: a dirty page-cache folio.
+    fn is_dirty_file(&self, folio: Folio) -> bool {
+        matches!(self.folios[&folio.pfn].mapping, Mapping::File(_))
+            && folio
+                .head(self.mem_map(folio.pfn))
+                .flags()
+                .contains(PageFlags::DIRTY)
+    }
+
     /// `shrink_lruvec` at one priority: each evictable list of `memcg` on `node` scanned
-    /// by `size >> priority` (at least one batch at priority 0).
+    /// by `size >> priority` (at least one batch at priority 0); the anonymous lists only
+    /// if the pass may swap and swap has room (`get_scan_count`'s `SCAN_FILE`).
     fn shrink_lruvec(
         &mut self,
         caller: Caller,
         memcg: MemcgId,
         node: NodeId,
         priority: u32,
+        may: MayReclaim,
         io: &mut dyn PageIo,
     ) -> Result<ReclaimOutcome, MmError> {
         let mut outcome = ReclaimOutcome::default();
-        let can_swap = self.swap.used() < self.swap.slots();
+        let can_swap = may.swap && self.swap.used() < self.swap.slots();
         let top = MAX_NR_ZONES - 1;
         let offline = self.memcgs.group(memcg).state == MemcgState::Offline;
         for lru in [
@@ -298,7 +340,7 @@ impl Memory {
                     outcome += self.shrink_active_list(caller, memcg, node, lru, scan);
                 }
             } else {
-                outcome += self.shrink_inactive_list(caller, memcg, node, lru, scan, io)?;
+                outcome += self.shrink_inactive_list(caller, memcg, node, lru, scan, may, io)?;
             }
         }
         Ok(outcome)
@@ -321,20 +363,40 @@ impl Memory {
         let mut outcome = ReclaimOutcome::default();
         for priority in (0..=DEF_PRIORITY).rev() {
             for &node in nodes {
-                let mut pass = ReclaimOutcome::default();
-                for &memcg in targets {
-                    pass += self.shrink_lruvec(caller, memcg, node, priority, io)?;
-                    // `shrink_slab`: the deferred split shrinker, after each lruvec.
-                    self.shrink_deferred_split(caller, memcg, node, priority)?;
-                }
-                pass.throttled += self.congestion_control(reclaimer, node, &pass);
-                outcome += pass;
+                let may = MayReclaim::ALL;
+                outcome += self.shrink_node(caller, reclaimer, targets, node, priority, may, io)?;
                 if outcome.reclaimed >= nr {
                     return Ok(outcome);
                 }
             }
         }
         Ok(outcome)
+    }
+
+    /// `shrink_node` at one priority: shrink the lruvec of every cgroup of `targets` on
+    /// `node`, then apply the congestion rules to what the pass saw.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "scan_control's fields that shrink_node reads, each an argument"
+    )]
+    fn shrink_node(
+        &mut self,
+        caller: Caller,
+        reclaimer: Reclaimer,
+        targets: &[MemcgId],
+        node: NodeId,
+        priority: u32,
+        may: MayReclaim,
+        io: &mut dyn PageIo,
+    ) -> Result<ReclaimOutcome, MmError> {
+        let mut pass = ReclaimOutcome::default();
+        for &memcg in targets {
+            pass += self.shrink_lruvec(caller, memcg, node, priority, may, io)?;
+            // `shrink_slab`: the deferred split shrinker, after each lruvec.
+            self.shrink_deferred_split(caller, memcg, node, priority)?;
+        }
+        pass.throttled += self.congestion_control(reclaimer, node, &pass);
+        Ok(pass)
     }
 
     /// `writeback_throttling_sane`: whether this reclaimer may mark its target congested
@@ -579,90 +641,100 @@ impl Memory {
         )
     }
 
-    /// One kswapd run for `node` (`balance_pgdat`): if a zone is below its low watermark,
-    /// mark the node's zones `RECLAIM_ACTIVE` (pagesets shrink while it is set) and
-    /// reclaim from every cgroup until each zone is above its high watermark or a whole
-    /// pass frees nothing. Returns what it did.
+    /// One kswapd run for `node` (`balance_pgdat`), for an order-0 request that any zone
+    /// may serve: [`kswapd::balance_pgdat`] with this layer's LRU lists as the shrinker
+    /// ([`Memory::kswapd_shrink_node`]). A node that is balanced and not boosted is left
+    /// alone; otherwise the node's zones are `RECLAIM_ACTIVE` (pagesets shrink) while
+    /// kswapd reclaims from every cgroup at priorities 12 down to at most 1, and each
+    /// zone's watermark boost is dropped at the end. One run may leave the node
+    /// unbalanced (pages seen referenced are activated first); [`Memory::kswapd`] reruns
+    /// it as the kswapd thread does. Returns what the passes did.
     pub fn kswapd_balance(
         &mut self,
         caller: Caller,
         node: NodeId,
         io: &mut dyn PageIo,
     ) -> Result<ReclaimOutcome, MmError> {
-        let zones: Vec<usize> = self
-            .allocator
-            .page_allocator()
-            .zones()
-            .iter()
-            .enumerate()
-            .filter(|(_, z)| z.node() == node && z.is_managed())
-            .map(|(i, _)| i)
-            .collect();
-        let below = |m: &Memory, mark: WatermarkKind| {
-            zones.iter().any(|&i| {
-                let z = &m.allocator.page_allocator().zones()[i];
-                z.free_pages() < z.wmark(mark) as i64
-            })
-        };
+        let allocator = self.allocator.clone();
         let mut outcome = ReclaimOutcome::default();
-        if !below(self, WatermarkKind::Low) {
-            return Ok(outcome);
-        }
-        for &i in &zones {
-            self.allocator.page_allocator().zones()[i].set_flag(ZoneFlags::RECLAIM_ACTIVE);
-        }
-        let targets = self.memcgs.subtree(MemcgId::ROOT);
-        let result = (|| {
-            while below(self, WatermarkKind::High) {
-                let round = self.shrink(
-                    caller,
-                    Reclaimer::Kswapd,
-                    &targets,
-                    &[node],
-                    SWAP_CLUSTER_MAX,
-                    io,
-                )?;
-                outcome += round;
-                if round.reclaimed == 0 {
-                    break;
-                }
-            }
-            if !below(self, WatermarkKind::High) {
-                // Balanced: `clear_pgdat_congested` clears every congestion bit.
-                self.memcgs.group_mut(MemcgId::ROOT).lruvecs[node as usize].flags =
-                    LruvecFlags::empty();
-            }
-            Ok(outcome)
-        })();
-        for &i in &zones {
-            self.allocator.page_allocator().zones()[i].clear_flag(ZoneFlags::RECLAIM_ACTIVE);
-        }
-        result
+        kswapd::balance_pgdat(
+            allocator.page_allocator(),
+            node,
+            Order::ZERO,
+            KSWAPD_HIGHEST_ZONEIDX,
+            |sc| self.kswapd_pass(caller, sc, &mut outcome, io),
+        )?;
+        Ok(outcome)
     }
 
-    /// One reclaim round as kswapd, for a runtime whose own kswapd thread runs the
-    /// `balance_pgdat` loop and sets `RECLAIM_ACTIVE`: reclaim about `nr` pages from every
-    /// cgroup on `node` under kswapd's congestion rules, and clear the node's congestion
-    /// bits once every zone is above its high watermark.
-    pub fn kswapd_shrink(
+    /// One wake-up of `node`'s kswapd for an order-0 request that any zone may serve
+    /// ([`kswapd::run`]): [`Memory::kswapd_balance`] runs until the node is balanced or
+    /// 16 runs in a row free nothing. Returns what the passes did.
+    pub fn kswapd(
         &mut self,
         caller: Caller,
         node: NodeId,
-        nr: u64,
+        io: &mut dyn PageIo,
+    ) -> Result<ReclaimOutcome, MmError> {
+        let allocator = self.allocator.clone();
+        let mut outcome = ReclaimOutcome::default();
+        kswapd::run(
+            allocator.page_allocator(),
+            node,
+            Order::ZERO,
+            KSWAPD_HIGHEST_ZONEIDX,
+            |sc| self.kswapd_pass(caller, sc, &mut outcome, io),
+        )?;
+        Ok(outcome)
+    }
+
+    /// The shrinker [`Memory::kswapd_balance`] and [`Memory::kswapd`] pass to the loop.
+    fn kswapd_pass(
+        &mut self,
+        caller: Caller,
+        sc: &ScanControl,
+        outcome: &mut ReclaimOutcome,
+        io: &mut dyn PageIo,
+    ) -> Result<ShrinkOutcome, MmError> {
+        let pass = self.kswapd_shrink_node(caller, sc, io)?;
+        *outcome += pass;
+        Ok(ShrinkOutcome {
+            scanned: pass.scanned,
+            reclaimed: pass.reclaimed,
+        })
+    }
+
+    /// One pass of a kswapd run (`shrink_node` as kswapd calls it, at `sc.priority`):
+    /// every cgroup's lists on `sc.node` under kswapd's congestion rules, without
+    /// write-back or swap when `sc` forbids them. Once the node is balanced for `sc`'s
+    /// order, every congestion bit of the node is cleared (`clear_pgdat_congested`). A
+    /// runtime's kswapd thread calls this from its [`kswapd::balance_pgdat`] run.
+    pub fn kswapd_shrink_node(
+        &mut self,
+        caller: Caller,
+        sc: &ScanControl,
         io: &mut dyn PageIo,
     ) -> Result<ReclaimOutcome, MmError> {
         let targets = self.memcgs.subtree(MemcgId::ROOT);
-        let outcome = self.shrink(caller, Reclaimer::Kswapd, &targets, &[node], nr, io)?;
-        let balanced = self.allocator.page_allocator().zones().iter().all(|z| {
-            z.node() != node
-                || !z.is_managed()
-                || z.free_pages() >= z.wmark(WatermarkKind::High) as i64
-        });
-        if balanced {
-            self.memcgs.group_mut(MemcgId::ROOT).lruvecs[node as usize].flags =
+        let may = MayReclaim {
+            writepage: sc.may_writepage,
+            swap: sc.may_swap,
+        };
+        let pass = self.shrink_node(
+            caller,
+            Reclaimer::Kswapd,
+            &targets,
+            sc.node,
+            sc.priority,
+            may,
+            io,
+        )?;
+        let allocator = self.allocator.page_allocator();
+        if allocator.pgdat_balanced(sc.node, sc.order, sc.reclaim_idx) {
+            self.memcgs.group_mut(MemcgId::ROOT).lruvecs[sc.node as usize].flags =
                 LruvecFlags::empty();
         }
-        Ok(outcome)
+        Ok(pass)
     }
 
     /// The node of a pfn.

@@ -9,4 +9,4 @@ mod descriptor;
 mod pfn;
 
 pub use descriptor::{Page, PageFlags, PageState, NO_PFN};
-pub use pfn::{Order, Pfn, MAX_ORDER, NR_PAGE_ORDERS, PAGE_SHIFT, PAGE_SIZE};
+pub use pfn::{Order, OrderTooLarge, Pfn, MAX_ORDER, NR_PAGE_ORDERS, PAGE_SHIFT, PAGE_SIZE};

@@ -118,6 +118,52 @@ impl Order {
     }
 }
 
+/// A number that is not an order: above [`MAX_ORDER`] (the error of `Order::try_from`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct OrderTooLarge(pub usize);
+
+impl fmt::Display for OrderTooLarge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "order {} is above MAX_ORDER ({MAX_ORDER})", self.0)
+    }
+}
+
+impl core::error::Error for OrderTooLarge {}
+
+/// ```
+/// use mmkit_core::Order;
+///
+/// assert_eq!(Order::try_from(3u8).map(Order::pages), Ok(8));
+/// assert!(Order::try_from(11u8).is_err());
+/// ```
+impl TryFrom<u8> for Order {
+    type Error = OrderTooLarge;
+
+    fn try_from(order: u8) -> Result<Order, OrderTooLarge> {
+        Order::new(order).ok_or(OrderTooLarge(order.into()))
+    }
+}
+
+/// ```
+/// use mmkit_core::Order;
+///
+/// let order = Order::try_from(10usize)?;
+/// assert_eq!(order, Order::MAX);
+/// let error = Order::try_from(256usize).unwrap_err();
+/// assert_eq!(error.to_string(), "order 256 is above MAX_ORDER (10)");
+/// # Ok::<(), mmkit_core::page::OrderTooLarge>(())
+/// ```
+impl TryFrom<usize> for Order {
+    type Error = OrderTooLarge;
+
+    fn try_from(order: usize) -> Result<Order, OrderTooLarge> {
+        u8::try_from(order)
+            .ok()
+            .and_then(Order::new)
+            .ok_or(OrderTooLarge(order))
+    }
+}
+
 impl fmt::Display for Order {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)

@@ -129,7 +129,7 @@ impl PageAllocator {
         node: NodeId,
         events: &mut E,
     ) -> Result<Pfn, AllocError> {
-        if !self.cpu_online(caller.cpu) {
+        if !self.is_cpu_online(caller.cpu) {
             return Err(AllocError::InvalidCpu(caller.cpu));
         }
         self.alloc_pages_online::<false, _>(caller, gfp, order, node, events)
@@ -194,7 +194,7 @@ impl PageAllocator {
         order: Order,
         node: NodeId,
     ) -> Result<AllocContext<'_>, AllocError> {
-        if !self.cpu_online(caller.cpu) {
+        if !self.is_cpu_online(caller.cpu) {
             return Err(AllocError::InvalidCpu(caller.cpu));
         }
         self.alloc_context(caller, gfp, order, node)
@@ -657,8 +657,8 @@ impl PageAllocator {
         }
     }
 
-    /// `wakeup_kswapd`: record a wake-up unless the node is balanced and no zone is
-    /// boosted.
+    /// `wakeup_kswapd`: record a wake-up, with its order and highest zone, unless the
+    /// node is balanced and no zone is boosted.
     pub(crate) fn wakeup_kswapd(&self, node: NodeId, order: Order, highest_zoneidx: ZoneType) {
         let boosted = self
             .node_zones(node, highest_zoneidx)
@@ -667,9 +667,7 @@ impl PageAllocator {
         if self.pgdat_balanced(node, order, highest_zoneidx) && !boosted {
             return;
         }
-        let kswapd = &self.kswapd[node as usize];
-        kswapd.wakeups.fetch_add(1, Relaxed);
-        kswapd.pending.store(true, Relaxed);
+        self.kswapd[node as usize].request(order, highest_zoneidx);
     }
 
     fn node_zones(&self, node: NodeId, highest_zoneidx: ZoneType) -> &[Zone] {

@@ -19,20 +19,67 @@ use super::pcp_sizing::{self, PcpLimits};
 use super::types::{CpuId, MigrateType, NodeId, ZoneType, MAX_NR_ZONES, MIGRATE_TYPES};
 use super::watermark::{self, WatermarkKind, PAGEBLOCK_PAGES};
 use super::zone::{PagesetSlot, Zone, ZoneFlags};
-use crate::page::{Page, Pfn};
+use crate::page::{Order, Page, Pfn};
 use crate::policy::Policy;
 use crate::settings::{MinFreeKbytes, Settings, SettingsError};
 use crate::sync::{AtomicU64, CachePadded, SpinLock};
 use crate::topology::{Topology, ZoneSpec};
 
 /// kswapd wake-ups requested for a node. The core only records them; a runtime or
-/// simulator runs the reclaim.
-#[derive(Debug, Default)]
+/// simulator runs [`crate::mm::kswapd::balance_pgdat`] for the request it takes.
+#[derive(Debug)]
 pub struct KswapdState {
     /// Wake-ups requested.
     pub wakeups: AtomicU64,
     /// A wake-up is pending.
     pub pending: AtomicBool,
+    /// The highest order asked since kswapd last took its request (`pgdat->kswapd_order`).
+    order: AtomicU32,
+    /// The highest zone index asked since then, [`MAX_NR_ZONES`] for none
+    /// (`pgdat->kswapd_highest_zoneidx`).
+    highest_zoneidx: AtomicU32,
+}
+
+impl Default for KswapdState {
+    fn default() -> Self {
+        KswapdState {
+            wakeups: AtomicU64::new(0),
+            pending: AtomicBool::new(false),
+            order: AtomicU32::new(0),
+            highest_zoneidx: AtomicU32::new(MAX_NR_ZONES as u32),
+        }
+    }
+}
+
+impl KswapdState {
+    /// `wakeup_kswapd`'s part: raise the recorded order and highest zone to the request's
+    /// and mark a wake-up pending.
+    pub(crate) fn request(&self, order: Order, highest_zoneidx: ZoneType) {
+        self.order.fetch_max(u32::from(order.get()), Relaxed);
+        let zoneidx = highest_zoneidx.index() as u32;
+        let _ = self
+            .highest_zoneidx
+            .fetch_update(Relaxed, Relaxed, |current| {
+                (current == MAX_NR_ZONES as u32 || current < zoneidx).then_some(zoneidx)
+            });
+        self.wakeups.fetch_add(1, Relaxed);
+        self.pending.store(true, Relaxed);
+    }
+
+    /// kswapd's read of its wake-up (`kswapd()`: read `kswapd_order` and
+    /// `kswapd_highest_zoneidx`, then reset them): the order and highest zone to balance
+    /// for, or `None` if no wake-up is pending. A request recorded without a zone asks for
+    /// every zone, as kswapd's first run does.
+    pub fn take_request(&self) -> Option<(Order, ZoneType)> {
+        if !self.pending.swap(false, Relaxed) {
+            return None;
+        }
+        let order = self.order.swap(0, Relaxed);
+        let zoneidx = self.highest_zoneidx.swap(MAX_NR_ZONES as u32, Relaxed) as usize;
+        let order = Order::new(order as u8).unwrap_or(Order::ZERO);
+        let highest = ZoneType::from_index(zoneidx).unwrap_or(ZoneType::Device);
+        Some((order, highest))
+    }
 }
 
 /// A node's zonelist (`pgdat->node_zonelists[ZONELIST_FALLBACK]`).
@@ -105,6 +152,39 @@ struct CpuState {
 }
 
 /// The zones of every node and the allocator's entry points.
+///
+/// Built from a [`Topology`], [`Settings`] and a [`Policy`]; every call names the CPU it
+/// runs on and its context ([`Caller`](super::Caller)), as Linux's `alloc_pages` knows
+/// them implicitly. Allocations return pfns; a free gives the pfn and the order back.
+///
+/// ```
+/// use mmkit_core::page_alloc::Caller;
+/// use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// use mmkit_core::{Gfp, Order, PageAllocator, Policy, Settings, Topology, ZoneType};
+///
+/// // 64 MiB of DMA32 and 64 MiB of Normal memory, two CPUs.
+/// let zones = [
+///     ZoneSize::managed(0, ZoneType::Dma32, 16_384),
+///     ZoneSize::managed(0, ZoneType::Normal, 16_384),
+/// ];
+/// let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 2 };
+/// let topology = Topology::x86_64(&zones, vec![2], llc, false)?;
+/// let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+///
+/// let cpu1 = Caller::task(1);
+/// let order = Order::try_from(3u8)?; // 8 pages
+/// let normal = allocator.alloc_pages(cpu1, Gfp::KERNEL, order)?;
+/// let dma32 = allocator.alloc_pages(cpu1, Gfp::KERNEL | Gfp::DMA32, order)?;
+/// assert_eq!(allocator.find_zone(normal).unwrap().zone_type(), ZoneType::Normal);
+/// assert_eq!(allocator.find_zone(dma32).unwrap().zone_type(), ZoneType::Dma32);
+///
+/// // A wrong free is refused and changes nothing.
+/// assert!(allocator.free_pages(cpu1, normal, Order::ZERO).is_err());
+/// allocator.free_pages(cpu1, normal, order)?;
+/// allocator.free_pages(cpu1, dma32, order)?;
+/// allocator.verify()?; // every page accounted for: free, on a pageset or allocated
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct PageAllocator {
     pub(crate) topology: Topology,
@@ -277,7 +357,7 @@ impl PageAllocator {
     }
 
     /// Whether `cpu` exists and is online.
-    pub fn cpu_online(&self, cpu: CpuId) -> bool {
+    pub fn is_cpu_online(&self, cpu: CpuId) -> bool {
         self.cpus
             .get(cpu as usize)
             .is_some_and(|c| c.online.load(Relaxed))
@@ -448,7 +528,7 @@ impl PageAllocator {
         // quadratic when one LLC spans every CPU (20 s to build a 100,000-CPU pool).
         let mut sharing = alloc::vec![0u32; self.cpus.len().div_ceil(group)];
         for cpu in 0..self.cpus.len() {
-            sharing[cpu / group] += u32::from(self.cpu_online(cpu as CpuId));
+            sharing[cpu / group] += u32::from(self.is_cpu_online(cpu as CpuId));
         }
         for zone in &self.zones {
             for (cpu, pageset) in zone.pagesets.iter().enumerate() {

@@ -27,7 +27,7 @@ use core::sync::atomic::Ordering::Relaxed;
 use proptest::prelude::*;
 use proptest::sample::Index;
 
-use super::{Caller, FreeError, Gfp, PageAllocator, ZoneFlags, ZoneType};
+use super::{BatchFreeError, Caller, FreeError, Gfp, PageAllocator, ZoneFlags, ZoneType};
 use crate::page::{Order, Pfn};
 use crate::policy::{Policy, LATER_PRESETS, PRESETS};
 use crate::settings::Settings;
@@ -178,7 +178,7 @@ impl Pair {
     }
 
     /// The batched free under test.
-    fn free_batch(&self, caller: Caller, pfns: &[Pfn]) -> Result<(), (usize, FreeError)> {
+    fn free_batch(&self, caller: Caller, pfns: &[Pfn]) -> Result<(), BatchFreeError> {
         if self.exclusive {
             self.batched.free_pages_batch_exclusive(caller, pfns)
         } else {
@@ -320,7 +320,7 @@ impl Pair {
             };
             pfns.insert(at, bad.0);
             let got = self.free_batch(caller, &pfns);
-            assert_eq!(got, Err((at, expected)), "batch {pfns:?}");
+            assert_eq!(got, Err((at, expected).into()), "batch {pfns:?}");
             return;
         }
         assert_eq!(self.free_batch(caller, &pfns), Ok(()));

@@ -247,7 +247,7 @@ impl PageAllocator {
         };
         // Racy scan, as in Linux: a CPU whose pagesets fill after the check is skipped.
         let cpus: Vec<CpuId> = (0..self.topology.nr_cpus())
-            .filter(|&cpu| self.cpu_online(cpu))
+            .filter(|&cpu| self.is_cpu_online(cpu))
             .filter(|&cpu| {
                 force_all_cpus
                     || zones
@@ -341,7 +341,7 @@ impl PageAllocator {
     /// [`PageAllocator::vmstat_tick`], telling `events` of each drain (decay and NUMA
     /// expiry, one zone-lock hold each).
     pub fn vmstat_tick_report(&self, cpu: CpuId, events: &mut impl LockEvents) -> bool {
-        if !self.cpu_online(cpu) {
+        if !self.is_cpu_online(cpu) {
             return false;
         }
         let scale_max = self.scale_max.load(Relaxed);
@@ -424,14 +424,14 @@ impl PageAllocator {
     /// `page_alloc_cpu_dead`: drain the CPU's pagesets, mark it offline, recompute every
     /// zone's limits, stat thresholds and the cache slices. False if it was not online or
     /// is the last online CPU.
-    pub fn cpu_offline(&self, cpu: CpuId) -> bool {
-        self.cpu_offline_report(cpu, &mut ())
+    pub fn cpu_down(&self, cpu: CpuId) -> bool {
+        self.cpu_down_report(cpu, &mut ())
     }
 
-    /// [`PageAllocator::cpu_offline`], telling `events` of each drain of the CPU's
+    /// [`PageAllocator::cpu_down`], telling `events` of each drain of the CPU's
     /// pagesets.
-    pub fn cpu_offline_report(&self, cpu: CpuId, events: &mut impl LockEvents) -> bool {
-        if !self.cpu_online(cpu) || self.nr_online.load(Relaxed) == 1 {
+    pub fn cpu_down_report(&self, cpu: CpuId, events: &mut impl LockEvents) -> bool {
+        if !self.is_cpu_online(cpu) || self.nr_online.load(Relaxed) == 1 {
             return false;
         }
         self.set_cpu_online_mask(cpu, false);
@@ -451,8 +451,8 @@ impl PageAllocator {
     /// `page_alloc_cpu_online`: recompute limits counting the new CPU (not yet in its
     /// node's mask, hence `cpu_online` 1), then mark it online and recompute the cache
     /// slices. False if it does not exist or is already online.
-    pub fn cpu_online_event(&self, cpu: CpuId) -> bool {
-        if cpu >= self.topology.nr_cpus() || self.cpu_online(cpu) {
+    pub fn cpu_up(&self, cpu: CpuId) -> bool {
+        if cpu >= self.topology.nr_cpus() || self.is_cpu_online(cpu) {
             return false;
         }
         self.update_pcp_limits(&self.settings(), 1);

@@ -130,3 +130,31 @@ impl fmt::Display for FreeError {
 }
 
 impl core::error::Error for FreeError {}
+
+/// Why a batched free ([`PageAllocator::free_pages_batch`](super::PageAllocator::free_pages_batch))
+/// was refused: the first page that could not be freed, and why. Nothing was freed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct BatchFreeError {
+    /// The page's index in the batch.
+    pub index: usize,
+    /// Why that page could not be freed.
+    pub error: FreeError,
+}
+
+impl fmt::Display for BatchFreeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "page {} of the batch: {}; nothing freed",
+            self.index, self.error
+        )
+    }
+}
+
+impl core::error::Error for BatchFreeError {}
+
+impl From<(usize, FreeError)> for BatchFreeError {
+    fn from((index, error): (usize, FreeError)) -> Self {
+        BatchFreeError { index, error }
+    }
+}

@@ -17,7 +17,7 @@ use core::sync::atomic::Ordering::Relaxed;
 
 use super::allocator::PageAllocator;
 use super::buddy::ZoneLocked;
-use super::error::FreeError;
+use super::error::{BatchFreeError, FreeError};
 use super::events::{HoldKind, LockEvents};
 use super::free_area::ListEnd;
 use super::list::HeadRun;
@@ -183,7 +183,7 @@ impl PageAllocator {
         pfn: Pfn,
         order: Order,
     ) -> Result<(&Zone, &Page), FreeError> {
-        if !self.cpu_online(caller.cpu) {
+        if !self.is_cpu_online(caller.cpu) {
             return Err(FreeError::InvalidCpu(caller.cpu));
         }
         self.claim_allocated::<C>(pfn, order)
@@ -292,8 +292,9 @@ impl PageAllocator {
     /// state is the one single frees of the pages in order leave. A page freed twice in
     /// the batch is refused as a duplicate, and, as for [`PageAllocator::free_pages`], so
     /// is a page that another thread frees at the same time.
-    pub fn free_pages_batch(&self, caller: Caller, pfns: &[Pfn]) -> Result<(), (usize, FreeError)> {
+    pub fn free_pages_batch(&self, caller: Caller, pfns: &[Pfn]) -> Result<(), BatchFreeError> {
         self.free_pages_batch_claimed::<Atomic, _>(caller, pfns, &mut ())
+            .map_err(BatchFreeError::from)
     }
 
     /// [`PageAllocator::free_pages_batch`], telling `events` what the call did: every
@@ -304,8 +305,9 @@ impl PageAllocator {
         caller: Caller,
         pfns: &[Pfn],
         events: &mut impl LockEvents,
-    ) -> Result<(), (usize, FreeError)> {
+    ) -> Result<(), BatchFreeError> {
         self.free_pages_batch_claimed::<Atomic, _>(caller, pfns, events)
+            .map_err(BatchFreeError::from)
     }
 
     /// [`PageAllocator::free_pages_batch`] for a caller that owns every page exclusively:
@@ -319,8 +321,9 @@ impl PageAllocator {
         &self,
         caller: Caller,
         pfns: &[Pfn],
-    ) -> Result<(), (usize, FreeError)> {
+    ) -> Result<(), BatchFreeError> {
         self.free_pages_batch_claimed::<Exclusive, _>(caller, pfns, &mut ())
+            .map_err(BatchFreeError::from)
     }
 
     /// The body of [`PageAllocator::free_pages_batch`], claiming with `C`.
@@ -491,7 +494,7 @@ impl PageAllocator {
         }
         // Checked once: the CPU going down during the batch is caught by the pageset
         // trylock, as for a single free that loses its CPU after this check.
-        if !self.cpu_online(caller.cpu) {
+        if !self.is_cpu_online(caller.cpu) {
             return Err((0, FreeError::InvalidCpu(caller.cpu)));
         }
         // A page's zone is looked up, and the pages after it that the zone spans are

@@ -1,6 +1,6 @@
 //! A task that checked its CPU online, then lost the CPU before it reached the pageset.
 //! On Linux the task cannot run on a dead CPU; in a user-space runtime the "CPU" is a
-//! pageset index the task picked, and `cpu_offline` can drain that pageset between the
+//! pageset index the task picked, and `cpu_down` can drain that pageset between the
 //! check and the lock. Each test stops a real path at that point (the check done, the
 //! lock not yet taken), takes the CPU offline, and lets the path go on: the page must end
 //! in the zone, never on the offline CPU's pageset (where `verify` refuses it).
@@ -54,8 +54,8 @@ fn a_free_that_loses_its_cpu_goes_to_the_zone() {
         .claim_block::<super::free::Atomic>(caller, pfn, Order::ZERO)
         .expect("an allocated block");
     // ... then the CPU goes down, and the free goes on.
-    assert!(allocator.cpu_offline(1));
-    assert_eq!(pcp_count(&allocator, 1), 0, "cpu_offline drained CPU 1");
+    assert!(allocator.cpu_down(1));
+    assert_eq!(pcp_count(&allocator, 1), 0, "cpu_down drained CPU 1");
     let free_before = zone.free_pages();
     super::free::free_pages_prepare(page);
     allocator.free_unref_page(caller, zone, pfn, page, Order::ZERO, &mut ());
@@ -84,8 +84,8 @@ fn an_allocation_that_loses_its_cpu_is_served_by_the_zone() {
         .prepare_alloc_pages(caller, Gfp::KERNEL, Order::ZERO, 0)
         .expect("CPU 1 is online");
     // ... then the CPU goes down, and the request goes on.
-    assert!(allocator.cpu_offline(1));
-    assert_eq!(pcp_count(&allocator, 1), 0, "cpu_offline drained CPU 1");
+    assert!(allocator.cpu_down(1));
+    assert_eq!(pcp_count(&allocator, 1), 0, "cpu_down drained CPU 1");
     assert_eq!(
         allocator.alloc_pcp_fast::<false, _>(caller, Gfp::KERNEL, 0, &mut ()),
         None,
@@ -113,8 +113,8 @@ fn an_allocation_that_loses_its_cpu_is_served_by_the_zone() {
 #[test]
 fn a_cpu_back_online_uses_its_pageset_again() {
     let allocator = two_cpus();
-    assert!(allocator.cpu_offline(1));
-    assert!(allocator.cpu_online_event(1));
+    assert!(allocator.cpu_down(1));
+    assert!(allocator.cpu_up(1));
     let caller = Caller::task(1);
     let pfn = allocator
         .alloc_pages(caller, Gfp::KERNEL, Order::ZERO)
@@ -139,7 +139,7 @@ fn a_bulk_allocation_on_an_offline_cpu_is_refused_not_empty() {
     use crate::Pfn;
 
     let allocator = two_cpus();
-    assert!(allocator.cpu_offline(1));
+    assert!(allocator.cpu_down(1));
     let caller = Caller::task(1);
     for (gfp, slots) in [(Gfp::KERNEL, 1), (Gfp::KERNEL | Gfp::ACCOUNT, 8)] {
         let mut array: alloc::vec::Vec<Option<Pfn>> = alloc::vec![None; slots];

@@ -76,7 +76,7 @@ pub(crate) fn test_allocator() -> PageAllocator {
 pub use allocator::{KswapdState, PageAllocator};
 pub use buddy::ZoneLocked;
 pub use drain::{DrainAll, DrainCaller, DrainMutexGuard, DrainWork};
-pub use error::{AllocError, FreeError};
+pub use error::{AllocError, BatchFreeError, FreeError};
 pub use events::{HoldKind, LockEvents, ZoneLockHold};
 pub use gfp::{AllocFlags, Gfp};
 pub use mem_map::MemMap;

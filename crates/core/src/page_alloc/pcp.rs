@@ -87,7 +87,7 @@ pub struct PerCpuPages {
     /// Touched the zone (refill or drain) since the last vmstat tick; stands in for the
     /// per-CPU stat diffs that re-arm `expire` in Linux.
     pub(crate) zone_touched: bool,
-    /// The CPU went offline and `cpu_offline` drained this pageset; it takes no pages until
+    /// The CPU went offline and `cpu_down` drained this pageset; it takes no pages until
     /// the CPU is back (see [`super::zone::Zone::pcp_trylock`]).
     pub(crate) offline: bool,
     pub(crate) lists: [PfnList; NR_PCP_LISTS],

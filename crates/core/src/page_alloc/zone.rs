@@ -332,9 +332,9 @@ impl Zone {
 
     /// `pcp_spin_trylock` on `cpu`'s pageset, refusing one whose CPU is offline as well as
     /// a busy one. On Linux nothing runs on a dead CPU; here a task that saw its CPU
-    /// online can reach the pageset after `cpu_offline` drained it, and what it left there
+    /// online can reach the pageset after `cpu_down` drained it, and what it left there
     /// would sit on an offline CPU, out of every allocator's reach, until the CPU came
-    /// back. `cpu_offline` sets the flag under this lock before it drains, so a task that
+    /// back. `cpu_down` sets the flag under this lock before it drains, so a task that
     /// takes the lock later sees it; one that took it earlier is drained.
     #[inline(always)]
     pub(crate) fn pcp_trylock(&self, cpu: CpuId) -> Result<PcpLocked<'_>, PcpRefused> {
@@ -440,10 +440,13 @@ impl Zone {
         self.stat_threshold.load(Relaxed)
     }
 
-    /// Drop the watermark boost, as kswapd does once it has balanced the node.
-    pub fn clear_watermark_boost(&self) {
+    /// Take `pages` off the watermark boost (never below zero), as kswapd does at the end
+    /// of a run with the boost it found when it started: a boost a fallback added while it
+    /// ran stays for the next run. Under the zone lock, where fallbacks raise it.
+    pub(crate) fn reduce_watermark_boost(&self, pages: u64) {
         let _locked = self.lock();
-        self.watermarks.set_boost(0);
+        let boost = self.watermarks.boost();
+        self.watermarks.set_boost(boost - boost.min(pages));
     }
 
     /// `vm.watermark_boost_factor` as this zone applies it.
