@@ -247,7 +247,7 @@ fn pagealloc(args: &PageallocArgs) -> Result<(), CliError> {
     bar.finish_and_clear();
     let report = report.map_err(|e| CliError::failed(e.to_string()))?;
     if args.json {
-        println!("{}", to_json(&report)?);
+        crate::output::print_json(&report)?;
     } else {
         print!("{}", table::pagealloc(&report, args.cycles));
     }
@@ -315,7 +315,7 @@ fn threads(args: &ThreadsArgs) -> Result<(), CliError> {
     bar.finish_and_clear();
     let report = report.map_err(|e| CliError::failed(e.to_string()))?;
     if args.json {
-        println!("{}", to_json(&report)?);
+        crate::output::print_json(&report)?;
     } else {
         print!("{}", table::threads(&report));
     }
@@ -348,12 +348,8 @@ fn save_json(
     report: &impl serde::Serialize,
 ) -> Result<(), CliError> {
     if let Some(path) = path {
-        std::fs::write(path, to_json(report)? + "\n")
+        std::fs::write(path, crate::output::json(report)? + "\n")
             .map_err(|e| CliError::failed(format!("cannot write {}: {e}", path.display())))?;
     }
     Ok(())
-}
-
-fn to_json(report: &impl serde::Serialize) -> Result<String, CliError> {
-    serde_json::to_string_pretty(report).map_err(|e| CliError::failed(e.to_string()))
 }

@@ -142,8 +142,7 @@ pub fn run_calibrate(args: &CalibrateArgs) -> Result<(), CliError> {
         args.scale,
         args.seed
     );
-    let json =
-        serde_json::to_string_pretty(&calibration).map_err(|e| CliError::failed(e.to_string()))?;
+    let json = crate::output::json(&calibration)?;
     match &args.out {
         Some(out) => std::fs::write(out, json + "\n")
             .map_err(|e| CliError::failed(format!("{}: {e}", out.display())))?,

@@ -396,7 +396,7 @@ pub fn run(args: &CompareSimArgs) -> Result<(), CliError> {
         rows,
     };
     if args.json {
-        return crate::zoneinfo::print_json(&report);
+        return crate::output::print_json(&report);
     }
     print!("{}", render(&report));
     Ok(())

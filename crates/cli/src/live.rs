@@ -15,7 +15,7 @@ use mmkit_core::{PageAllocator, Policy, Settings, Topology};
 use mmkit_trace::machine::{self, Layout};
 use serde::Serialize;
 
-use crate::zoneinfo::print_json;
+use crate::output::print_json;
 use crate::CliError;
 
 /// One compared value.

@@ -1,4 +1,4 @@
-//! Output paths, checked before any work: a run that would fail to write its results
+//! Output: the JSON every `--json` report prints, and output paths, checked before any work: a run that would fail to write its results
 //! fails at once, naming the flag and the path, and changes nothing (the checks create
 //! no directory and leave no file behind).
 //!
@@ -10,7 +10,20 @@
 
 use std::path::{Path, PathBuf};
 
+use serde::Serialize;
+
 use crate::CliError;
+
+/// `value` as pretty JSON (what `--json` prints and `--save-json` writes).
+pub fn json<T: Serialize + ?Sized>(value: &T) -> Result<String, CliError> {
+    serde_json::to_string_pretty(value).map_err(|e| CliError::failed(e.to_string()))
+}
+
+/// Print `value` as pretty JSON on stdout.
+pub fn print_json<T: Serialize + ?Sized>(value: &T) -> Result<(), CliError> {
+    println!("{}", json(value)?);
+    Ok(())
+}
 
 /// Check that the directory `dir` given to `flag` exists or can be created, and can be
 /// written.

@@ -607,7 +607,7 @@ fn run_test(args: &TestArgs) -> Result<(), CliError> {
 
 fn print_report(report: &Report, json: bool) -> Result<(), CliError> {
     if json {
-        return crate::zoneinfo::print_json(report);
+        return crate::output::print_json(report);
     }
     println!(
         "percpu_test: {} outer x {} inner = {} cgroups, {} bytes per CPU each ({} objects of {}), \

@@ -456,7 +456,7 @@ fn measure(
 
 fn print(report: &LiveReport, json: bool) -> Result<(), CliError> {
     if json {
-        return crate::zoneinfo::print_json(report);
+        return crate::output::print_json(report);
     }
     println!(
         "percpu_test --live: {} outer x {} inner = {} memory cgroups, a process in each, under {} \

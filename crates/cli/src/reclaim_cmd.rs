@@ -29,7 +29,7 @@ use mmkit_core::{
 use mmkit_runtime::{MappedMemory, PagePool};
 use serde::Serialize;
 
-use crate::zoneinfo::print_json;
+use crate::output::print_json;
 use crate::{limits, output, CliError};
 
 /// Arguments of `mmkit reclaim`.
@@ -48,7 +48,7 @@ enum ReclaimCommand {
     /// Wang 2019: many cgroups under direct reclaim; the cost of sizing LRU lists from zone
     /// sizes against summing per-CPU counters, for several CPU counts.
     LruSize(LruSizeArgs),
-    /// Spec §5.4: kswapd marks a node congested, root memory.reclaim runs; one shared bit
+    /// Linux 6.5's congestion bits (1bc545bff45c): kswapd marks a node congested, root memory.reclaim runs; one shared bit
     /// against separate cgroup and node bits.
     Congestion(CongestionArgs),
 }

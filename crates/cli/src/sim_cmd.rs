@@ -399,11 +399,10 @@ struct SimJson<'a> {
 
 /// JSON of a set of runs of one workload: the table and every run.
 pub fn render_json(results: &[RunResult]) -> Result<String, CliError> {
-    serde_json::to_string_pretty(&SimJson {
+    crate::output::json(&SimJson {
         table: table(results),
         runs: results,
     })
-    .map_err(|e| CliError::failed(e.to_string()))
 }
 
 /// `mmkit sim`.

@@ -253,7 +253,7 @@ fn report(
 
 fn print(report: &Report, json: bool) -> Result<(), CliError> {
     if json {
-        return crate::zoneinfo::print_json(report);
+        return crate::output::print_json(report);
     }
     println!(
         "pattern {:?}, policy {}, {} threads on {} CPUs, {:.1} s",

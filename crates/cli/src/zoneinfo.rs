@@ -12,6 +12,7 @@ use mmkit_core::Settings;
 use serde::Serialize;
 
 use crate::machine::{policy_preset, MachineArgs};
+use crate::output::print_json;
 use crate::{live, CliError};
 
 /// Arguments of `mmkit zoneinfo`.
@@ -81,11 +82,4 @@ pub fn run(args: &ZoneinfoArgs) -> Result<(), CliError> {
         print!("{}", zoneinfo::render(&zones, policy.zoneinfo));
         Ok(())
     }
-}
-
-/// Print a value as pretty JSON on stdout.
-pub fn print_json<T: Serialize>(value: &T) -> Result<(), CliError> {
-    let text = serde_json::to_string_pretty(value).map_err(|e| CliError::failed(e.to_string()))?;
-    println!("{text}");
-    Ok(())
 }

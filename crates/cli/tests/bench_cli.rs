@@ -2,21 +2,13 @@
 //! a result for every allocator; a build without the `peers` feature says which peers it
 //! lacks and how to build them.
 
-use assert_cmd::Command;
+mod common;
+
+use common::{json_of, mmkit};
 use predicates::prelude::*;
 
 fn mmkit_json(args: &[&str]) -> serde_json::Value {
-    let output = Command::cargo_bin("mmkit")
-        .unwrap()
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("stdout is JSON")
+    json_of(mmkit().args(args))
 }
 
 fn names(report: &serde_json::Value) -> Vec<String> {
@@ -99,8 +91,7 @@ fn threads_remote_json_has_throughput_and_percentiles_per_allocator() {
 
 #[test]
 fn unknown_allocator_is_a_usage_error() {
-    Command::cargo_bin("mmkit")
-        .unwrap()
+    mmkit()
         .args(["bench", "pagealloc", "--only", "tcmalloc"])
         .assert()
         .code(2)
@@ -112,8 +103,7 @@ fn unknown_allocator_is_a_usage_error() {
 /// stays JSON), and asking for one of them is a usage error; with it they run.
 #[test]
 fn a_run_names_the_peers_this_build_lacks_and_how_to_build_them() {
-    let output = Command::cargo_bin("mmkit")
-        .unwrap()
+    let output = mmkit()
         .args([
             "bench",
             "threads",
@@ -159,8 +149,7 @@ fn a_run_names_the_peers_this_build_lacks_and_how_to_build_them() {
                 "system"
             ]
         );
-        Command::cargo_bin("mmkit")
-            .unwrap()
+        mmkit()
             .args(["bench", "pagealloc", "--only", "mmkit,jemalloc"])
             .assert()
             .code(2)

@@ -4,24 +4,14 @@
 
 mod common;
 
-use common::{mmkit, Scratch};
-
-fn data(name: &str) -> String {
-    format!("{}/../trace/tests/data/{name}", env!("CARGO_MANIFEST_DIR"))
-}
+use common::{json_of, mmkit, trace_data as data, Scratch};
 
 fn compare_json(args: &[&str]) -> serde_json::Value {
-    let output = mmkit()
-        .args(["trace", "compare-sim", "--json", "--threads", "1"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
+    json_of(
+        mmkit()
+            .args(["trace", "compare-sim", "--json", "--threads", "1"])
+            .args(args),
+    )
 }
 
 #[test]

@@ -2,13 +2,11 @@
 //! the numbers of docs/reference/pcp-series.md §4 (O1, O2, O3, O7); parse errors exit 2 before
 //! anything runs; runtime failures are events and the script goes on; --json parses.
 
-use assert_cmd::Command;
+mod common;
+
+use common::mmkit;
 use predicates::prelude::*;
 use serde_json::Value;
-
-fn mmkit() -> Command {
-    Command::cargo_bin("mmkit").expect("the mmkit binary is built")
-}
 
 fn example(name: &str) -> String {
     format!("{}/../../examples/pcp/{name}", env!("CARGO_MANIFEST_DIR"))

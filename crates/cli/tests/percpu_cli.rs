@@ -7,25 +7,16 @@
 //! (root: it measures and removes every cgroup it made, also when it is stopped by a
 //! signal; otherwise it says it skipped).
 
-use assert_cmd::Command;
+mod common;
+
+use common::{json_of, mmkit};
 use serde_json::Value;
 
 use std::path::PathBuf;
 use std::process::{Command as Process, Stdio};
 
 fn percpu_test(args: &[&str]) -> Value {
-    let output = Command::cargo_bin("mmkit")
-        .unwrap()
-        .args(["percpu", "test", "--json"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
+    json_of(mmkit().args(["percpu", "test", "--json"]).args(args))
 }
 
 fn kb(report: &Value, reading: &str, meter: &str) -> f64 {
@@ -112,8 +103,7 @@ fn bad_input_is_a_usage_error() {
         &["--outer", "0"],
         &["--inner", "1", "--objects", "/nonexistent/objects"],
     ] {
-        let output = Command::cargo_bin("mmkit")
-            .unwrap()
+        let output = mmkit()
             .args(["percpu", "test"])
             .args(args)
             .output()

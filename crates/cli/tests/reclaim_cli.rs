@@ -1,12 +1,15 @@
 //! `mmkit reclaim`: each experiment runs at small scale and shows its effect; bad input
 //! is refused with a usage error.
 
+mod common;
+
 use assert_cmd::Command;
+use common::mmkit;
 use predicates::str::contains;
 use serde_json::Value;
 
 fn reclaim(args: &[&str]) -> Command {
-    let mut cmd = Command::cargo_bin("mmkit").unwrap();
+    let mut cmd = mmkit();
     cmd.arg("reclaim").args(args);
     cmd
 }

@@ -25,10 +25,7 @@ const SWEEP: [&str; 9] = [
 
 /// The stdout of a successful `mmkit args`.
 fn stdout_of(args: &[&str]) -> Vec<u8> {
-    let output = mmkit().args(args).output().expect("mmkit runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{args:?}: {stderr}");
-    output.stdout
+    common::stdout_of(mmkit().args(args))
 }
 
 /// `SWEEP` with `extra` arguments.

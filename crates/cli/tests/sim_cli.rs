@@ -1,11 +1,14 @@
 //! `mmkit sim`: small runs print the table, JSON is identical for the same seed, plots are
 //! written, and bad input is refused with a usage error.
 
+mod common;
+
 use assert_cmd::Command;
+use common::{json_of, mmkit};
 use predicates::str::contains;
 
 fn sim(args: &[&str]) -> Command {
-    let mut cmd = Command::cargo_bin("mmkit").unwrap();
+    let mut cmd = mmkit();
     cmd.args(["sim", "--cpus", "8", "--scale", "0.005"])
         .args(args);
     cmd
@@ -139,8 +142,7 @@ fn node_gib_sizes_the_machine_and_bad_sizes_are_refused() {
 #[test]
 fn sim_refuses_impossible_machines_and_thread_counts() {
     let refuse = |args: &[&str], message: &str| {
-        Command::cargo_bin("mmkit")
-            .unwrap()
+        mmkit()
             .arg("sim")
             .args(args)
             .assert()
@@ -184,7 +186,7 @@ fn sim_refuses_impossible_machines_and_thread_counts() {
 
 #[test]
 fn pcp_knobs_reach_the_simulated_kernel_and_bad_values_are_refused() {
-    let out = sim(&[
+    let json = json_of(&mut sim(&[
         "--workload",
         "unix",
         "--policies",
@@ -196,15 +198,7 @@ fn pcp_knobs_reach_the_simulated_kernel_and_bad_values_are_refused() {
         "--stat-interval",
         "250ms",
         "--json",
-    ])
-    .output()
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    ]));
     let machine = &json["runs"][0]["machine"];
     assert_eq!(machine["pcp_batch_scale_max"], 3);
     assert_eq!(machine["stat_interval_ms"], 250);
@@ -232,8 +226,7 @@ fn sim_runs_the_machine_a_zoneinfo_snapshot_describes() {
     );
     // The snapshot's 2-CPU VM: Normal 327,680 managed pages, low 6,265, so the pagesets
     // get its batch 63, high_min 3,132 and high_max 20,480.
-    Command::cargo_bin("mmkit")
-        .unwrap()
+    mmkit()
         .args(["sim", "--scale", "0.005", "--workload", "unix"])
         .args(["--policies", "linux-6.18", "--zoneinfo", &zoneinfo])
         .assert()
@@ -248,8 +241,7 @@ fn sim_runs_the_machine_a_zoneinfo_snapshot_describes() {
             "--zoneinfo /nonexistent/zoneinfo",
         ),
     ] {
-        Command::cargo_bin("mmkit")
-            .unwrap()
+        mmkit()
             .args(["sim", "--workload", "unix", "--zoneinfo", &file])
             .assert()
             .code(2)
@@ -294,26 +286,19 @@ fn placement_moves_the_unix_pairs_and_is_refused_elsewhere() {
     // 64 CPUs, 2 sockets of 32: spread gives each zone 8 of the 16 pairs, one-node all 16
     // to node 0's zone, whose one lock is then more contended.
     let contention = |placement: &str| {
-        let out = Command::cargo_bin("mmkit")
-            .unwrap()
-            .args([
-                "sim",
-                "--workload",
-                "unix",
-                "--cpus",
-                "64",
-                "--scale",
-                "0.02",
-            ])
-            .args(["--policies", "base", "--json", "--placement", placement])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let json = json_of(
+            mmkit()
+                .args([
+                    "sim",
+                    "--workload",
+                    "unix",
+                    "--cpus",
+                    "64",
+                    "--scale",
+                    "0.02",
+                ])
+                .args(["--policies", "base", "--json", "--placement", placement]),
         );
-        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         json["runs"][0]["lock_contend_pct"].as_f64().unwrap()
     };
     let (spread, one_node) = (contention("spread"), contention("one-node"));

@@ -1,32 +1,24 @@
 //! `mmkit stress`, short: every pattern runs on real threads with canaries and ends with
 //! every page accounted for. (The acceptance run is `--seconds 60 --pattern mixed`.)
 
-use assert_cmd::Command;
+mod common;
+
+use common::{json_of, mmkit};
 use predicates::prelude::*;
 
 fn stress(pattern: &str) -> serde_json::Value {
-    let output = Command::cargo_bin("mmkit")
-        .unwrap()
-        .args([
-            "stress",
-            "--threads",
-            "2",
-            "--seconds",
-            "1",
-            "--memory",
-            "64M",
-            "--json",
-            "--pattern",
-            pattern,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
+    json_of(mmkit().args([
+        "stress",
+        "--threads",
+        "2",
+        "--seconds",
+        "1",
+        "--memory",
+        "64M",
+        "--json",
+        "--pattern",
+        pattern,
+    ]))
 }
 
 #[test]
@@ -48,14 +40,12 @@ fn every_pattern_runs_without_violations_and_accounts_for_every_page() {
 
 #[test]
 fn impossible_stress_settings_are_refused() {
-    Command::cargo_bin("mmkit")
-        .unwrap()
+    mmkit()
         .args(["stress", "--threads", "0"])
         .assert()
         .code(2)
         .stderr(predicate::str::contains("at least one thread"));
-    Command::cargo_bin("mmkit")
-        .unwrap()
+    mmkit()
         .args(["stress", "--policy", "patch99", "--seconds", "1"])
         .assert()
         .code(2)

@@ -1,16 +1,10 @@
 //! `mmkit trace replay` and `mmkit trace high-order` on the committed traces, and bad input
 //! exits with status 2.
 
-use assert_cmd::Command;
+mod common;
+
+use common::{json_of, mmkit, trace_data as data};
 use predicates::prelude::*;
-
-fn data(name: &str) -> String {
-    format!("{}/../trace/tests/data/{name}", env!("CARGO_MANIFEST_DIR"))
-}
-
-fn mmkit() -> Command {
-    Command::cargo_bin("mmkit").expect("the mmkit binary is built")
-}
 
 #[test]
 fn replay_prints_the_table_for_each_policy() {
@@ -25,25 +19,16 @@ fn replay_prints_the_table_for_each_policy() {
 
 #[test]
 fn replay_json_has_one_prediction_per_policy() {
-    let output = mmkit()
-        .args([
-            "trace",
-            "replay",
-            &data("compile.mmkit.gz"),
-            "--policies",
-            "v6.7,linux-6.18",
-            "--seed-lists",
-            "stale",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let json = json_of(mmkit().args([
+        "trace",
+        "replay",
+        &data("compile.mmkit.gz"),
+        "--policies",
+        "v6.7,linux-6.18",
+        "--seed-lists",
+        "stale",
+        "--json",
+    ]));
     let predicted = json["replay"]["predicted"].as_array().unwrap();
     assert_eq!(predicted.len(), 2);
     assert_eq!(json["replay"]["seed"], "stale");
@@ -149,22 +134,13 @@ fn a_truncated_trace_is_refused_unless_allowed() {
 
 #[test]
 fn high_order_counts_each_recording_and_the_mean_over_them() {
-    let output = mmkit()
-        .args([
-            "trace",
-            "high-order",
-            &data("compile.mmkit.gz"),
-            &data("compile.mmkit.gz"),
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let json = json_of(mmkit().args([
+        "trace",
+        "high-order",
+        &data("compile.mmkit.gz"),
+        &data("compile.mmkit.gz"),
+        "--json",
+    ]));
     assert_eq!(json["rows"].as_array().unwrap().len(), 2);
     let faults = json["metrics"]
         .as_array()

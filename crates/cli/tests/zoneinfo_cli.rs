@@ -1,7 +1,9 @@
 //! `mmkit zoneinfo` end to end: the values a live Linux 6.18 kernel printed, the JSON form,
 //! the error exits, and the comparison with a recorded and (where present) live kernel.
 
-use assert_cmd::Command;
+mod common;
+
+use common::{mmkit, stdout_of};
 use mmkit_core::views::zoneinfo::{self, ZoneInfo};
 use mmkit_core::ZoneType;
 use predicates::prelude::*;
@@ -22,18 +24,8 @@ const ISSUE_EXAMPLE: [&str; 12] = [
     "--min-free-kbytes=67584",
 ];
 
-fn mmkit() -> Command {
-    Command::cargo_bin("mmkit").expect("the mmkit binary is built")
-}
-
 fn zones_of(args: &[&str]) -> Vec<ZoneInfo> {
-    let output = mmkit().args(args).output().unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    zoneinfo::parse(&String::from_utf8(output.stdout).unwrap()).unwrap()
+    zoneinfo::parse(&String::from_utf8(stdout_of(mmkit().args(args))).unwrap()).unwrap()
 }
 
 #[test]

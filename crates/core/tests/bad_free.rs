@@ -5,8 +5,8 @@
 //! be refused by both with the same error.
 //!
 //! Linux counterpart: `free_pages_prepare` / `bad_page` catch some of these and taint the
-//! kernel; mmkit refuses them instead (house style: "a bad call from a user returns an
-//! error and changes nothing"). "Nothing" is checked literally: every zone's free lists in
+//! kernel; mmkit refuses them instead (a bad call from a user returns an error and
+//! changes nothing). "Nothing" is checked literally: every zone's free lists in
 //! list order, `NR_FREE_PAGES`, the `PGFREE` and `PGALLOC` counters, the census of the
 //! verify walk, every pageset's lists, and the descriptors of the pages the call named.
 //! The allocator runs the v6.7 policy, so cheap orders are freed to (and double-freed

@@ -499,7 +499,7 @@ proptest! {
     }
 }
 
-/// Every preset the brief names runs at least once whatever the draw: one fixed sequence
+/// Every named preset runs at least once whatever the draw: one fixed sequence
 /// that refills, drains on free, ticks, drains all, and allocates order 10 until it fails.
 #[test]
 fn records_account_for_a_fixed_sequence_under_each_preset() {

@@ -388,7 +388,7 @@ fn kswapd_balances_a_node_below_its_low_watermark() {
     m.verify().unwrap();
 }
 
-/// Spec §5.4: kswapd finds only dirty file pages already under write-back for reclaim
+/// `docs/reference/linux-mm.md` §5.4: kswapd finds only dirty file pages already under write-back for reclaim
 /// and marks the node congested; then a root `memory.reclaim` runs. With one shared bit
 /// (before 6.5) it clears kswapd's mark, so direct reclaimers stop being throttled while
 /// the node is still unbalanced; with separate bits the node stays marked.

@@ -7,7 +7,7 @@
 //! After every step `PageAllocator::verify` must pass (every page in exactly one place:
 //! the buddy lists, one pageset, or allocated) and its census must agree with the test's
 //! own model of live allocations. A second run of the same seed must end with identical
-//! event counters and pagesets (house style: determinism checked by running a seed twice).
+//! event counters and pagesets (determinism checked as the simulator checks it).
 //!
 //! The random source is xorshift64* seeded per run; no dependency.
 

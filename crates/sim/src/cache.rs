@@ -118,7 +118,7 @@ impl CacheCounts {
         }
     }
 
-    /// The seed-comparable miss rate in percent (`docs/reference/workloads.md` §3.3):
+    /// The miss rate comparable with Huang 2023's in percent (`docs/reference/workloads.md` §3.3):
     /// `(cold + β · LLC-remote) / (lines + R_bg) × 100`, with R_bg the background
     /// references of `work_ns` of the workload's own work (syscalls, protocol code).
     pub fn miss_rate_pct(&self, cost: &CostModel, work_ns: u64) -> f64 {

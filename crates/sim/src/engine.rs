@@ -37,6 +37,7 @@ use mmkit_core::page_alloc::{
 use mmkit_core::{Order, PageAllocator, Pfn, Policy};
 use serde::{Deserialize, Serialize};
 
+use crate::bins::TimeBins;
 use crate::cache::CacheModel;
 use crate::cost::CostModel;
 use crate::machine::MachineSpec;
@@ -258,7 +259,8 @@ pub struct Series {
     pub pcp_pages: Vec<u64>,
     /// Pages the workload holds (its used memory besides the pagesets).
     pub held_pages: Vec<u64>,
-    /// Cumulative zone-lock spin time.
+    /// Zone-lock spin before each sample time, cumulative: a wait that spans several
+    /// sample intervals counts in each the part that falls in it.
     pub spin_ns: Vec<u64>,
     /// CPUs whose `high` is sampled.
     pub high_cpus: Vec<u32>,
@@ -360,6 +362,9 @@ pub struct Sim {
     pub stats: SimStats,
     /// Samples.
     pub series: Series,
+    /// Zone-lock spin spread over the sample intervals, from which the end of the run
+    /// fills [`Series::spin_ns`].
+    spin_bins: TimeBins,
     free_high: u64,
     options: SimOptions,
     tick_ns: u64,
@@ -433,6 +438,7 @@ impl Sim {
             cache,
             stats: SimStats::default(),
             series,
+            spin_bins: TimeBins::new(options.sample_ns),
             free_high: 0,
             options,
             tick_ns,
@@ -585,6 +591,7 @@ impl Sim {
         // An uncontended hand-off is a cache miss on the lock word, not slow-path spinning.
         if contended {
             self.stats.spin_ns += grant - t;
+            self.spin_bins.add(t, grant);
             self.stats.lock_contended += 1;
         }
         self.stats.lock_acquisitions += 1;
@@ -773,7 +780,6 @@ impl Sim {
             .sum();
         self.series.t_ns.push(t);
         self.series.pcp_pages.push(pcp);
-        self.series.spin_ns.push(self.stats.spin_ns);
         let policy = *self.allocator.policy();
         for (k, &cpu) in self.series.high_cpus.iter().enumerate() {
             let node_zone = self.zones[self.machine.socket_of(cpu) as usize].0;
@@ -835,6 +841,8 @@ impl Sim {
         progress(0.0);
         workload.start(self);
         let end = workload.end_ns();
+        // The last sample is at `end`; a wait booked past it is in no sample interval.
+        self.spin_bins.set_limit(end.unwrap_or(u64::MAX));
         let nr_cpus = self.machine.nr_cpus();
         for cpu in 0..nr_cpus {
             // Spread evenly over one interval: in a long run each CPU's timer has its own
@@ -894,6 +902,10 @@ impl Sim {
         }
         let wall = end.unwrap_or_else(|| self.max_clock().max(now));
         self.sample(wall, workload.held_pages());
+        // Every wait is known only now: one booked before a sample may run past it. The
+        // samples are on bin edges but the last, at `wall`, after which nothing was spun
+        // (every CPU's clock is at most `wall`, or the bins stop at `end`).
+        self.series.spin_ns = self.spin_bins.cumulative(&self.series.t_ns);
         if self.options.verify_every.is_some() {
             self.check(workload)?;
         }

@@ -11,6 +11,7 @@
 //! | [`calibrate`] | the fit of the cost model's free parameters against the base rows |
 //! | [`cache`] | reuse-distance classification of touched pages (L2 / LLC / memory) |
 //! | [`engine`] | virtual CPUs, the zone-lock FIFO servers, vmstat ticks, sampling |
+//! | `bins` | time spread over the sample intervals it spans (the lock-wait series) |
 //! | `queue` | the engine's pending events: a winner tree with one leaf per CPU |
 //! | `prefetch` | a cache-line prefetch hint: the crate's one `unsafe` block |
 //! | [`workload`] | kbuild, netperf, unix, pagealloc, pageout |
@@ -27,6 +28,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+mod bins;
 pub mod cache;
 pub mod calibrate;
 pub mod cost;

@@ -74,7 +74,7 @@ fn default_stat_interval_ms() -> u32 {
 
 impl MachineSpec {
     /// The kbuild machine: 2-socket Sapphire Rapids, 224 CPUs, 105 MiB LLC and 2 MiB L2
-    /// per core. The seed says its pagesets had `high` 367 with batch 63, so the low
+    /// per core. Huang 2023 says its pagesets had `high` 367 with batch 63, so the low
     /// watermark per node is 367 × 112 + 56 = 41,160 pages (the middle of the range that
     /// divides to 367). Simulated memory: the published machine's, 128 GiB per node.
     pub fn spr_224() -> MachineSpec {
@@ -93,7 +93,7 @@ impl MachineSpec {
     }
 
     /// The netperf/lmbench machine: LKP's lkp-icl-2sp2, 2 × Xeon Gold 6338, 128 CPUs,
-    /// 48 MiB LLC and 1.25 MiB L2, 256 GB. The seed states no `high`; the low watermark is
+    /// 48 MiB LLC and 1.25 MiB L2, 256 GB. Huang 2023 states no `high`; the low watermark is
     /// what Linux computes for 128 GB per node (see [`linux_low_wmark_pages`]).
     pub fn icl_128() -> MachineSpec {
         MachineSpec {

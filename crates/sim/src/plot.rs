@@ -106,6 +106,23 @@ fn ms(t_ns: u64) -> f64 {
     t_ns as f64 / 1e6
 }
 
+/// The lock-wait plot's points of one run: at the end of each sample interval (ms), the
+/// zone-lock spin inside the interval as a share of all CPU time in it (%, idle CPUs
+/// included). The engine spreads each wait over the intervals it spans, so no point
+/// exceeds 100.
+pub fn lock_wait_pct(r: &RunResult) -> Vec<(f64, f64)> {
+    let s = &r.series;
+    let cpus = r.machine.nr_cpus() as f64;
+    s.t_ns
+        .windows(2)
+        .zip(s.spin_ns.windows(2))
+        .map(|(t, spin)| {
+            let dt = (t[1] - t[0]).max(1) as f64;
+            (ms(t[1]), 100.0 * (spin[1] - spin[0]) as f64 / (cpus * dt))
+        })
+        .collect()
+}
+
 /// Write the plots of `results` (one workload) into `dir` as `<prefix>-*.svg`. Returns the
 /// plots written, in the order written.
 pub fn write_plots(results: &[RunResult], dir: &Path, prefix: &str) -> Result<Vec<Plot>, String> {
@@ -138,20 +155,7 @@ pub fn write_plots(results: &[RunResult], dir: &Path, prefix: &str) -> Result<Ve
 
     let wait: Vec<Line> = results
         .iter()
-        .map(|r| {
-            let s = &r.series;
-            let cpus = r.machine.nr_cpus() as f64;
-            let points = s
-                .t_ns
-                .windows(2)
-                .zip(s.spin_ns.windows(2))
-                .map(|(t, spin)| {
-                    let dt = (t[1] - t[0]).max(1) as f64;
-                    (ms(t[1]), 100.0 * (spin[1] - spin[0]) as f64 / (cpus * dt))
-                })
-                .collect();
-            (r.policy.clone(), points)
-        })
+        .map(|r| (r.policy.clone(), lock_wait_pct(r)))
         .collect();
     files.push(draw(
         dir.join(format!("{prefix}-lock-wait.svg")),

@@ -65,7 +65,7 @@ pub enum WorkloadParams {
 }
 
 impl RunSpec {
-    /// The seed-scale run of `workload` with seed 1.
+    /// The default-scale run (`--scale 1`) of `workload` with seed 1.
     pub fn new(workload: WorkloadKind) -> RunSpec {
         RunSpec {
             workload,
@@ -208,7 +208,7 @@ pub struct RunResult {
     pub pcp_drains: [u64; DrainReason::COUNT],
     /// Pages those drains gave back to the zones, by the same reasons.
     pub pcp_drain_pages: [u64; DrainReason::COUNT],
-    /// Seed-comparable cache miss rate, in %.
+    /// Cache miss rate comparable with Huang 2023's, in %.
     pub cache_miss_pct: f64,
     /// Lines touched by class.
     pub cache: CacheCounts,
@@ -465,7 +465,7 @@ fn result(
     }
 }
 
-/// One row of a seed-style table: relative values against the first policy (= 100)
+/// One row of a table like Huang 2023's: relative values against the first policy (= 100)
 /// except lock contend% and cache miss rate%, which are absolute.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TableRow {
@@ -490,7 +490,7 @@ pub struct TableRow {
     pub used_memory_mean_pct: f64,
 }
 
-/// The seed-style table of `results` (one workload, several policies).
+/// The table of `results`, as Huang 2023 gives it, (one workload, several policies).
 pub fn table(results: &[RunResult]) -> Vec<TableRow> {
     let Some(first) = results.first() else {
         return Vec::new();

@@ -9,128 +9,27 @@
 //! `a_time_limit_stops_the_whole_process_group_and_keeps_the_trace`, whose command sleeps
 //! a thousand times longer than its limit.
 
-use std::path::{Path, PathBuf};
-use std::sync::mpsc;
-use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+mod common;
 
+use std::path::Path;
+use std::sync::mpsc;
+
+use common::{
+    assert_group_gone, marker, may_record, out_file, processes_of, recording, shell,
+    tracefs_mounted, tracefs_state, wait_until, HANG,
+};
 use mmkit_trace::parse;
 use mmkit_trace::record::{self, RecordError, RecordOptions, TRACEFS};
 use rustix::process::{getpid, kill_process, Signal};
-
-/// A bound on waits that end within milliseconds on any machine; reaching it means a hang.
-const HANG: Duration = Duration::from_secs(600);
-
-/// Held by every test that records.
-static TRACEFS_LOCK: Mutex<()> = Mutex::new(());
-
-/// The lock, or `None` (with the reason printed) where recording is impossible.
-fn may_record() -> Option<MutexGuard<'static, ()>> {
-    if let Some(why) = record::tracing_unavailable() {
-        println!("skipped: recording needs root and tracefs: {why}");
-        return None;
-    }
-    Some(TRACEFS_LOCK.lock().unwrap_or_else(|e| e.into_inner()))
-}
-
-/// The tracefs values the recorder changes, read through a mount of our own if needed.
-fn tracefs_state() -> Vec<(String, String)> {
-    let mounted = Path::new(TRACEFS).join("trace").exists();
-    if !mounted {
-        let _ = std::process::Command::new("mount")
-            .args(["-t", "tracefs", "nodev", TRACEFS])
-            .status();
-    }
-    let mut files = vec![
-        "tracing_on".to_string(),
-        "buffer_size_kb".to_string(),
-        "trace_clock".to_string(),
-        "options/overwrite".to_string(),
-        "options/event-fork".to_string(),
-        "set_event_pid".to_string(),
-    ];
-    for event in parse::EVENTS {
-        files.push(format!("events/kmem/{event}/enable"));
-        files.push(format!("events/kmem/{event}/filter"));
-    }
-    let state = files
-        .into_iter()
-        .map(|f| {
-            let value = std::fs::read_to_string(Path::new(TRACEFS).join(&f)).unwrap_or_default();
-            (f, value)
-        })
-        .collect();
-    if !mounted {
-        let _ = std::process::Command::new("umount").arg(TRACEFS).status();
-    }
-    state
-}
-
-/// Whether tracefs is mounted: the recorder unmounts it if it mounted it.
-fn tracefs_mounted() -> bool {
-    Path::new(TRACEFS).join("trace").exists()
-}
-
-fn out_file(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("mmkit-trace-test-{}-{name}", std::process::id()))
-}
-
-/// A command line unique to this test process and `name`, to find its processes by.
-fn marker(name: &str) -> String {
-    format!("sleep 29{name}.{}", std::process::id() % 1000)
-}
-
-/// The pids of processes whose command line contains `marker`.
-fn processes_of(marker: &str) -> String {
-    let found = std::process::Command::new("pgrep")
-        .args(["-f", marker])
-        .output()
-        .expect("pgrep runs");
-    String::from_utf8_lossy(&found.stdout).into_owned()
-}
-
-/// Wait until `done` holds; a hang (see [`HANG`]) fails the test with `what`.
-fn wait_until(what: &str, done: impl Fn() -> bool) {
-    let started = Instant::now();
-    while !done() {
-        assert!(
-            started.elapsed() < HANG,
-            "{what}: still not so after {HANG:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// A killed process lingers until the kernel has run its exit; wait for that, then assert
-/// that none of the group is left.
-fn assert_group_gone(marker: &str) {
-    wait_until(&format!("processes of {marker:?} still run"), || {
-        processes_of(marker).is_empty()
-    });
-}
 
 #[test]
 fn records_a_command_that_ends_by_itself_and_restores_tracefs() {
     let Some(_lock) = may_record() else { return };
     let before = tracefs_state();
     let out = out_file("small.gz");
-    // The whole machine's page events are recorded (only our own pid is filtered out),
-    // and the other test binaries run beside this one: a ring of 64 MiB per CPU, the
-    // recorder's default, so their events do not overflow it (4 MiB did, twice, while
-    // two test suites ran at once). The command ends by itself; `seconds` only guards
-    // against a hang, and whether it was reached is not checked.
-    let options = RecordOptions {
-        seconds: Some(HANG.as_secs_f64()),
-        warmup: 0.0,
-        out: out.clone(),
-        buffer_kb: 65536,
-        command: vec![
-            "sh".into(),
-            "-c".into(),
-            "ls -R /usr/lib > /dev/null".into(),
-        ],
-        command_only: false,
-    };
+    // The whole machine's page events are recorded (only our own pid is filtered out).
+    // The command ends by itself; whether the limit was reached is not checked.
+    let options = recording(&out, shell("ls -R /usr/lib > /dev/null"));
     let summary = record::record(&options).expect("records");
     let trace = parse::load(&std::fs::read(&out).unwrap()).unwrap();
     std::fs::remove_file(&out).unwrap();
@@ -154,16 +53,11 @@ fn a_ring_buffer_that_loses_events_is_refused_and_writes_no_file() {
     // copied pages: on the order of a hundred events each), however long they take.
     let out = out_file("dropped.gz");
     let options = RecordOptions {
-        seconds: Some(HANG.as_secs_f64()),
-        warmup: 0.0,
-        out: out.clone(),
         buffer_kb: 8,
-        command: vec![
-            "sh".into(),
-            "-c".into(),
-            "i=0; while [ $i -lt 200 ]; do /bin/true; i=$((i + 1)); done".into(),
-        ],
-        command_only: false,
+        ..recording(
+            &out,
+            shell("i=0; while [ $i -lt 200 ]; do /bin/true; i=$((i + 1)); done"),
+        )
     };
     match record::record(&options) {
         Err(RecordError::Dropped(message)) => assert!(message.contains("--buffer-kb")),
@@ -188,15 +82,7 @@ fn a_time_limit_stops_the_whole_process_group_and_keeps_the_trace() {
     let marker = marker("9");
     let options = RecordOptions {
         seconds: Some(0.3),
-        warmup: 0.0,
-        out: out.clone(),
-        buffer_kb: 65536,
-        command: vec![
-            "sh".into(),
-            "-c".into(),
-            format!("{marker} & {marker}; true"),
-        ],
-        command_only: false,
+        ..recording(&out, shell(&format!("{marker} & {marker}; true")))
     };
     let summary = record::record(&options).expect("records");
     assert!(summary.stopped);
@@ -231,18 +117,7 @@ fn sigterm_and_sighup_stop_the_command_and_restore_tracefs() {
         let mounted = tracefs_mounted();
         let out = out_file(&format!("signal{name}.gz"));
         let marker = marker(name);
-        let options = RecordOptions {
-            seconds: Some(HANG.as_secs_f64()),
-            warmup: 0.0,
-            out: out.clone(),
-            buffer_kb: 65536,
-            command: vec![
-                "sh".into(),
-                "-c".into(),
-                format!("{marker} & {marker}; true"),
-            ],
-            command_only: false,
-        };
+        let options = recording(&out, shell(&format!("{marker} & {marker}; true")));
         let recorder = std::thread::spawn(move || record::record(&options));
         // The command runs once the recorder has set tracefs up and caught the signals;
         // only then may the signal come (a recorder that failed first says why below).
@@ -285,10 +160,7 @@ fn a_command_that_exits_during_the_warm_up_ends_the_recording_at_once() {
     let options = RecordOptions {
         seconds: None,
         warmup: 3600.0,
-        out: out.clone(),
-        buffer_kb: 65536,
-        command: vec!["true".into()],
-        command_only: false,
+        ..recording(&out, vec!["true".into()])
     };
     let (tx, rx) = mpsc::channel();
     let recorder = std::thread::spawn(move || {
@@ -330,18 +202,13 @@ fn command_only_records_the_command_and_its_children_and_no_other_process() {
         ])
         .spawn()
         .expect("sh runs");
+    // The shell and three children: four processes.
     let options = RecordOptions {
-        seconds: Some(HANG.as_secs_f64()),
-        warmup: 0.0,
-        out: out.clone(),
-        buffer_kb: 65536,
-        // The shell and three children: four processes.
-        command: vec![
-            "sh".into(),
-            "-c".into(),
-            "for i in 1 2 3; do cat /proc/self/status > /dev/null; done".into(),
-        ],
         command_only: true,
+        ..recording(
+            &out,
+            shell("for i in 1 2 3; do cat /proc/self/status > /dev/null; done"),
+        )
     };
     let recorded = record::record(&options);
     let _ = noise.kill();
@@ -377,12 +244,9 @@ fn another_tracers_enabled_event_is_refused_and_nothing_changes() {
     let before = tracefs_state();
     let out = out_file("busy.gz");
     let options = RecordOptions {
-        seconds: Some(HANG.as_secs_f64()),
-        warmup: 0.0,
-        out: out.clone(),
         buffer_kb: 1024,
-        command: vec!["true".into()],
         command_only: true,
+        ..recording(&out, vec!["true".into()])
     };
     let refused = record::record(&options);
     let after = tracefs_state();

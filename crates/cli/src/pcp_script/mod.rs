@@ -32,7 +32,7 @@ use mmkit_core::page_alloc::{
 use mmkit_core::{DrainMode, Gfp, MigrateType, Order, PageAllocator, Pfn, Policy, Settings};
 
 use crate::machine::{policy_preset, DefaultMachine, MachineArgs};
-use crate::zoneinfo::print_json;
+use crate::output::print_json;
 use crate::CliError;
 use parse::{Line, Op, Repeat, Script, Setting, Target};
 use report::{Outcome, Shown, Snapshot, StepReport, Summary};

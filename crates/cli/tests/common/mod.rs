@@ -1,4 +1,13 @@
-//! Set-up the CLI's test files share: the binary, and a scratch folder of input files.
+//! Set-up the CLI's test files share: the binary, what a successful run printed, the
+//! trace crate's recordings, and a scratch folder of input files.
+//!
+//! Each test binary compiles this module and uses a part of it, so what one binary leaves
+//! unused is not dead: `expect` would fail in the binaries that use everything.
+
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different part of the shared set-up"
+)]
 
 use std::path::{Path, PathBuf};
 
@@ -77,4 +86,22 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// What `command` printed on stdout; it must succeed (a failure shows its stderr).
+pub fn stdout_of(command: &mut Command) -> Vec<u8> {
+    let output = command.output().expect("mmkit runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{command:?}: {stderr}");
+    output.stdout
+}
+
+/// What `command` printed on stdout, as JSON; it must succeed.
+pub fn json_of(command: &mut Command) -> serde_json::Value {
+    serde_json::from_slice(&stdout_of(command)).expect("stdout is JSON")
+}
+
+/// A recording of the trace crate's test data (`crates/trace/tests/data`).
+pub fn trace_data(name: &str) -> String {
+    format!("{}/../trace/tests/data/{name}", env!("CARGO_MANIFEST_DIR"))
 }

@@ -1,4 +1,5 @@
-//! The seed experiments as page-event generators (`docs/reference/workloads.md` §2): each is a
+//! The published experiments (Huang 2023's, Gorman 2017's, Yin 2023's) as page-event
+//! generators (`docs/reference/workloads.md` §2): each is a
 //! [`Workload`](crate::engine::Workload) with documented parameters whose defaults are the
 //! published runs' scale, and a `scale` knob for small runs.
 
