@@ -45,7 +45,7 @@ pub mod views;
 pub use frame::{FrameAllocator, Frames};
 pub use page::{Order, Pfn};
 pub use page_alloc::{
-    AllocError, FreeError, Gfp, MigrateType, PageAllocator, Zone, ZoneType, MAX_ORDER,
+    AllocError, FreeError, Gfp, InitError, MigrateType, PageAllocator, Zone, ZoneType, MAX_ORDER,
 };
 pub use percpu::{PercpuAllocator, PercpuPolicy};
 pub use policy::{
