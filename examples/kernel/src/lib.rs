@@ -56,6 +56,13 @@ pub const RESERVED: [(u64, u64); 2] = [(0, 0x10_0000), (0x100_0000, 0x120_0000)]
 /// `cpu_to_node` as the ACPI tables number the CPUs: alternately on each socket.
 pub const CPU_NODES: [NodeId; 4] = [0, 1, 0, 1];
 
+/// The bare-metal kernel's boot heap (`main.rs`'s bump allocator, which never reuses a
+/// freed byte): zones, pagesets (a 128-byte slot per CPU in each of 8 zones), zonelists,
+/// pageblock migratetypes, the topology built three times, and [`boot`]'s lists of
+/// frames. The mem_map (768 KiB for these two nodes) lives in the memory it describes,
+/// not here. `tests/heap.rs` counts every byte [`boot`] asks of the heap against it.
+pub const BOOT_HEAP_BYTES: usize = 1 << 20;
+
 /// 4 KiB page-table frames each CPU allocates.
 const TABLES_PER_CPU: usize = 64;
 /// 2 MiB frames each CPU allocates (huge-page mappings).

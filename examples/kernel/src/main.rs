@@ -23,10 +23,9 @@ mod bare_metal {
     use core::cell::UnsafeCell;
     use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-    /// The boot heap: zones, pagesets (a 128-byte slot per CPU in each of 8 zones),
-    /// zonelists, pageblock migratetypes, and `boot`'s lists of frames. The mem_map
-    /// (768 KiB for these two nodes) lives in the memory it describes, not here.
-    const HEAP_BYTES: usize = 1 << 20;
+    /// The boot heap ([`mmkit_example_kernel::BOOT_HEAP_BYTES`]: the mem_map is not on
+    /// it).
+    const HEAP_BYTES: usize = mmkit_example_kernel::BOOT_HEAP_BYTES;
 
     #[repr(C, align(4096))]
     struct Heap(UnsafeCell<[u8; HEAP_BYTES]>);

@@ -343,7 +343,7 @@ impl PageAllocator {
     /// `work` is unfinished: once [`PageAllocator::drain_work_finished`] says it is done,
     /// the next drain may choose other CPUs.
     pub fn drain_work_cpus(&self, work: &DrainWork) -> impl Iterator<Item = CpuId> + '_ {
-        let _ = work;
+        debug_assert_eq!(self.drain_work.chosen().count(), work.nr_cpus as usize);
         self.drain_work.chosen()
     }
 
