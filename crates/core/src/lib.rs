@@ -64,8 +64,8 @@ pub mod views;
 pub use frame::{FrameAllocator, Frames};
 pub use page::{Order, Pfn};
 pub use page_alloc::{
-    AllocError, BatchFreeError, FreeError, Gfp, MigrateType, PageAllocator, Zone, ZoneType,
-    MAX_ORDER,
+    AllocError, BatchFreeError, FreeError, Gfp, InitError, MigrateType, PageAllocator, Zone,
+    ZoneType, MAX_ORDER,
 };
 pub use percpu::{PercpuAllocator, PercpuPolicy};
 pub use policy::{

@@ -723,6 +723,37 @@ impl Topology {
         &self.zones
     }
 
+    /// Page descriptors the machine's mem_map holds: one per spanned page of every zone,
+    /// holes included (Linux's `struct page` array covers holes too). The length of the
+    /// slice [`PageAllocator::with_mem_map`](crate::PageAllocator::with_mem_map) needs.
+    pub fn mem_map_pages(&self) -> u64 {
+        self.zones
+            .iter()
+            .map(|zone| zone.spanned)
+            .fold(0, u64::saturating_add)
+    }
+
+    /// Bytes of the mem_map (16 per spanned page, [`Topology::mem_map_pages`] of them),
+    /// saturating: what a kernel reserves out of the memory it manages before building the
+    /// allocator, as Linux's `alloc_node_mem_map` takes it from memblock.
+    ///
+    /// ```
+    /// use mmkit_core::topology::{CacheInfo, MemoryRange, ZoneLimits};
+    /// use mmkit_core::Topology;
+    ///
+    /// // 128 MiB from 1 MiB, split into DMA and DMA32 at 16 MiB: a descriptor per page.
+    /// let usable = [MemoryRange::from_bytes(1 << 20, 129 << 20, 0)];
+    /// let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+    /// let machine = Topology::from_memory_map(&usable, &[], ZoneLimits::X86_64, &[0], llc)?;
+    /// assert_eq!(machine.mem_map_pages(), (128 << 20) / 4096);
+    /// assert_eq!(machine.mem_map_bytes(), machine.mem_map_pages() * 16);
+    /// # Ok::<(), mmkit_core::TopologyError>(())
+    /// ```
+    pub fn mem_map_bytes(&self) -> u64 {
+        self.mem_map_pages()
+            .saturating_mul(size_of::<crate::page::Page>() as u64)
+    }
+
     /// The present ranges of `zone` (one of [`Topology::zones`], or any zone spanning
     /// nothing), in pfn order. The pfns of its span outside them are holes.
     pub fn present_ranges(&self, zone: &ZoneSpec) -> &[PresentRange] {

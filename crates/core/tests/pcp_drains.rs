@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use mmkit_core::page_alloc::pcp::PerCpuPages;
 use mmkit_core::page_alloc::{
-    Caller, DrainAll, DrainCaller, DrainReason, WatermarkKind, Zone, ZoneId,
+    Caller, DrainAll, DrainCaller, DrainReason, WatermarkKind, Zone, ZoneId, ZoneLockHold,
 };
 use mmkit_core::settings::MinFreeKbytes;
 use mmkit_core::topology::{CacheInfo, ZoneSize};
@@ -211,14 +211,18 @@ fn drain_all_pages_drains_every_cpu_with_pages() {
     let allocator = machine(Policy::V6_7, 3);
     warm(&allocator, 0);
     warm(&allocator, 2);
-    let result = allocator.drain_all_pages(None);
+    let mut holds: Vec<ZoneLockHold> = Vec::new();
+    let result = allocator.drain_all_pages_report(None, &mut holds);
     assert_eq!(
         result,
         DrainAll::Done {
-            cpus: vec![0, 2],
+            cpus: 2,
             pages: 4 * 62
         }
     );
+    let mut named: Vec<_> = holds.iter().map(|hold| hold.cpu).collect();
+    named.dedup();
+    assert_eq!(named, [0, 2], "each drain names the CPU it emptied");
     for cpu in 0..3 {
         assert_eq!(count(&allocator, NORMAL, cpu), 0);
         assert_eq!(count(&allocator, DMA32, cpu), 0);
@@ -226,10 +230,7 @@ fn drain_all_pages_drains_every_cpu_with_pages() {
     assert!(census(&allocator).iter().all(|c| c.pcp == 0));
     assert_eq!(
         allocator.drain_all_pages(None),
-        DrainAll::Done {
-            cpus: vec![],
-            pages: 0
-        }
+        DrainAll::Done { cpus: 0, pages: 0 }
     );
 }
 
@@ -241,7 +242,7 @@ fn drain_all_pages_of_one_zone_leaves_other_zones() {
     assert_eq!(
         allocator.drain_all_pages(Some(DMA32)),
         DrainAll::Done {
-            cpus: vec![0, 1],
+            cpus: 2,
             pages: 124
         }
     );
@@ -274,7 +275,7 @@ fn drain_all_pages_global_request_is_skipped_while_a_drain_runs() {
     assert_eq!(
         allocator.drain_all_pages(None),
         DrainAll::Done {
-            cpus: vec![0, 1],
+            cpus: 2,
             pages: 248
         }
     );
@@ -307,7 +308,7 @@ fn drain_all_pages_zone_request_waits_for_the_running_drain() {
         assert_eq!(
             result,
             DrainAll::Done {
-                cpus: vec![0, 1],
+                cpus: 2,
                 pages: 124
             }
         );
@@ -345,7 +346,11 @@ fn workqueue_drain_waits_for_every_target_cpu() {
     let DrainAll::Queued(work) = allocator.drain_all_pages(None) else {
         panic!("workqueue mode queues work");
     };
-    assert_eq!(work.cpus, [0, 1], "only CPUs with pages get work");
+    assert_eq!(
+        allocator.drain_work_cpus(&work).collect::<Vec<_>>(),
+        [0, 1],
+        "only CPUs with pages get work"
+    );
     assert_eq!(
         count(&allocator, NORMAL, 0),
         62,
@@ -395,7 +400,11 @@ fn workqueue_drain_of_one_zone_picks_cpus_by_that_zone_and_drains_all_their_zone
     let DrainAll::Queued(work) = allocator.drain_all_pages(Some(NORMAL)) else {
         panic!("workqueue mode queues work");
     };
-    assert_eq!(work.cpus, [0, 1], "cpu2 has no Normal pages: no work");
+    assert_eq!(
+        allocator.drain_work_cpus(&work).collect::<Vec<_>>(),
+        [0, 1],
+        "cpu2 has no Normal pages: no work"
+    );
     assert!(allocator.drain_work_pending(0) && !allocator.drain_work_pending(2));
     assert_eq!(
         allocator.run_drain_work(0) + allocator.run_drain_work(1),
@@ -456,10 +465,7 @@ fn workqueue_drain_with_nothing_to_drain_is_done_at_once() {
     let allocator = machine(workqueue(), 2);
     assert_eq!(
         allocator.drain_all_pages(None),
-        DrainAll::Done {
-            cpus: vec![],
-            pages: 0
-        }
+        DrainAll::Done { cpus: 0, pages: 0 }
     );
     assert!(
         allocator.hold_drain_mutex().is_some(),

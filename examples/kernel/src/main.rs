@@ -1,7 +1,9 @@
 //! The example kernel's entry point. Built for x86_64-unknown-none it is a `no_std`,
-//! `no_main` ELF: `_start` runs [`mmkit_example_kernel::boot`] on a heap carved from its
+//! `no_main` ELF: `_start` makes the mem_map's storage from the physical range the
+//! library carved for it, runs [`mmkit_example_kernel::boot`] on a heap carved from its
 //! own `.bss` and halts (no bootloader is included; `.ci/run` checks that it links). Built
-//! for the host it runs the same `boot` and prints what it did:
+//! for the host it runs the same `boot`, with leaked memory standing in for the carved
+//! range, and prints what it did:
 //!
 //! ```sh
 //! cargo run -p mmkit-example-kernel
@@ -14,17 +16,16 @@
 #[cfg(target_os = "none")]
 mod bare_metal {
     //! What a hosted program gets from its C library and the kernel gets from itself: a
-    //! heap for mmkit-core's `alloc` (the mem_map, zones and pagesets), a panic handler
-    //! and the entry point.
+    //! heap for mmkit-core's `alloc` (zones, pagesets, zonelists; the mem_map is not on
+    //! it), a panic handler and the entry point.
 
     use core::alloc::{GlobalAlloc, Layout};
     use core::cell::UnsafeCell;
     use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-    /// The boot heap: the mem_map of a 128 MiB node and a 64 MiB node at 16 bytes a page
-    /// is 768 KiB (spanned pages, holes included); zones, pagesets and zonelists fit in
-    /// the rest.
-    const HEAP_BYTES: usize = 4 << 20;
+    /// The boot heap ([`mmkit_example_kernel::BOOT_HEAP_BYTES`]: the mem_map is not on
+    /// it).
+    const HEAP_BYTES: usize = mmkit_example_kernel::BOOT_HEAP_BYTES;
 
     #[repr(C, align(4096))]
     struct Heap(UnsafeCell<[u8; HEAP_BYTES]>);
@@ -82,20 +83,59 @@ mod bare_metal {
         }
     }
 
+    /// Where physical memory is mapped in the kernel's address space. A bootloader would
+    /// say (the `bootloader` crate's `physical_memory_offset`); this kernel has none and
+    /// assumes an identity mapping.
+    const PHYSICAL_MEMORY_OFFSET: u64 = 0;
+
+    /// The mem_map's storage: the range `mem_map_range` carved out of usable memory and
+    /// reserved, zeroed and seen as descriptors.
+    fn mem_map() -> Option<&'static mut [mmkit_core::page::Page]> {
+        use mmkit_core::page::{Page, PAGE_SHIFT};
+        let range = mmkit_example_kernel::mem_map_range().ok()?;
+        let len = mmkit_example_kernel::mem_map_pages().ok()?;
+        if (len * size_of::<Page>()) as u64 > range.pages() << PAGE_SHIFT {
+            return None;
+        }
+        let start = (PHYSICAL_MEMORY_OFFSET + (range.start.0 << PAGE_SHIFT)) as *mut Page;
+        // SAFETY: `range` is usable RAM in the firmware's map, mapped at
+        // `PHYSICAL_MEMORY_OFFSET`, aligned to a page (more than `Page`'s 4 bytes), at
+        // least `len` descriptors long (checked above), and reserved in the topology
+        // `boot` builds, so nothing else in this kernel reads or writes it: the slice is
+        // its only reference for the rest of the kernel's life. All-zero bytes are a
+        // valid `Page` (`Page::zeroed`), so after `write_bytes` every element is one.
+        unsafe {
+            core::ptr::write_bytes(start, 0, len);
+            Some(core::slice::from_raw_parts_mut(start, len))
+        }
+    }
+
     /// The entry point the linker looks for. A bootloader would pass the memory map and
     /// the CPUs; this kernel has them as constants.
     #[no_mangle]
     pub extern "C" fn _start() -> ! {
         // Nowhere to print on bare metal without a console driver: a debugger reads the
         // result, and either way the kernel halts.
-        let _report = mmkit_example_kernel::boot();
+        if let Some(mem_map) = mem_map() {
+            let _report = mmkit_example_kernel::boot(mem_map);
+        }
         halt()
     }
 }
 
 #[cfg(not(target_os = "none"))]
 fn main() -> std::process::ExitCode {
-    match mmkit_example_kernel::boot() {
+    // The host has no physical memory to carve: leaked zeroed descriptors stand in for
+    // the range `mem_map_range` reserves.
+    let len = match mmkit_example_kernel::mem_map_pages() {
+        Ok(len) => len,
+        Err(error) => {
+            eprintln!("mmkit-example-kernel: memory map: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let mem_map = Vec::leak((0..len).map(|_| mmkit_core::page::Page::zeroed()).collect());
+    match mmkit_example_kernel::boot(mem_map) {
         Ok(report) => {
             for zone in &report.zones {
                 println!(

@@ -359,8 +359,9 @@ struct InFlight {
     /// The step that asked, and the CPU its task runs on.
     step: usize,
     cpu: CpuId,
-    /// The target CPUs.
+    /// The queued work, and its target CPUs as it was queued.
     work: DrainWork,
+    cpus: Vec<CpuId>,
     /// Each target CPU that ran its work so far, with the step that ran it.
     ran: Vec<(CpuId, usize)>,
 }
@@ -369,7 +370,7 @@ impl InFlight {
     /// The CPUs still to run their work.
     fn waiting_for(&self) -> Vec<CpuId> {
         let ran = |cpu: &CpuId| self.ran.iter().any(|(done, _)| done == cpu);
-        self.work.cpus.iter().copied().filter(|c| !ran(c)).collect()
+        self.cpus.iter().copied().filter(|c| !ran(c)).collect()
     }
 
     /// `cpu0's drain all of step 3`.
@@ -506,8 +507,12 @@ impl<'a> Runner<'a> {
             true => DrainCaller::WorkqueueWorker,
             false => DrainCaller::Task,
         };
+        let first_hold = holds.len();
         let note = match allocator.drain_all_pages_from_report(caller, zone, holds) {
-            DrainAll::Done { cpus, pages } => {
+            DrainAll::Done { pages, .. } => {
+                // Each drain's hold names the CPU whose pageset it emptied.
+                let mut cpus: Vec<CpuId> = holds[first_hold..].iter().map(|h| h.cpu).collect();
+                cpus.dedup();
                 format!("drained {pages}p from cpus {}", cpu_list(&cpus))
             }
             DrainAll::Skipped => match &self.in_flight {
@@ -520,15 +525,17 @@ impl<'a> Runner<'a> {
                                      workqueue work (PF_WQ_WORKER); nothing drained"
                 .to_owned(),
             DrainAll::Queued(work) if later => {
+                let cpus: Vec<CpuId> = allocator.drain_work_cpus(&work).collect();
                 let note = format!(
                     "workqueue: work queued on cpus {}; cpu{} waits until each has run it",
-                    cpu_list(&work.cpus),
+                    cpu_list(&cpus),
                     line.cpu
                 );
                 self.in_flight = Some(InFlight {
                     step: self.step,
                     cpu: line.cpu,
                     work,
+                    cpus,
                     ran: Vec::new(),
                 });
                 note
@@ -872,8 +879,8 @@ fn run_queued_work_now(
     work: &DrainWork,
     holds: &mut Vec<ZoneLockHold>,
 ) -> String {
-    let pages: u64 = work
-        .cpus
+    let cpus: Vec<CpuId> = allocator.drain_work_cpus(work).collect();
+    let pages: u64 = cpus
         .iter()
         .map(|&cpu| allocator.run_drain_work_report(cpu, holds))
         .sum();
@@ -881,7 +888,7 @@ fn run_queued_work_now(
     debug_assert!(finished, "every queued CPU ran its work");
     format!(
         "workqueue: cpus {} drained themselves, {pages}p",
-        cpu_list(&work.cpus)
+        cpu_list(&cpus)
     )
 }
 

@@ -146,6 +146,14 @@ impl Page {
         }
     }
 
+    /// The all-zero descriptor, `Page::new(PageState::Tail)`: a managed page owned by
+    /// nobody. What fills storage for
+    /// [`PageAllocator::with_mem_map`](crate::PageAllocator::with_mem_map) before it
+    /// writes every descriptor.
+    pub const fn zeroed() -> Page {
+        Page::new(PageState::Tail)
+    }
+
     /// Who owns this page.
     pub fn state(&self) -> PageState {
         PageState::from_bits(self.flags.load(Relaxed))

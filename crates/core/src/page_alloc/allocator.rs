@@ -212,14 +212,111 @@ pub struct PageAllocator {
     pub(crate) drain_work: DrainWorkState,
 }
 
+/// Why [`PageAllocator::with_mem_map`] built nothing.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum InitError {
+    /// The settings are invalid.
+    Settings(SettingsError),
+    /// The mem_map storage holds fewer descriptors than the machine spans pages
+    /// ([`Topology::mem_map_pages`]).
+    MemMapTooSmall {
+        /// Descriptors the topology needs.
+        needed: u64,
+        /// Descriptors the storage holds.
+        given: u64,
+    },
+}
+
+impl core::fmt::Display for InitError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            InitError::Settings(e) => write!(f, "{e}"),
+            InitError::MemMapTooSmall { needed, given } => write!(
+                f,
+                "the mem_map storage holds {given} page descriptors; the machine spans \
+                 {needed} pages ({} bytes, Topology::mem_map_bytes)",
+                needed.saturating_mul(size_of::<Page>() as u64)
+            ),
+        }
+    }
+}
+
+impl core::error::Error for InitError {}
+
+impl From<SettingsError> for InitError {
+    fn from(e: SettingsError) -> InitError {
+        InitError::Settings(e)
+    }
+}
+
 impl PageAllocator {
     /// Build the zones of `topology`, free their managed memory into the buddy lists, and
     /// compute watermarks, reserves and PCP limits as boot does.
     /// `policy` selects the behaviour of each patch thread (see [`crate::policy`]).
+    /// The mem_map comes from the heap, zeroed (see [`MemMap`](super::mem_map::MemMap));
+    /// [`PageAllocator::with_mem_map`] takes it from the caller instead.
     pub fn new(
         topology: Topology,
         settings: Settings,
         policy: Policy,
+    ) -> Result<PageAllocator, SettingsError> {
+        Self::build(topology, settings, policy, None)
+    }
+
+    /// [`PageAllocator::new`] with the mem_map in `mem_map`, storage the caller carved out
+    /// of the memory it manages (Linux: `alloc_node_mem_map` from memblock), so the
+    /// heap holds only the small structures (zones, pagesets, zonelists, pageblock
+    /// migratetypes). `mem_map` needs [`Topology::mem_map_pages`] descriptors
+    /// ([`Topology::mem_map_bytes`] bytes); a longer slice's tail stays unused, a shorter
+    /// one is refused before anything is built. Its descriptors may hold anything: every
+    /// one is written. The pages holding it must be outside the memory the allocator
+    /// hands out: a reserved range of the memory map, or memory the map leaves out.
+    ///
+    /// All-zero bytes are a valid [`Page`] (`bytemuck::Zeroable`), so a kernel zeroes the
+    /// range and makes the slice from its address:
+    ///
+    /// ```
+    /// use mmkit_core::page::Page;
+    /// use mmkit_core::topology::{CacheInfo, MemoryRange, PfnRange, ZoneLimits};
+    /// use mmkit_core::{PageAllocator, Policy, Settings, Topology};
+    ///
+    /// let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+    /// let usable = [MemoryRange::from_bytes(1 << 20, 64 << 20, 0)];
+    /// let plain = Topology::from_memory_map(&usable, &[], ZoneLimits::X86_64, &[0], llc)?;
+    /// // Carve the mem_map off the top of memory and tell the allocator it is reserved.
+    /// let carved = plain.mem_map_bytes().next_multiple_of(4096);
+    /// let reserved = [PfnRange::covering_bytes((64 << 20) - carved, 64 << 20)];
+    /// let machine = Topology::from_memory_map(&usable, &reserved, ZoneLimits::X86_64, &[0], llc)?;
+    /// // A kernel: `slice::from_raw_parts_mut(address as *mut Page, len)` over the zeroed
+    /// // range. Here, leaked heap memory stands in for it.
+    /// let len = machine.mem_map_pages() as usize;
+    /// let mem_map: &'static mut [Page] = Vec::leak((0..len).map(|_| Page::zeroed()).collect());
+    /// let allocator = PageAllocator::with_mem_map(machine, Settings::default(), Policy::V6_7, mem_map)?;
+    /// allocator.verify()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_mem_map(
+        topology: Topology,
+        settings: Settings,
+        policy: Policy,
+        mem_map: &'static mut [Page],
+    ) -> Result<PageAllocator, InitError> {
+        settings.validate()?;
+        let needed = topology.mem_map_pages();
+        let given = mem_map.len() as u64;
+        if given < needed {
+            return Err(InitError::MemMapTooSmall { needed, given });
+        }
+        Ok(Self::build(topology, settings, policy, Some(mem_map))?)
+    }
+
+    /// [`PageAllocator::new`] and [`PageAllocator::with_mem_map`]: the zones' mem_maps come
+    /// from `mem_map` in zone order when it is given, which holds enough.
+    fn build(
+        topology: Topology,
+        settings: Settings,
+        policy: Policy,
+        mut mem_map: Option<&'static mut [Page]>,
     ) -> Result<PageAllocator, SettingsError> {
         settings.validate()?;
         let nr_zone_types = topology.nr_zone_types();
@@ -241,7 +338,12 @@ impl PageAllocator {
                         managed: 0,
                     });
                 let present = topology.present_ranges(&spec);
-                zones.push(Zone::new(&spec, present, zones.len(), nr_cpus));
+                let storage = mem_map.take().map(|storage| {
+                    let (share, rest) = storage.split_at_mut(spec.spanned as usize);
+                    mem_map = Some(rest);
+                    share
+                });
+                zones.push(Zone::new(&spec, present, zones.len(), nr_cpus, storage));
             }
         }
         let grouping = page_group_by_mobility(&zones);
@@ -524,18 +626,22 @@ impl PageAllocator {
     pub(crate) fn setup_pcp_cacheinfo(&self) {
         let llc = self.topology.llc();
         let group = llc.llc_shared_cpus.max(1) as usize;
-        // Online CPUs per LLC group, counted once: counting a CPU's group for each CPU was
-        // quadratic when one LLC spans every CPU (20 s to build a 100,000-CPU pool).
-        let mut sharing = alloc::vec![0u32; self.cpus.len().div_ceil(group)];
-        for cpu in 0..self.cpus.len() {
-            sharing[cpu / group] += u32::from(self.is_cpu_online(cpu as CpuId));
-        }
-        for zone in &self.zones {
-            for (cpu, pageset) in zone.pagesets.iter().enumerate() {
-                let slice =
-                    pcp_sizing::data_cache_slice(llc.llc_bytes, sharing[cpu / group].max(1));
-                let mut pcp = pageset.pcp.lock();
-                pcp.flags.free_high_batch = pcp_sizing::free_high_batch(slice, pcp.batch);
+        // Online CPUs per LLC group, counted once per group: counting a CPU's group for
+        // each CPU was quadratic when one LLC spans every CPU (20 s to build a
+        // 100,000-CPU pool). Group by group, so nothing is allocated: CPU offline runs this.
+        let nr_cpus = self.cpus.len();
+        for first in (0..nr_cpus).step_by(group) {
+            let members = first..(first + group).min(nr_cpus);
+            let sharing = members
+                .clone()
+                .filter(|&cpu| self.is_cpu_online(cpu as CpuId))
+                .count() as u32;
+            let slice = pcp_sizing::data_cache_slice(llc.llc_bytes, sharing.max(1));
+            for zone in &self.zones {
+                for pageset in &zone.pagesets[members.clone()] {
+                    let mut pcp = pageset.pcp.lock();
+                    pcp.flags.free_high_batch = pcp_sizing::free_high_batch(slice, pcp.batch);
+                }
             }
         }
     }

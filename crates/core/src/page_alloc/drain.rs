@@ -19,6 +19,13 @@
 //! later kernel passed the zone to the work through `struct pcpu_drain`). A caller that
 //! is itself a workqueue worker (`PF_WQ_WORKER`) returns at once, draining nothing:
 //! "workqueues cannot recurse" (it would wait for workers of its own pool).
+//!
+//! Nothing here allocates: the allocation slow path drains every CPU when memory runs out,
+//! and a kernel's page allocator cannot call its own heap there. The CPUs a drain chose
+//! are kept where Linux keeps them, in a mask sized at boot and written only by the
+//! holder of the drain mutex (`static cpumask_t cpus_with_pcps` in `__drain_all_pages`);
+//! the results say how many, and each drain's [`ZoneLockHold`](super::ZoneLockHold)
+//! names its CPU.
 
 use crate::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use alloc::vec::Vec;
@@ -30,11 +37,15 @@ use super::types::CpuId;
 use super::zone::{DrainReason, Zone, ZoneId};
 use crate::policy::DrainMode;
 
-/// `pcpu_drain_mutex` and the per-CPU drain work items (`pcpu_drain`): whether each CPU's
-/// work is queued. The work drains every zone, so it carries no zone.
+/// `pcpu_drain_mutex`, the CPUs the drain holding it chose (`cpus_with_pcps`), and the
+/// per-CPU drain work items (`pcpu_drain`): whether each CPU's work is queued. The work
+/// drains every zone, so it carries no zone.
 #[derive(Debug)]
 pub(crate) struct DrainWorkState {
     mutex: AtomicBool,
+    /// Per CPU: chosen by the running drain. Written only by the drain mutex's holder, so
+    /// a queued drain's CPUs stay readable until [`PageAllocator::drain_work_finished`].
+    cpus_with_pcps: Vec<AtomicBool>,
     pending: Vec<AtomicBool>,
 }
 
@@ -42,8 +53,18 @@ impl DrainWorkState {
     pub(crate) fn new(nr_cpus: u32) -> DrainWorkState {
         DrainWorkState {
             mutex: AtomicBool::new(false),
+            cpus_with_pcps: (0..nr_cpus).map(|_| AtomicBool::new(false)).collect(),
             pending: (0..nr_cpus).map(|_| AtomicBool::new(false)).collect(),
         }
+    }
+
+    /// The CPUs the drain holding the mutex chose, in CPU order.
+    fn chosen(&self) -> impl Iterator<Item = CpuId> + '_ {
+        self.cpus_with_pcps
+            .iter()
+            .enumerate()
+            .filter(|(_, chosen)| chosen.load(Relaxed))
+            .map(|(cpu, _)| cpu as CpuId)
     }
 
     fn try_lock(&self) -> bool {
@@ -61,10 +82,13 @@ impl DrainWorkState {
 /// What `drain_all_pages` did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum DrainAll {
-    /// Drained these CPUs' pagesets, returning `pages` to the zones.
+    /// Drained `cpus` CPUs' pagesets, returning `pages` to the zones. Which CPUs: the
+    /// `_report` entry points name each in its drain's
+    /// [`ZoneLockHold`](super::ZoneLockHold).
     Done {
-        /// CPUs drained.
-        cpus: Vec<CpuId>,
+        /// How many CPUs were drained (`cpus_with_pcps`; every online CPU for
+        /// `zone_pcp_disable`).
+        cpus: u32,
         /// Pages returned.
         pages: u64,
     },
@@ -89,11 +113,19 @@ pub enum DrainCaller {
     WorkqueueWorker,
 }
 
-/// Drain work queued by a workqueue-mode `drain_all_pages`.
+/// Drain work queued by a workqueue-mode `drain_all_pages`: a token for
+/// [`PageAllocator::drain_work_cpus`] and [`PageAllocator::drain_work_finished`]. The
+/// CPUs are in the allocator (Linux's `cpus_with_pcps`), so queueing allocates nothing.
 #[derive(Debug, PartialEq, Eq)]
 pub struct DrainWork {
-    /// The CPUs that must each run their work.
-    pub cpus: Vec<CpuId>,
+    nr_cpus: u32,
+}
+
+impl DrainWork {
+    /// How many CPUs must each run their work.
+    pub fn nr_cpus(&self) -> u32 {
+        self.nr_cpus
+    }
 }
 
 /// A held drain mutex, for tests and simulators that model a drain in progress.
@@ -241,34 +273,32 @@ impl PageAllocator {
                 crate::sync::spin_loop();
             }
         }
-        let zones: Vec<&Zone> = match zone.and_then(|id| self.zone(id.node, id.zone_type)) {
-            Some(zone) => alloc::vec![zone],
-            None => self.zones.iter().collect(),
+        let zones: &[Zone] = match zone.and_then(|id| self.zone(id.node, id.zone_type)) {
+            Some(zone) => core::slice::from_ref(zone),
+            None => &self.zones,
         };
         // Racy scan, as in Linux: a CPU whose pagesets fill after the check is skipped.
-        let cpus: Vec<CpuId> = (0..self.topology.nr_cpus())
-            .filter(|&cpu| self.is_cpu_online(cpu))
-            .filter(|&cpu| {
-                force_all_cpus
-                    || zones
-                        .iter()
-                        .any(|z| z.pagesets[cpu as usize].pcp.lock().count > 0)
-            })
-            .collect();
+        let mut nr_cpus = 0;
+        for (cpu, chosen) in state.cpus_with_pcps.iter().enumerate() {
+            let with_pcps = self.is_cpu_online(cpu as CpuId)
+                && (force_all_cpus || zones.iter().any(|z| z.pagesets[cpu].pcp.lock().count > 0));
+            chosen.store(with_pcps, Relaxed);
+            nr_cpus += u32::from(with_pcps);
+        }
         if self.policy.drain == DrainMode::Workqueue && !force_all_cpus {
             // The zone chose the CPUs; their work drains every zone (`drain_local_pages_wq`).
-            for &cpu in &cpus {
+            for cpu in state.chosen() {
                 state.pending[cpu as usize].store(true, Relaxed);
             }
-            if cpus.is_empty() {
+            if nr_cpus == 0 {
                 state.unlock();
-                return DrainAll::Done { cpus, pages: 0 };
+                return DrainAll::Done { cpus: 0, pages: 0 };
             }
-            return DrainAll::Queued(DrainWork { cpus });
+            return DrainAll::Queued(DrainWork { nr_cpus });
         }
-        let pages = cpus
-            .iter()
-            .map(|&cpu| {
+        let pages = state
+            .chosen()
+            .map(|cpu| {
                 zones
                     .iter()
                     .map(|z| self.drain_pages_zone_in(cpu, z, events))
@@ -276,7 +306,10 @@ impl PageAllocator {
             })
             .sum();
         state.unlock();
-        DrainAll::Done { cpus, pages }
+        DrainAll::Done {
+            cpus: nr_cpus,
+            pages,
+        }
     }
 
     /// Workqueue mode: `cpu` runs its queued drain work, if any, draining its own
@@ -306,14 +339,22 @@ impl PageAllocator {
             .is_some_and(|slot| slot.load(Relaxed))
     }
 
+    /// Workqueue mode: the CPUs that must each run `work`, in CPU order. Read while
+    /// `work` is unfinished: once [`PageAllocator::drain_work_finished`] says it is done,
+    /// the next drain may choose other CPUs.
+    pub fn drain_work_cpus(&self, work: &DrainWork) -> impl Iterator<Item = CpuId> + '_ {
+        debug_assert_eq!(self.drain_work.chosen().count(), work.nr_cpus as usize);
+        self.drain_work.chosen()
+    }
+
     /// Workqueue mode: whether every CPU of `work` ran its drain (`flush_work` on each).
     /// Once true the drain mutex is released and `work` is spent.
     pub fn drain_work_finished(&self, work: &DrainWork) -> bool {
         let state = &self.drain_work;
-        let done = work
-            .cpus
-            .iter()
-            .all(|&cpu| !state.pending[cpu as usize].load(Relaxed));
+        debug_assert_eq!(state.chosen().count(), work.nr_cpus as usize);
+        let done = state
+            .chosen()
+            .all(|cpu| !state.pending[cpu as usize].load(Relaxed));
         if done {
             state.unlock();
         }

@@ -39,13 +39,16 @@ impl PfnList {
     /// Put the block at `pfn`, whose descriptor is `page`, at the head (`list_add`).
     #[inline(always)]
     pub(crate) fn push_head_page(&mut self, mem_map: &MemMap, pfn: Pfn, page: &Page) {
-        debug_assert!(core::ptr::eq(page, mem_map.page(pfn)));
+        // One copy of the slice for the whole operation: through `&MemMap` it would be
+        // loaded again after every store to a descriptor.
+        let pages = mem_map.window();
+        debug_assert!(core::ptr::eq(page, pages.page(pfn)));
         let raw = pfn.0 as u32;
         page.set_prev(NO_PFN);
         page.set_next(self.head);
         match self.head {
             NO_PFN => self.tail = raw,
-            old => mem_map.page(Pfn(old as u64)).set_prev(raw),
+            old => pages.page(Pfn(old as u64)).set_prev(raw),
         }
         self.head = raw;
         self.len += 1;
@@ -58,13 +61,16 @@ impl PfnList {
     /// [`PfnList::push_tail`] for a caller that already holds `pfn`'s descriptor.
     #[inline(always)]
     pub(crate) fn push_tail_page(&mut self, mem_map: &MemMap, pfn: Pfn, page: &Page) {
-        debug_assert!(core::ptr::eq(page, mem_map.page(pfn)));
+        // One copy of the slice for the whole operation: through `&MemMap` it would be
+        // loaded again after every store to a descriptor.
+        let pages = mem_map.window();
+        debug_assert!(core::ptr::eq(page, pages.page(pfn)));
         let raw = pfn.0 as u32;
         page.set_next(NO_PFN);
         page.set_prev(self.tail);
         match self.tail {
             NO_PFN => self.head = raw,
-            old => mem_map.page(Pfn(old as u64)).set_next(raw),
+            old => pages.page(Pfn(old as u64)).set_next(raw),
         }
         self.tail = raw;
         self.len += 1;
@@ -78,18 +84,21 @@ impl PfnList {
     /// [`PfnList::unlink`] for a caller that already holds `pfn`'s descriptor.
     #[inline(always)]
     pub(crate) fn unlink_page(&mut self, mem_map: &MemMap, pfn: Pfn, page: &Page) {
-        debug_assert!(core::ptr::eq(page, mem_map.page(pfn)));
+        // One copy of the slice for the whole operation: through `&MemMap` it would be
+        // loaded again after every store to a descriptor.
+        let pages = mem_map.window();
+        debug_assert!(core::ptr::eq(page, pages.page(pfn)));
         let (prev, next) = (page.prev(), page.next());
         match prev {
             NO_PFN => {
                 assert_eq!(self.head, pfn.0 as u32, "{pfn:?} is not on this list");
                 self.head = next;
             }
-            p => mem_map.page(Pfn(p as u64)).set_next(next),
+            p => pages.page(Pfn(p as u64)).set_next(next),
         }
         match next {
             NO_PFN => self.tail = prev,
-            n => mem_map.page(Pfn(n as u64)).set_prev(prev),
+            n => pages.page(Pfn(n as u64)).set_prev(prev),
         }
         page.set_next(NO_PFN);
         page.set_prev(NO_PFN);
@@ -101,16 +110,19 @@ impl PfnList {
     /// so only its successor's link changes; `unlink` would test for both neighbours.
     #[inline(always)]
     pub(crate) fn pop_head<'m>(&mut self, mem_map: &'m MemMap) -> Option<(Pfn, &'m Page)> {
+        // One copy of the slice for the whole operation: through `&MemMap` it would be
+        // loaded again after every store to a descriptor.
+        let pages = mem_map.window();
         if self.head == NO_PFN {
             return None;
         }
         let pfn = Pfn(self.head as u64);
-        let page = mem_map.page(pfn);
+        let page = pages.page(pfn);
         debug_assert_eq!(page.prev(), NO_PFN, "{pfn:?} heads its list");
         let next = page.next();
         match next {
             NO_PFN => self.tail = NO_PFN,
-            n => mem_map.page(Pfn(n as u64)).set_prev(NO_PFN),
+            n => pages.page(Pfn(n as u64)).set_prev(NO_PFN),
         }
         self.head = next;
         page.set_next(NO_PFN);
@@ -122,16 +134,19 @@ impl PfnList {
     /// pageset drain takes them). The mirror of [`PfnList::pop_head`].
     #[inline(always)]
     pub(crate) fn pop_tail<'m>(&mut self, mem_map: &'m MemMap) -> Option<(Pfn, &'m Page)> {
+        // One copy of the slice for the whole operation: through `&MemMap` it would be
+        // loaded again after every store to a descriptor.
+        let pages = mem_map.window();
         if self.tail == NO_PFN {
             return None;
         }
         let pfn = Pfn(self.tail as u64);
-        let page = mem_map.page(pfn);
+        let page = pages.page(pfn);
         debug_assert_eq!(page.next(), NO_PFN, "{pfn:?} ends its list");
         let prev = page.prev();
         match prev {
             NO_PFN => self.head = NO_PFN,
-            p => mem_map.page(Pfn(p as u64)).set_next(NO_PFN),
+            p => pages.page(Pfn(p as u64)).set_next(NO_PFN),
         }
         self.tail = prev;
         page.set_prev(NO_PFN);

@@ -5,6 +5,14 @@
 //! `pageblock_flags` (`get_pfnblock_migratetype`, `set_pageblock_migratetype`). Each zone
 //! owns its own slice, so zones far apart in the physical address space (DMA32 ends at
 //! 4 GiB, a second node may start much higher) cost nothing for the gap.
+//!
+//! The descriptors live on the heap ([`PageAllocator::new`]) or in storage the caller
+//! carved out of the memory it manages ([`PageAllocator::with_mem_map`]), as Linux's
+//! `alloc_node_mem_map` takes the mem_map from memblock before any allocator exists.
+//! The pageblock migratetypes (a byte per 2 MiB) stay on the heap either way.
+//!
+//! [`PageAllocator::new`]: super::PageAllocator::new
+//! [`PageAllocator::with_mem_map`]: super::PageAllocator::with_mem_map
 
 use alloc::boxed::Box;
 use core::alloc::Layout;
@@ -21,10 +29,33 @@ pub struct MemMap {
     start_pfn: u64,
     /// `start_pfn >> PAGEBLOCK_ORDER`, kept so a pageblock lookup is one subtraction.
     start_pageblock: u64,
-    pages: Box<[Page]>,
+    pages: Descriptors,
     /// One migratetype per pageblock touched by the zone; index
     /// `(pfn >> PAGEBLOCK_ORDER) − (start_pfn >> PAGEBLOCK_ORDER)`.
     pageblocks: Box<[AtomicU8]>,
+}
+
+/// Where a zone's descriptors live.
+#[derive(Debug)]
+enum Descriptors {
+    /// A zeroed heap allocation, freed with the zone.
+    Heap(Box<[Page]>),
+    /// The zone's share of the storage given to
+    /// [`PageAllocator::with_mem_map`](super::PageAllocator::with_mem_map).
+    Caller(&'static [Page]),
+}
+
+impl Descriptors {
+    /// The descriptors. Both variants are a pointer and a length at the same place, so
+    /// the compiler turns the match into two loads (callgrind's fast-path counts did not
+    /// move).
+    #[inline(always)]
+    fn as_slice(&self) -> &[Page] {
+        match self {
+            Descriptors::Heap(pages) => pages,
+            Descriptors::Caller(pages) => pages,
+        }
+    }
 }
 
 impl MemMap {
@@ -41,26 +72,40 @@ impl MemMap {
     /// on first touch. A simulated machine spans tens of millions of pages (a 1 GiB
     /// mem_map for two 128 GiB nodes), most of which a run never touches; writing every
     /// descriptor took ≈0.45 s and 262k page faults of each run's start-up.
-    pub(crate) fn new(start_pfn: u64, spanned: u64, present: &[PresentRange]) -> MemMap {
+    ///
+    /// With `storage` (exactly `spanned` descriptors, in any state) the descriptors go
+    /// there instead, every one written: memory a kernel carved out holds whatever was
+    /// there before.
+    pub(crate) fn new(
+        start_pfn: u64,
+        spanned: u64,
+        present: &[PresentRange],
+        storage: Option<&'static mut [Page]>,
+    ) -> MemMap {
         let len = spanned as usize;
-        let mut pages =
-            bytemuck::allocation::try_zeroed_slice_box::<Page>(len).unwrap_or_else(|()| {
-                // Out of memory: abort as `Vec::with_capacity` would, saying how much.
-                let layout = Layout::array::<Page>(len).expect("the mem_map's size fits usize");
-                alloc::alloc::handle_alloc_error(layout)
-            });
-        let index = |pfn: Pfn| (pfn.0 - start_pfn) as usize;
-        let mut hole_start = 0;
-        for run in present {
-            debug_assert!(run.pfns.start.0 >= start_pfn && run.pfns.end.0 <= start_pfn + spanned);
-            let (first, end) = (index(run.pfns.start), index(run.pfns.end));
-            pages[hole_start..first].fill_with(|| Page::new(PageState::Hole));
-            if run.reserved {
-                pages[first..end].fill_with(|| Page::new(PageState::Reserved));
+        let pages = match storage {
+            Some(storage) => {
+                assert_eq!(
+                    storage.len(),
+                    len,
+                    "the zone's share of the mem_map storage"
+                );
+                storage.fill_with(|| Page::new(PageState::Tail));
+                init_holes_and_reserved(storage, start_pfn, present);
+                Descriptors::Caller(storage)
             }
-            hole_start = end;
-        }
-        pages[hole_start..].fill_with(|| Page::new(PageState::Hole));
+            None => {
+                let mut pages = bytemuck::allocation::try_zeroed_slice_box::<Page>(len)
+                    .unwrap_or_else(|()| {
+                        // Out of memory: abort as `Vec::with_capacity` would, saying how much.
+                        let layout =
+                            Layout::array::<Page>(len).expect("the mem_map's size fits usize");
+                        alloc::alloc::handle_alloc_error(layout)
+                    });
+                init_holes_and_reserved(&mut pages, start_pfn, present);
+                Descriptors::Heap(pages)
+            }
+        };
         let nr_pageblocks = if spanned == 0 {
             0
         } else {
@@ -79,11 +124,17 @@ impl MemMap {
 
     /// Whether `pfn` is in this zone's span.
     pub fn spans(&self, pfn: Pfn) -> bool {
-        pfn.0 >= self.start_pfn && pfn.0 - self.start_pfn < self.pages.len() as u64
+        pfn.0 >= self.start_pfn && pfn.0 - self.start_pfn < self.pages.as_slice().len() as u64
+    }
+
+    /// Whether the descriptors are in storage the caller gave
+    /// ([`PageAllocator::with_mem_map`](super::PageAllocator::with_mem_map)).
+    pub fn in_caller_storage(&self) -> bool {
+        matches!(self.pages, Descriptors::Caller(_))
     }
 
     /// The descriptor of `pfn`, if the zone spans it.
-    #[inline]
+    #[inline(always)]
     pub fn get(&self, pfn: Pfn) -> Option<&Page> {
         self.window().get(pfn)
     }
@@ -97,13 +148,13 @@ impl MemMap {
     pub(crate) fn window(&self) -> MemMapWindow<'_> {
         MemMapWindow {
             start_pfn: self.start_pfn,
-            pages: &self.pages,
+            pages: self.pages.as_slice(),
         }
     }
 
     /// The descriptor of `pfn`. Panics when the zone does not span it: callers reach here
     /// only with pfns already checked, so anything else is corruption.
-    #[inline]
+    #[inline(always)]
     pub fn page(&self, pfn: Pfn) -> &Page {
         self.get(pfn)
             .unwrap_or_else(|| panic!("{pfn:?} is outside the zone"))
@@ -113,6 +164,7 @@ impl MemMap {
     pub fn iter(&self) -> impl Iterator<Item = (Pfn, &Page)> {
         let start = self.start_pfn;
         self.pages
+            .as_slice()
             .iter()
             .enumerate()
             .map(move |(i, page)| (Pfn(start + i as u64), page))
@@ -134,6 +186,26 @@ impl MemMap {
     }
 }
 
+/// Mark the holes and reserved runs of `pages`, the descriptors of the pfns from
+/// `start_pfn`, whose every descriptor is the all-zero one (a managed page owned by
+/// nobody). `present` is in pfn order and inside the span.
+fn init_holes_and_reserved(pages: &mut [Page], start_pfn: u64, present: &[PresentRange]) {
+    let index = |pfn: Pfn| (pfn.0 - start_pfn) as usize;
+    let mut hole_start = 0;
+    for run in present {
+        debug_assert!(
+            run.pfns.start.0 >= start_pfn && run.pfns.end.0 <= start_pfn + pages.len() as u64
+        );
+        let (first, end) = (index(run.pfns.start), index(run.pfns.end));
+        pages[hole_start..first].fill_with(|| Page::new(PageState::Hole));
+        if run.reserved {
+            pages[first..end].fill_with(|| Page::new(PageState::Reserved));
+        }
+        hole_start = end;
+    }
+    pages[hole_start..].fill_with(|| Page::new(PageState::Hole));
+}
+
 /// A mem_map whose `spanned` pages from `start_pfn` are all managed (unit tests).
 #[cfg(test)]
 pub(crate) fn all_managed(start_pfn: u64, spanned: u64) -> MemMap {
@@ -145,6 +217,7 @@ pub(crate) fn all_managed(start_pfn: u64, spanned: u64) -> MemMap {
             pfns,
             reserved: false,
         }],
+        None,
     )
 }
 
@@ -196,6 +269,7 @@ mod tests {
                     reserved: false,
                 },
             ],
+            None,
         );
         let mut states = Vec::new();
         for (pfn, page) in mem_map.iter() {

@@ -73,7 +73,7 @@ pub(crate) fn test_allocator() -> PageAllocator {
     .unwrap()
 }
 
-pub use allocator::{KswapdState, PageAllocator};
+pub use allocator::{InitError, KswapdState, PageAllocator};
 pub use buddy::ZoneLocked;
 pub use drain::{DrainAll, DrainCaller, DrainMutexGuard, DrainWork};
 pub use error::{AllocError, BatchFreeError, FreeError};

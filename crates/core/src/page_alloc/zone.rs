@@ -16,7 +16,7 @@ use super::pcp::PerCpuPages;
 use super::pcp_sizing::PcpLimits;
 use super::types::{CpuId, MigrateType, NodeId, ZoneType, MAX_NR_ZONES};
 use super::watermark::{WatermarkInput, WatermarkKind, Watermarks};
-use crate::page::{Order, Pfn, NR_PAGE_ORDERS};
+use crate::page::{Order, Page, Pfn, NR_PAGE_ORDERS};
 use crate::sync::{AtomicI64, AtomicU64, CachePadded, SpinLock, SpinLockGuard};
 use crate::topology::{PresentRange, ZoneSpec};
 
@@ -253,11 +253,14 @@ impl Zone {
     /// the span), the allocator's zone number `index`, with `nr_cpus` pagesets, and free
     /// its managed pages into the buddy lists in maximal aligned blocks, at the list tails,
     /// as boot does (`memblock_free_all` → `__free_pages_core`, `FPI_TO_TAIL`).
+    /// `mem_map` is the zone's share of the caller's mem_map storage (exactly `spanned`
+    /// descriptors), or `None` for a heap allocation.
     pub(crate) fn new(
         spec: &ZoneSpec,
         present: &[PresentRange],
         index: usize,
         nr_cpus: u32,
+        mem_map: Option<&'static mut [Page]>,
     ) -> Zone {
         let zone = Zone {
             index,
@@ -268,7 +271,7 @@ impl Zone {
             present: spec.present,
             managed: spec.managed,
             present_ranges: present.into(),
-            mem_map: MemMap::new(spec.start_pfn.0, spec.spanned, present),
+            mem_map: MemMap::new(spec.start_pfn.0, spec.spanned, present, mem_map),
             free_area: SpinLock::new(FreeArea::new()),
             free_block_bits: AtomicU32::new(0),
             watermarks: Watermarks::default(),
@@ -600,7 +603,7 @@ mod tests {
             pfns: crate::topology::PfnRange::new(Pfn(0), Pfn(3000)),
             reserved: false,
         };
-        Zone::new(&spec, &[present], 0, 1)
+        Zone::new(&spec, &[present], 0, 1, None)
     }
 
     /// The watermark walk's answer from every order, read off a summary that stops early,

@@ -363,7 +363,8 @@ impl Pageout {
             DrainAll::Queued(work) => {
                 self.reclaim_stats.drains += 1;
                 let now = sim.now(cpu);
-                for &target in &work.cpus {
+                let targets: Vec<u32> = sim.allocator().drain_work_cpus(&work).collect();
+                for target in targets {
                     if target != cpu {
                         sim.wake(target, now);
                     }
@@ -394,11 +395,9 @@ impl Pageout {
             return false;
         };
         let allocator = sim.allocator();
-        if drain
-            .work
-            .cpus
-            .iter()
-            .any(|&c| allocator.drain_work_pending(c))
+        if allocator
+            .drain_work_cpus(&drain.work)
+            .any(|c| allocator.drain_work_pending(c))
         {
             return false;
         }
