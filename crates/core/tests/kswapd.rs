@@ -4,19 +4,20 @@
 //! priority 1, and a wake-up reruns the loop until the node is balanced. The mapping
 //! layer's kswapd (`Memory::kswapd_balance`) runs the same loop.
 
+mod common;
+
+use common::NoIo;
 use std::convert::Infallible;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use mmkit_core::mm::kswapd::{self, ScanControl, ShrinkOutcome};
 use mmkit_core::mm::vmscan::MAX_RECLAIM_RETRIES;
-use mmkit_core::mm::{FileId, Memory, PageIo, SwapEntry};
+use mmkit_core::mm::Memory;
 use mmkit_core::page_alloc::{Caller, WatermarkKind, ZoneFlags};
 use mmkit_core::settings::MinFreeKbytes;
 use mmkit_core::topology::{CacheInfo, ZoneSize};
-use mmkit_core::{
-    Gfp, MmPolicy, Order, PageAllocator, Pfn, Policy, Settings, Topology, Zone, ZoneType,
-};
+use mmkit_core::{Gfp, MmPolicy, Order, PageAllocator, Policy, Settings, Topology, Zone, ZoneType};
 
 /// Softirq on CPU 0 under `irq_bypass`: every block goes straight to the buddy lists.
 const CALLER: Caller = Caller::softirq(0);
@@ -241,18 +242,6 @@ fn an_allocation_records_its_order_and_zone_for_kswapd() {
     assert_eq!(state.take_request(), Some((order(8), ZoneType::Movable)));
     assert_eq!(state.take_request(), None, "taken once");
     assert!(state.wakeups.load(Relaxed) > 0);
-}
-
-/// Data movement is not what these tests check.
-struct NoIo;
-
-impl PageIo for NoIo {
-    fn read_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
-    fn write_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
-    fn write_swap(&mut self, _: SwapEntry, _: Pfn) {}
-    fn read_swap(&mut self, _: SwapEntry, _: Pfn) {}
-    fn zero(&mut self, _: Pfn, _: u64) {}
-    fn copy(&mut self, _: Pfn, _: Pfn) {}
 }
 
 /// The mapping layer's kswapd used to balance without ever dropping the boost (only the

@@ -2,35 +2,23 @@
 //! Yin 2023's batched removal, `MADV_PAGEOUT` under 6.7 and 6.10 rules, and bad input
 //! refused without change.
 
-use std::sync::Arc;
+mod common;
+
+use common::NoIo;
 
 use mmkit_core::mm::lru::LruList;
 use mmkit_core::mm::memcg::{MemcgHierarchy, MemcgId, MEMCG_CHARGE_BATCH};
 use mmkit_core::mm::vmscan::MAX_RECLAIM_RETRIES;
-use mmkit_core::mm::{FileId, Memory, MmError, PageIo, PteState, ReclaimResult, SwapEntry};
+use mmkit_core::mm::{FileId, Memory, MmError, PteState, ReclaimResult};
 use mmkit_core::page_alloc::Caller;
-use mmkit_core::topology::CacheInfo;
 use mmkit_core::{
-    CongestionBits, LruSizePolicy, MmPolicy, Order, PageAllocator, PageoutSplit, Pfn, Policy,
-    RmapRemoval, Settings, Topology, ZoneSpec, ZoneType,
+    CongestionBits, LruSizePolicy, MmPolicy, Order, PageoutSplit, RmapRemoval, ZoneType,
 };
 
 const CALLER: Caller = Caller::task(0);
 
 fn memory(zone_pages: u64, policy: MmPolicy, swap_slots: u64) -> Memory {
     memory_cpus(zone_pages, 1, policy, swap_slots)
-}
-
-/// Data movement is not what these tests check.
-struct NoIo;
-
-impl PageIo for NoIo {
-    fn read_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
-    fn write_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
-    fn write_swap(&mut self, _: SwapEntry, _: Pfn) {}
-    fn read_swap(&mut self, _: SwapEntry, _: Pfn) {}
-    fn zero(&mut self, _: Pfn, _: u64) {}
-    fn copy(&mut self, _: Pfn, _: Pfn) {}
 }
 
 fn order(n: u8) -> Order {
@@ -227,21 +215,7 @@ fn out_of_memory_is_an_error_and_leaves_everything_consistent() {
 }
 
 fn memory_cpus(zone_pages: u64, cpus: u32, policy: MmPolicy, swap_slots: u64) -> Memory {
-    let spec = ZoneSpec {
-        node: 0,
-        zone_type: ZoneType::Normal,
-        start_pfn: Pfn(0x10000),
-        spanned: zone_pages,
-        present: zone_pages,
-        managed: zone_pages,
-    };
-    let llc = CacheInfo {
-        llc_bytes: 8 << 20,
-        llc_shared_cpus: cpus,
-    };
-    let topology = Topology::new(vec![spec], vec![cpus], llc, false).unwrap();
-    let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7).unwrap();
-    Memory::new(Arc::new(allocator), policy, swap_slots)
+    Memory::new(common::allocator_cpus(zone_pages, cpus), policy, swap_slots)
 }
 
 #[test]

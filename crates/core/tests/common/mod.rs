@@ -18,6 +18,12 @@ use mmkit_core::{PageAllocator, Pfn, Policy, Settings, Topology, ZoneSpec, ZoneT
 
 /// A one-node machine of two CPUs with one Normal zone of `zone_pages` pages.
 pub fn allocator(zone_pages: u64) -> Arc<PageAllocator> {
+    allocator_cpus(zone_pages, 2)
+}
+
+/// A one-node machine of `cpus` CPUs, which share one LLC, with one Normal zone of
+/// `zone_pages` pages.
+pub fn allocator_cpus(zone_pages: u64, cpus: u32) -> Arc<PageAllocator> {
     let spec = ZoneSpec {
         node: 0,
         zone_type: ZoneType::Normal,
@@ -28,10 +34,22 @@ pub fn allocator(zone_pages: u64) -> Arc<PageAllocator> {
     };
     let llc = CacheInfo {
         llc_bytes: 8 << 20,
-        llc_shared_cpus: 2,
+        llc_shared_cpus: cpus,
     };
-    let topology = Topology::new(vec![spec], vec![2], llc, false).expect("valid topology");
+    let topology = Topology::new(vec![spec], vec![cpus], llc, false).expect("valid topology");
     Arc::new(PageAllocator::new(topology, Settings::default(), Policy::V6_7).expect("valid"))
+}
+
+/// Page I/O that moves no data, for tests that do not check it.
+pub struct NoIo;
+
+impl PageIo for NoIo {
+    fn read_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
+    fn write_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
+    fn write_swap(&mut self, _: SwapEntry, _: Pfn) {}
+    fn read_swap(&mut self, _: SwapEntry, _: Pfn) {}
+    fn zero(&mut self, _: Pfn, _: u64) {}
+    fn copy(&mut self, _: Pfn, _: Pfn) {}
 }
 
 /// Page contents as tokens: what the runtime would copy, checked by the model.
