@@ -14,6 +14,7 @@ use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use mmkit_core::Policy;
 use mmkit_sim::workload::pageout::{DirectReclaim, PageoutParams};
+use mmkit_sim::workload::stream::StreamParams;
 use mmkit_sim::{run, table, RunResult, RunSpec, TableRow, WorkloadKind, WorkloadParams};
 use serde::Serialize;
 
@@ -78,6 +79,16 @@ pub struct SimArgs {
     /// sockets or all on `one-node`; default: the committed calibration's.
     #[arg(long, value_name = "PLACEMENT")]
     pub placement: Option<String>,
+    /// Workload sensitivity (netperf, unix): messages in flight before the sender blocks
+    /// (the socket buffer); default: the workload's (netperf 16, unix 3). A window of 1
+    /// makes the pair's two ends take turns.
+    #[arg(long, value_name = "N")]
+    pub window: Option<u32>,
+    /// Workload sensitivity (netperf, unix): the sender's and the receiver's fixed CPU work
+    /// per message in ns, as SEND,RECV; default: the workload's (netperf 9000,8000, unix
+    /// 1500,1500). Which end is slower decides which end sets a pipelined stream's pace.
+    #[arg(long, value_name = "SEND,RECV", value_delimiter = ',', num_args = 1)]
+    pub work_ns: Option<Vec<u64>>,
     /// Machine sensitivity: memory per node in GiB (default: the published machines' 128).
     /// The low watermark per node, hence `high`, stays the published machine's; `high_max`
     /// (managed / 8 / CPUs of the node) follows the memory.
@@ -349,7 +360,8 @@ pub fn render_table(results: &[RunResult]) -> String {
 /// Where each unit of work's time goes, per policy: the zone-lock traffic, the spin, the
 /// CPU time and the cold pages behind each score. A stream whose zone lock is busy all the
 /// time runs at the lock's pace, so its score follows the lock time per message; one
-/// whose lock is idle runs at its slower end's pace.
+/// whose lock is idle runs at its slower end's pace. CPU busy% is the measured window's
+/// busy share of every CPU's time.
 fn render_breakdown(out: &mut String, results: &[RunResult]) {
     use std::fmt::Write;
     let Some(first) = results.first() else {
@@ -357,7 +369,7 @@ fn render_breakdown(out: &mut String, results: &[RunResult]) {
     };
     let _ = writeln!(
         out,
-        "per {}: {:<8} {:>9} {:>10} {:>10} {:>11} {:>12} {:>9} {:>9} {:>10}",
+        "per {}: {:<8} {:>9} {:>10} {:>10} {:>11} {:>12} {:>9} {:>9} {:>10} {:>9}",
         first.workload.unit(),
         "policy",
         "lock acq",
@@ -367,7 +379,8 @@ fn render_breakdown(out: &mut String, results: &[RunResult]) {
         "lock held ns",
         "spin ns",
         "busy ns",
-        "cold pages"
+        "cold pages",
+        "CPU busy%"
     );
     let indent = " ".repeat("per : ".len() + first.workload.unit().len());
     for r in results {
@@ -377,7 +390,7 @@ fn render_breakdown(out: &mut String, results: &[RunResult]) {
         let cold_pages = r.cache.cold_lines as f64 / mmkit_sim::cache::LINES_PER_PAGE as f64;
         let _ = writeln!(
             out,
-            "{indent}{:<8} {:>9.3} {:>10.2} {:>10.2} {:>11.0} {:>12.0} {:>9.0} {:>9.0} {:>10.2}",
+            "{indent}{:<8} {:>9.3} {:>10.2} {:>10.2} {:>11.0} {:>12.0} {:>9.0} {:>9.0} {:>10.2} {:>9.1}",
             r.policy,
             s.lock_acquisitions as f64 / units,
             per_acq(s.lock_blocks),
@@ -386,9 +399,17 @@ fn render_breakdown(out: &mut String, results: &[RunResult]) {
             s.lock_hold_ns as f64 / units,
             s.spin_ns as f64 / units,
             s.busy_ns as f64 / units,
-            cold_pages / units
+            cold_pages / units,
+            busy_pct(r)
         );
     }
+}
+
+/// Share of the CPUs' time in the measured window that was busy (work, allocator,
+/// spinning): what `mpstat`'s 100 − idle% or turbostat's `Busy%` report.
+fn busy_pct(r: &RunResult) -> f64 {
+    let capacity = r.machine.nr_cpus() as f64 * r.measured_ns.max(1) as f64;
+    100.0 * r.stats.busy_ns as f64 / capacity
 }
 
 #[derive(Serialize)]
@@ -403,6 +424,51 @@ pub fn render_json(results: &[RunResult]) -> Result<String, CliError> {
         table: table(results),
         runs: results,
     })
+}
+
+/// The stream workload `args`' `--window` and `--work-ns` describe: the published
+/// workload with those changed.
+fn stream_params(
+    args: &SimArgs,
+    spec: &RunSpec,
+    workload: WorkloadKind,
+) -> Result<StreamParams, CliError> {
+    let mut params = match workload {
+        WorkloadKind::Netperf => StreamParams::netperf(args.scale),
+        WorkloadKind::Unix => StreamParams {
+            placement: spec.unix_placement,
+            ..StreamParams::unix(args.scale)
+        },
+        _ => {
+            return Err(CliError::usage(format!(
+                "--window and --work-ns change a stream (netperf, unix), not {workload}"
+            )))
+        }
+    };
+    if let Some(window) = args.window {
+        if !(1..=4096).contains(&window) {
+            return Err(CliError::usage(format!(
+                "--window {window}: a sender needs 1 to 4096 messages in flight"
+            )));
+        }
+        params.window = window;
+    }
+    if let Some(work) = &args.work_ns {
+        let &[send, recv] = work.as_slice() else {
+            return Err(CliError::usage(format!(
+                "--work-ns takes SEND,RECV (two numbers of ns), not {} number(s)",
+                work.len()
+            )));
+        };
+        if send > 1_000_000_000 || recv > 1_000_000_000 {
+            return Err(CliError::usage(format!(
+                "--work-ns {send},{recv}: at most 1 s (1000000000 ns) per message and end"
+            )));
+        }
+        params.send_work_ns = send;
+        params.recv_work_ns = recv;
+    }
+    Ok(params)
 }
 
 /// `mmkit sim`.
@@ -476,6 +542,11 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
         spec.unix_placement = placement
             .parse()
             .map_err(|e| CliError::usage(format!("--placement: {e}")))?;
+    }
+    if args.window.is_some() || args.work_ns.is_some() {
+        spec.params = Some(WorkloadParams::Stream(stream_params(
+            args, &spec, workload,
+        )?));
     }
     if let Some(gib) = args.node_gib {
         if !(1..=512).contains(&gib) {

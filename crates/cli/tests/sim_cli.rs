@@ -50,6 +50,65 @@ fn the_breakdown_per_unit_of_work_divides_the_runs_totals() {
         assert_eq!(words[3], format!("{levels:.2}"), "{line}");
         let spin = f(&stats["spin_ns"]) / f(&run["work_done"]);
         assert_eq!(words[6], format!("{spin:.0}"), "{line}");
+        let machine = &run["machine"];
+        let cpus = f(&machine["sockets"]) * f(&machine["cpus_per_socket"]);
+        let busy = 100.0 * f(&stats["busy_ns"]) / (cpus * f(&run["measured_ns"]));
+        assert!(busy > 0.0 && busy <= 100.0, "{line}");
+        assert_eq!(words[9], format!("{busy:.1}"), "{line}");
+    }
+}
+
+/// CPU busy% of a netperf run, from its breakdown line.
+fn netperf_busy(extra: &[&str]) -> f64 {
+    let args = ["--workload", "netperf", "--policies", "base"];
+    let out = sim(&[&args[..], extra].concat()).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let header = text
+        .lines()
+        .position(|l| l.starts_with("per message:"))
+        .unwrap();
+    let line = text.lines().nth(header + 1).unwrap();
+    line.split_whitespace().last().unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_window_of_one_message_makes_the_pairs_take_turns_and_idles_the_cpus() {
+    let pipelined = netperf_busy(&[]);
+    let turns = netperf_busy(&["--window", "1"]);
+    // Sixteen messages in flight keep both ends of a pair busy; one makes each end wait
+    // for the other's wake-up and work.
+    assert!(pipelined > 80.0, "window 16: {pipelined}% busy");
+    assert!(
+        turns < pipelined - 20.0,
+        "window 1: {turns}% vs {pipelined}%"
+    );
+    // More work on the receiver than the sender can do makes the receiver the pace.
+    let slow_receiver = netperf_busy(&["--work-ns", "2000,16000"]);
+    assert!(
+        slow_receiver < pipelined,
+        "{slow_receiver}% vs {pipelined}%"
+    );
+}
+
+#[test]
+fn stream_knobs_refuse_other_workloads_and_impossible_values() {
+    for args in [
+        &["--workload", "kbuild", "--window", "2"][..],
+        &["--workload", "netperf", "--window", "0"],
+        &["--workload", "unix", "--work-ns", "1500"],
+        &["--workload", "unix", "--work-ns", "1,2,3"],
+        &["--workload", "unix", "--work-ns", "1500,2000000000"],
+    ] {
+        let out = sim(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains("--w"), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
     }
 }
 
