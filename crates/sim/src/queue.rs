@@ -187,8 +187,10 @@ impl EventQueue {
 
     /// Whether the running `cpu`'s next step at `key` comes before every other pending
     /// event. If it does, `cpu` keeps running; if not, its step is set to `key` and its run
-    /// ends (as [`Self::set_step`]).
-    #[inline]
+    /// ends (as [`Self::set_step`]). Inlined always: it runs after every step, and as a
+    /// call (the compiler's choice once the walk moved out of line) its register saves
+    /// cost ≈ 10 instructions a step.
+    #[inline(always)]
     pub fn runs_first(&mut self, cpu: usize, key: u64) -> bool {
         debug_assert_eq!(cpu, self.running, "only the running CPU looks ahead");
         let others = match self.others {
