@@ -270,8 +270,10 @@ impl CacheModel {
     }
 
     /// [`Self::touch`] of one page (order 0: nearly every touch), without the block loop's
-    /// set-up, so that it inlines into the caller. The same arithmetic as the loop's body.
-    #[inline]
+    /// set-up, so that it inlines into the caller (always: in the engine's allocation path,
+    /// which grew when its own calls were inlined, the compiler made it a call again, ≈ 15
+    /// instructions of register saves per touch). The same arithmetic as the loop's body.
+    #[inline(always)]
     fn touch_page(
         &mut self,
         cpu: u32,

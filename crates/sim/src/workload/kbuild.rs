@@ -237,9 +237,9 @@ impl Kbuild {
         Ok(pfn)
     }
 
-    /// Free here, or hand the block to another CPU of the socket. Inlined into the steps
-    /// that free: one call fewer per free.
-    #[inline]
+    /// Free here, or hand the block to another CPU of the socket. Inlined (always: the
+    /// compiler kept it a call) into the steps that free: one call fewer per free.
+    #[inline(always)]
     fn free(&mut self, sim: &mut Sim, cpu: u32, pfn: Pfn, order: Order) -> Result<(), SimError> {
         let slot = &mut self.slots[cpu as usize];
         if self.cpus_per_socket > 1 && slot.rng.chance(self.params.cross_cpu_free_share) {
