@@ -267,12 +267,14 @@ impl PageAllocator {
         let state = &self.drain_work;
         if !state.try_lock() {
             if zone.is_none() {
+                events.drain_all(true);
                 return DrainAll::Skipped;
             }
             while !state.try_lock() {
                 crate::sync::spin_loop();
             }
         }
+        events.drain_all(false);
         let zones: &[Zone] = match zone.and_then(|id| self.zone(id.node, id.zone_type)) {
             Some(zone) => core::slice::from_ref(zone),
             None => &self.zones,
