@@ -27,8 +27,10 @@
 //!    see the same headroom as the kernel did. Only whole `MAX_ORDER` blocks: smaller
 //!    ones would shatter the free memory that unmovable requests steal pageblocks from.
 //!
-//! Events then run in timestamp order on their CPUs; the vmstat tick (decay) runs on
-//! every CPU at each whole `stat_interval` (1 s) after the first event. Allocation
+//! Events then run in timestamp order on their CPUs; each CPU's vmstat tick (decay) runs
+//! every `stat_interval` (1 s) at the phase the trace shows for it, the time of the
+//! kernel's first decay drain on that CPU (a kworker's `mm_page_pcpu_drain`), or, where
+//! the trace shows none, one `stat_interval` after the first event ([`TickPhase`]). Allocation
 //! requests use the traced zone (by pfn) and migratetype; a free whose order differs from
 //! its traced allocation, or that falls inside a larger live block (`split_page` users),
 //! is counted and skipped.
@@ -62,6 +64,21 @@ pub struct Machine {
     pub llc: CacheInfo,
     /// Where each value came from, for the report.
     pub sources: Vec<String>,
+    /// Where each CPU's vmstat tick falls.
+    pub tick_phase: TickPhase,
+}
+
+/// Where the replay puts each CPU's vmstat tick (the decay of `high`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TickPhase {
+    /// At the kernel's first decay drain on the CPU, where the trace shows one (a
+    /// kworker's `mm_page_pcpu_drain`); else `stat_interval` after the first event.
+    #[default]
+    Decay,
+    /// On every CPU `stat_interval` after the first event (the rule before the phase was
+    /// read from the trace; kept to measure what reading it changed).
+    FirstEvent,
 }
 
 impl Machine {
@@ -125,6 +142,7 @@ impl Machine {
             settings,
             llc,
             sources,
+            tick_phase: TickPhase::default(),
         })
     }
 
@@ -617,20 +635,71 @@ pub fn replay(
     let pretrace = find_pretrace_blocks(&events, machine);
     let mix = seed_mix(&events, machine);
     let observed = observe(trace, machine);
+    let (first_ticks, tick_sources) = first_ticks(trace, &events, machine);
     let predicted = policies
         .iter()
-        .map(|policy| run_policy(*policy, &events, &pretrace, (&mix, seed), machine))
+        .map(|policy| {
+            let setup = (&mix, seed);
+            run_policy(*policy, &events, &pretrace, setup, machine, &first_ticks)
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let worst = predicted.iter().max_by_key(|p| p.skipped.total());
     check_skipped_share(trace.events.len(), excluded, worst, machine)?;
+    let mut sources = machine.sources.clone();
+    sources.extend(tick_sources);
     Ok(Replay {
         seed,
-        sources: machine.sources.clone(),
+        sources,
         observed,
         predicted,
         problems,
         events: trace.events.len(),
     })
+}
+
+/// When each CPU's first vmstat tick runs in the replay, and where that came from.
+///
+/// Linux's per-CPU `vmstat_update` runs every `stat_interval` at a phase of its own
+/// (`round_jiffies_relative`: whole seconds of jiffies, skewed by CPU), in a kworker on
+/// that CPU. A tick that decays `high` below `count` drains, and the trace shows that drain
+/// in the kworker's context: its time is the CPU's phase. For a CPU with such a drain the
+/// replay ticks at that time and every `stat_interval` before and after it; for a CPU
+/// without one, the tick's phase is unknown and assumed: `stat_interval` after the first
+/// event.
+fn first_ticks(trace: &Trace, events: &[&Event], machine: &Machine) -> (Vec<u64>, Vec<String>) {
+    let interval_ns = u64::from(machine.settings.stat_interval_ms) * 1_000_000;
+    let start = events.first().map_or(0, |e| e.ts_ns);
+    let mut decay: Vec<Option<u64>> = vec![None; machine.nr_cpus() as usize];
+    for event in events.iter().filter(|e| e.kind == EventKind::PcpuDrain) {
+        let kworker = trace
+            .comms
+            .get(&event.pid)
+            .is_some_and(|comm| comm.starts_with("kworker/"));
+        let slot = &mut decay[event.cpu as usize];
+        if kworker && slot.is_none() && machine.tick_phase == TickPhase::Decay {
+            *slot = Some(event.ts_ns);
+        }
+    }
+    let mut sources = Vec::new();
+    let ticks = decay
+        .iter()
+        .enumerate()
+        .map(|(cpu, seen)| match seen {
+            Some(ts) => {
+                let before = (ts - start) / interval_ns;
+                let first = ts - before * interval_ns;
+                sources.push(format!(
+                    "vmstat tick, cpu {cpu}: at the kernel's first decay drain (a kworker's, \
+                     {:.3} s into the trace), every {} ms",
+                    (ts - start) as f64 / 1e9,
+                    machine.settings.stat_interval_ms
+                ));
+                first
+            }
+            None => start + interval_ns,
+        })
+        .collect();
+    (ticks, sources)
 }
 
 /// A request that could have used a zone above DMA32 (no DMA zone modifier in its
@@ -1068,6 +1137,7 @@ fn run_policy(
     pretrace: &[PretraceBlock],
     (mix, rule): (&SeedMix, SeedRule),
     machine: &Machine,
+    first_ticks: &[u64],
 ) -> Result<Predicted, String> {
     let allocator = build(policy, machine)?;
     let (setup, mut pretrace_blocks) = set_up(&allocator, pretrace, (mix, rule), machine);
@@ -1081,21 +1151,26 @@ fn run_policy(
     let mut liveness = Liveness::default();
     let mut sim_blocks: HashMap<u64, Pfn> = HashMap::new();
     let interval_ns = u64::from(machine.settings.stat_interval_ms) * 1_000_000;
-    let mut next_tick = events.first().map(|e| e.ts_ns + interval_ns);
-    let mut ticks = 0;
+    // Each CPU's next vmstat tick; the ticks run in time order, then CPU order.
+    let mut next_tick = first_ticks.to_vec();
+    let mut ticks_per_cpu = vec![0u64; next_tick.len()];
     let (mut pcp_peak, mut pcp_sum, mut samples) = (0u64, 0f64, 0u64);
     let mut alloc_pages = 0u64;
     // The current call's zone-lock holds, reused from call to call.
     let mut holds: Vec<ZoneLockHold> = Vec::new();
     for event in events {
-        while let Some(tick) = next_tick.filter(|&t| t <= event.ts_ns) {
-            for cpu in 0..nr_cpus {
-                allocator.vmstat_tick_report(cpu, &mut holds);
-                ledger.credit(cpu, &holds);
-                holds.clear();
-            }
-            ticks += 1;
-            next_tick = Some(tick + interval_ns);
+        while let Some((cpu, _)) = next_tick
+            .iter()
+            .enumerate()
+            .filter(|(_, &t)| t <= event.ts_ns)
+            .min_by_key(|(cpu, &t)| (t, *cpu))
+        {
+            let cpu = cpu as u32;
+            allocator.vmstat_tick_report(cpu, &mut holds);
+            ledger.credit(cpu, &holds);
+            holds.clear();
+            ticks_per_cpu[cpu as usize] += 1;
+            next_tick[cpu as usize] += interval_ns;
         }
         let caller = Caller::task(event.cpu);
         let order = Order::new(event.order).expect("parser bounds orders");
@@ -1208,6 +1283,6 @@ fn run_policy(
         drains_by_reason,
         setup,
         skipped,
-        ticks,
+        ticks: ticks_per_cpu.iter().copied().max().unwrap_or(0),
     })
 }
