@@ -90,9 +90,12 @@ struct ReplayArgs {
     seed_lists: SeedArg,
     /// Where each CPU's vmstat tick (the decay of `high`) falls: decay (the default: at
     /// the kernel's first decay drain on that CPU, a kworker's, where the trace shows
-    /// one) or first-event (every CPU one stat_interval after the first event).
+    /// one, else on the jiffies grid the recording measured, else one stat_interval after
+    /// the first event) or first-event (every CPU one stat_interval after the first
+    /// event).
     #[arg(long, value_enum, default_value_t = TickArg::Decay)]
     tick_phase: TickArg,
+
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,

@@ -66,6 +66,64 @@ pub struct Machine {
     pub sources: Vec<String>,
     /// Where each CPU's vmstat tick falls.
     pub tick_phase: TickPhase,
+    /// The jiffies grid the recording measured (section `tick-grid`), which places the
+    /// vmstat tick of a CPU whose decay drain the trace does not show. `None` (older
+    /// recordings, plain traces): one `stat_interval` after the first event.
+    pub tick_grid: Option<TickGrid>,
+}
+
+/// Where whole seconds of jiffies fall on the trace clock. Linux re-arms each CPU's
+/// `vmstat_update` with `round_jiffies_relative(stat_interval)`, which rounds to a whole
+/// second of jiffies skewed by 3 jiffies per CPU (`round_jiffies_common`: the CPU's
+/// timer fires when `(jiffies + 3 × cpu) % HZ == 0`), so every CPU's tick keeps one
+/// phase for the whole boot (later when the CPU was idle or its kworker waits to run).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct TickGrid {
+    /// Where `jiffies % HZ == 0` falls within each second of the trace clock, ns.
+    pub second_offset_ns: u64,
+    /// One jiffy, ns (`1e9 / HZ`).
+    pub jiffy_ns: u64,
+}
+
+impl TickGrid {
+    /// The grid from the recorder's `tick-grid` section: `now_ns` (CLOCK_MONOTONIC, the
+    /// trace's `mono` clock) and `jiffies` read together from `/proc/timer_list`, and `hz`.
+    pub fn parse(section: &str) -> Option<TickGrid> {
+        let field = |key: &str| {
+            section.lines().find_map(|l| {
+                l.strip_prefix(key)?
+                    .strip_prefix('\t')?
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+        };
+        let (now_ns, jiffies, hz) = (field("now_ns")?, field("jiffies")?, field("hz")?);
+        if hz == 0 || hz > 10_000 {
+            return None;
+        }
+        let second = 1_000_000_000;
+        let jiffy_ns = second / hz;
+        let since_whole_second = (jiffies % hz) * jiffy_ns;
+        let second_offset_ns = (now_ns % second + second - since_whole_second % second) % second;
+        Some(TickGrid {
+            second_offset_ns,
+            jiffy_ns,
+        })
+    }
+
+    /// The first time at or after `start` at which `cpu`'s tick falls due.
+    fn first_at_or_after(&self, start: u64, cpu: u64) -> u64 {
+        let second = 1_000_000_000;
+        let skew = (3 * cpu * self.jiffy_ns) % second;
+        let offset = (self.second_offset_ns + second - skew) % second;
+        let first = start - start % second + offset;
+        if first < start {
+            first + second
+        } else {
+            first
+        }
+    }
 }
 
 /// Where the replay puts each CPU's vmstat tick (the decay of `high`).
@@ -143,6 +201,9 @@ impl Machine {
             llc,
             sources,
             tick_phase: TickPhase::default(),
+            tick_grid: recording
+                .and_then(|r| r.section("tick-grid"))
+                .and_then(TickGrid::parse),
         })
     }
 
@@ -664,11 +725,17 @@ pub fn replay(
 /// that CPU. A tick that decays `high` below `count` drains, and the trace shows that drain
 /// in the kworker's context: its time is the CPU's phase. For a CPU with such a drain the
 /// replay ticks at that time and every `stat_interval` before and after it; for a CPU
-/// without one, the tick's phase is unknown and assumed: `stat_interval` after the first
-/// event.
-fn first_ticks(trace: &Trace, events: &[&Event], machine: &Machine) -> (Vec<u64>, Vec<String>) {
+/// without one, on the jiffies grid the recorder measured ([`TickGrid`]), which is when
+/// the timer fires (the kworker runs a few ms later on a loaded machine); without a grid
+/// the phase is unknown and assumed: `stat_interval` after the first event.
+fn first_ticks(
+    trace: &Trace,
+    events: &[&Event],
+    machine: &Machine,
+) -> (Vec<TickPlan>, Vec<String>) {
     let interval_ns = u64::from(machine.settings.stat_interval_ms) * 1_000_000;
     let start = events.first().map_or(0, |e| e.ts_ns);
+    let by_trace = machine.tick_phase == TickPhase::Decay;
     let mut decay: Vec<Option<u64>> = vec![None; machine.nr_cpus() as usize];
     for event in events.iter().filter(|e| e.kind == EventKind::PcpuDrain) {
         let kworker = trace
@@ -676,30 +743,95 @@ fn first_ticks(trace: &Trace, events: &[&Event], machine: &Machine) -> (Vec<u64>
             .get(&event.pid)
             .is_some_and(|comm| comm.starts_with("kworker/"));
         let slot = &mut decay[event.cpu as usize];
-        if kworker && slot.is_none() && machine.tick_phase == TickPhase::Decay {
+        if kworker && slot.is_none() && by_trace {
             *slot = Some(event.ts_ns);
         }
     }
+    let grid = machine.tick_grid.filter(|_| by_trace);
     let mut sources = Vec::new();
-    let ticks = decay
+    let plans = decay
         .iter()
         .enumerate()
-        .map(|(cpu, seen)| match seen {
-            Some(ts) => {
-                let before = (ts - start) / interval_ns;
-                let first = ts - before * interval_ns;
-                sources.push(format!(
+        .map(|(cpu, seen)| {
+            let on_grid = grid.map(|g| g.first_at_or_after(start, cpu as u64));
+            let plan = TickPlan::new(start, interval_ns, on_grid, *seen);
+            sources.push(match (seen, on_grid) {
+                (Some(ts), _) => format!(
                     "vmstat tick, cpu {cpu}: at the kernel's first decay drain (a kworker's, \
-                     {:.3} s into the trace), every {} ms",
+                     {:.3} s into the trace){}, every {} ms",
                     (ts - start) as f64 / 1e9,
+                    if on_grid.is_some() {
+                        ", before it on the recorded jiffies grid"
+                    } else {
+                        ""
+                    },
                     machine.settings.stat_interval_ms
-                ));
-                first
-            }
-            None => start + interval_ns,
+                ),
+                (None, Some(first)) => format!(
+                    "vmstat tick, cpu {cpu}: on the recorded jiffies grid, {:.3} s past each \
+                     second of the trace clock",
+                    (first % 1_000_000_000) as f64 / 1e9
+                ),
+                (None, None) => format!(
+                    "vmstat tick, cpu {cpu}: phase unknown, {} ms after the first event",
+                    machine.settings.stat_interval_ms
+                ),
+            });
+            plan
         })
         .collect();
-    (ticks, sources)
+    (plans, sources)
+}
+
+/// One CPU's vmstat ticks in the replay: `next`, then every `stat_interval`; with an
+/// `anchor` (the kernel's first decay drain, seen after `next`), the tick due within half
+/// an interval of it runs at the anchor instead: the timer fires on the jiffies grid, but
+/// its kworker ran when the trace shows, which on a loaded machine is tens of ms later.
+#[derive(Clone, Copy, Debug)]
+struct TickPlan {
+    next: u64,
+    anchor: Option<u64>,
+}
+
+impl TickPlan {
+    fn new(start: u64, interval_ns: u64, on_grid: Option<u64>, decay: Option<u64>) -> TickPlan {
+        match (decay, on_grid) {
+            // Ticks before the decay drain are on the grid; the drain's own tick is the
+            // drain.
+            (Some(drain), Some(grid)) if grid + interval_ns / 2 <= drain => TickPlan {
+                next: grid,
+                anchor: Some(drain),
+            },
+            (Some(drain), Some(_)) => TickPlan {
+                next: drain,
+                anchor: None,
+            },
+            // No grid: the ticks before the drain at whole intervals before it.
+            (Some(drain), None) => TickPlan {
+                next: drain - (drain - start) / interval_ns * interval_ns,
+                anchor: None,
+            },
+            (None, Some(grid)) => TickPlan {
+                next: grid,
+                anchor: None,
+            },
+            (None, None) => TickPlan {
+                next: start + interval_ns,
+                anchor: None,
+            },
+        }
+    }
+
+    /// The tick at `next` ran: the one after it.
+    fn advance(&mut self, interval_ns: u64) {
+        self.next += interval_ns;
+        if let Some(anchor) = self.anchor {
+            if self.next + interval_ns / 2 > anchor {
+                self.next = anchor;
+                self.anchor = None;
+            }
+        }
+    }
 }
 
 /// A request that could have used a zone above DMA32 (no DMA zone modifier in its
@@ -1137,7 +1269,7 @@ fn run_policy(
     pretrace: &[PretraceBlock],
     (mix, rule): (&SeedMix, SeedRule),
     machine: &Machine,
-    first_ticks: &[u64],
+    first_ticks: &[TickPlan],
 ) -> Result<Predicted, String> {
     let allocator = build(policy, machine)?;
     let (setup, mut pretrace_blocks) = set_up(&allocator, pretrace, (mix, rule), machine);
@@ -1152,25 +1284,26 @@ fn run_policy(
     let mut sim_blocks: HashMap<u64, Pfn> = HashMap::new();
     let interval_ns = u64::from(machine.settings.stat_interval_ms) * 1_000_000;
     // Each CPU's next vmstat tick; the ticks run in time order, then CPU order.
-    let mut next_tick = first_ticks.to_vec();
-    let mut ticks_per_cpu = vec![0u64; next_tick.len()];
+    let mut plans = first_ticks.to_vec();
+    let mut ticks_per_cpu = vec![0u64; plans.len()];
     let (mut pcp_peak, mut pcp_sum, mut samples) = (0u64, 0f64, 0u64);
     let mut alloc_pages = 0u64;
     // The current call's zone-lock holds, reused from call to call.
     let mut holds: Vec<ZoneLockHold> = Vec::new();
     for event in events {
-        while let Some((cpu, _)) = next_tick
+        while let Some((cpu, _)) = plans
             .iter()
+            .map(|plan| plan.next)
             .enumerate()
-            .filter(|(_, &t)| t <= event.ts_ns)
-            .min_by_key(|(cpu, &t)| (t, *cpu))
+            .filter(|&(_, t)| t <= event.ts_ns)
+            .min_by_key(|&(cpu, t)| (t, cpu))
         {
             let cpu = cpu as u32;
             allocator.vmstat_tick_report(cpu, &mut holds);
             ledger.credit(cpu, &holds);
             holds.clear();
             ticks_per_cpu[cpu as usize] += 1;
-            next_tick[cpu as usize] += interval_ns;
+            plans[cpu as usize].advance(interval_ns);
         }
         let caller = Caller::task(event.cpu);
         let order = Order::new(event.order).expect("parser bounds orders");
