@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use mmkit_core::policy::Policy;
 use mmkit_trace::parse;
 use mmkit_trace::record::{self, RecordError, RecordOptions};
-use mmkit_trace::replay::{self, Machine, SeedRule};
+use mmkit_trace::replay::{self, Machine, SeedRule, TickPhase};
 use mmkit_trace::report;
 
 use crate::machine::policy_preset;
@@ -88,6 +88,14 @@ struct ReplayArgs {
     /// frees, drains, movable0 or stale (docs/FIDELITY.md).
     #[arg(long, value_enum, default_value_t = SeedArg::Empties)]
     seed_lists: SeedArg,
+    /// Where each CPU's vmstat tick (the decay of `high`) falls: decay (the default: at
+    /// the kernel's first decay drain on that CPU, a kworker's, where the trace shows
+    /// one, else on the jiffies grid the recording measured, else one stat_interval after
+    /// the first event) or first-event (every CPU one stat_interval after the first
+    /// event).
+    #[arg(long, value_enum, default_value_t = TickArg::Decay)]
+    tick_phase: TickArg,
+
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
@@ -95,6 +103,12 @@ struct ReplayArgs {
     /// of refusing it; the end of the run is then missing from every count.
     #[arg(long)]
     allow_truncated: bool,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum TickArg {
+    Decay,
+    FirstEvent,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -302,11 +316,15 @@ fn run_replay(args: &ReplayArgs) -> Result<(), CliError> {
         .zoneinfo
         .as_ref()
         .map(|path| format!("--zoneinfo {}", path.display()));
-    let machine =
+    let mut machine =
         Machine::from_trace(&trace, zoneinfo.as_deref()).map_err(|e| match &zoneinfo_name {
             Some(name) => CliError::usage(format!("{name}: {e}")),
             None => CliError::usage(e),
         })?;
+    machine.tick_phase = match args.tick_phase {
+        TickArg::Decay => TickPhase::Decay,
+        TickArg::FirstEvent => TickPhase::FirstEvent,
+    };
     let policies: Vec<Policy> = args
         .policies
         .iter()

@@ -549,3 +549,53 @@ fn pcp_batch_scale_max_caps_the_refill_scale_and_stat_interval_paces_timed_ticks
     );
     assert_eq!(ticks, "ticks with work: 4 of 4");
 }
+
+/// Memory runs out on cpu0 while 40 free pages sit on cpu1's pageset; then cpu0
+/// allocates one page in the workqueue drain mode, `alloc_line` being that line.
+fn stranded_script(alloc_line: &str) -> String {
+    format!(
+        "alloc 181 x 10 as big\nalloc 4000 x 0 as fill\ncpu1: free 40 x fill\n{alloc_line}\n\
+         cpu2: drain all\ncpu1: run-work\n"
+    )
+}
+
+#[test]
+fn a_workqueue_allocation_gets_the_pages_other_cpus_drain_for_it() {
+    // Before the slow path queued drain work it drained only the caller's pagesets, and
+    // this allocation failed with 40 pages free on cpu1.
+    let steps = steps_of_stdin(&stranded_script("alloc 0 as w"), &["--drain", "workqueue"]);
+    assert_eq!(steps[3]["error"], Value::Null, "{}", steps[3]);
+    let got = note(&steps[3]);
+    assert!(
+        got.starts_with("the slow path's drain: cpus 1 drained themselves, 40p; pfn "),
+        "{got}"
+    );
+}
+
+#[test]
+fn a_workqueue_allocation_with_later_sleeps_until_the_drain_work_ran_then_retries() {
+    let script = stranded_script("alloc 0 as w later");
+    let args = ["--drain", "workqueue", "--all-cpus"];
+    let (steps, summary) = steps_and_summary(&script, &args);
+    assert_eq!(
+        note(&steps[3]),
+        "the slow path's drain queued work on cpus 1; cpu0 sleeps until each has run it"
+    );
+    assert_eq!(pageset_of(&steps[3], 1)["count"], 40, "nothing drained yet");
+    assert_eq!(
+        note(&steps[4]),
+        "skipped: the drain mutex is held by cpu0's allocation of step 4 (waiting for cpus 1)"
+    );
+    let resumed = note(&steps[5]);
+    assert!(
+        resumed.starts_with(
+            "ran its drain work: 40p; cpu0's allocation of step 4 returns, having waited \
+             steps 4–6 for cpu1 at step 6; its retry: pfn "
+        ),
+        "{resumed}"
+    );
+    assert_eq!(steps[5]["error"], Value::Null);
+    assert_eq!(pageset_of(&steps[5], 1)["count"], 0, "cpu1 drained itself");
+    assert!(!summary.contains("still waiting"), "{summary}");
+    assert!(summary.contains("verify ok"), "{summary}");
+}

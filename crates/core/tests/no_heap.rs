@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use mmkit_core::page::Page;
 use mmkit_core::page_alloc::{
-    Caller, DrainAll, DrainReason, HoldKind, LockEvents, ZoneId, ZoneLockHold,
+    AllocAttempt, Caller, DrainAll, DrainReason, HoldKind, LockEvents, ZoneId, ZoneLockHold,
 };
 use mmkit_core::{
     AllocError, DrainMode, Gfp, Order, PageAllocator, Pfn, Policy, Settings, ZoneType,
@@ -264,9 +264,32 @@ fn workqueue_drains_never_call_the_heap() {
         }
         assert!(allocator.drain_work_finished(&work));
     });
-    without_heap("the out-of-memory path (drains its own CPU)", || {
-        let error = exhaust(&allocator, Caller::task(2), &mut held);
-        assert!(matches!(error, AllocError::OutOfMemory { .. }));
+    without_heap(
+        "the out-of-memory path (each CPU runs its queued drain work)",
+        || {
+            let error = exhaust(&allocator, Caller::task(2), &mut held);
+            assert!(matches!(error, AllocError::OutOfMemory { .. }));
+        },
+    );
+    // Pages freed on CPU 1 stay on its pageset while the zone is below its watermark.
+    for pfn in held.split_off(held.len() - 32) {
+        allocator
+            .free_pages(Caller::task(1), pfn, Order::ZERO)
+            .expect("a good free");
+    }
+    without_heap("an allocation that waits for queued drain work", || {
+        let (caller, gfp) = (Caller::task(2), Gfp::KERNEL);
+        let attempt = allocator.alloc_pages_may_wait_report(caller, gfp, Order::ZERO, &mut ());
+        let Ok(AllocAttempt::DrainQueued(work)) = attempt else {
+            panic!("CPU 1's page waits for its drain work: {attempt:?}");
+        };
+        assert!(allocator.run_drain_work(1) > 0);
+        let done =
+            allocator.alloc_pages_after_drain_report(caller, gfp, Order::ZERO, work, &mut ());
+        let Ok(AllocAttempt::Allocated(pfn)) = done else {
+            panic!("the retry finds the drained page: {done:?}");
+        };
+        held.push(pfn);
     });
     assert!(!held.is_empty());
 }

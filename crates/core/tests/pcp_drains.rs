@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use mmkit_core::page_alloc::pcp::PerCpuPages;
 use mmkit_core::page_alloc::{
-    Caller, DrainAll, DrainCaller, DrainReason, WatermarkKind, Zone, ZoneId, ZoneLockHold,
+    AllocAttempt, Caller, DrainAll, DrainCaller, DrainReason, WatermarkKind, Zone, ZoneId,
+    ZoneLockHold,
 };
 use mmkit_core::settings::MinFreeKbytes;
 use mmkit_core::topology::{CacheInfo, ZoneSize};
@@ -471,6 +472,86 @@ fn workqueue_drain_with_nothing_to_drain_is_done_at_once() {
         allocator.hold_drain_mutex().is_some(),
         "the mutex was released"
     );
+}
+
+/// A 2-CPU machine with one Normal zone of 4096 pages, every page allocated by CPU 0
+/// except `stranded` order-0 pages freed by CPU 1 onto its pageset: the zone's free pages
+/// are below the min watermark and the only free pages sit on CPU 1's pageset.
+fn stranded_on_cpu1(policy: Policy, stranded: usize) -> (PageAllocator, Vec<Pfn>) {
+    let sizes = [ZoneSize::managed(0, ZoneType::Normal, 4096)];
+    let topology = Topology::x86_64(&sizes, vec![2], SPEC_LLC, false).expect("valid topology");
+    let allocator = PageAllocator::new(topology, Settings::default(), policy).expect("boots");
+    let mut held = Vec::new();
+    while let Ok(pfn) = allocator.alloc_pages(Caller::task(0), MOVABLE, Order::ZERO) {
+        held.push(pfn);
+    }
+    assert_eq!(
+        count(&allocator, NORMAL, 0),
+        0,
+        "the slow path drained CPU 0"
+    );
+    for pfn in held.split_off(held.len() - stranded) {
+        allocator
+            .free_pages(Caller::task(1), pfn, Order::ZERO)
+            .expect("a good free");
+    }
+    assert_eq!(count(&allocator, NORMAL, 1), stranded as u64);
+    (allocator, held)
+}
+
+#[test]
+fn workqueue_allocation_waits_for_other_cpus_drain_work_then_succeeds() {
+    // `__alloc_pages_direct_reclaim` → `drain_all_pages(NULL)`: 4.11–5.19 queue the work
+    // on CPU 1 and sleep in `flush_work`; the retry after it finds CPU 1's pages.
+    let (allocator, _held) = stranded_on_cpu1(workqueue(), 20);
+    let mut holds: Vec<ZoneLockHold> = Vec::new();
+    let attempt = allocator
+        .alloc_pages_may_wait_report(Caller::task(0), MOVABLE, Order::ZERO, &mut holds)
+        .expect("not refused");
+    let AllocAttempt::DrainQueued(work) = attempt else {
+        panic!("the request waits for CPU 1's drain work: {attempt:?}");
+    };
+    assert_eq!(allocator.drain_work_cpus(&work).collect::<Vec<_>>(), [1]);
+    assert_eq!(count(&allocator, NORMAL, 1), 20, "nothing drained yet");
+    // Not finished: the request keeps waiting and changes nothing.
+    let again = allocator
+        .alloc_pages_after_drain_report(Caller::task(0), MOVABLE, Order::ZERO, work, &mut holds)
+        .expect("not refused");
+    let AllocAttempt::DrainQueued(work) = again else {
+        panic!("CPU 1 has not run its work: {again:?}");
+    };
+    assert_eq!(allocator.run_drain_work(1), 20);
+    let done = allocator
+        .alloc_pages_after_drain_report(Caller::task(0), MOVABLE, Order::ZERO, work, &mut holds)
+        .expect("not refused");
+    assert!(matches!(done, AllocAttempt::Allocated(_)), "{done:?}");
+    assert!(
+        allocator.hold_drain_mutex().is_some(),
+        "the resumed request released the drain mutex"
+    );
+    census(&allocator);
+}
+
+#[test]
+fn workqueue_allocation_that_cannot_wait_runs_the_drain_work_at_once() {
+    // Before the workqueue drain was modelled the slow path drained only the caller's
+    // own pagesets, and this allocation failed.
+    let (allocator, _held) = stranded_on_cpu1(workqueue(), 20);
+    let (_, drained_before) = explicit_drains(&allocator, NORMAL);
+    let pfn = allocator.alloc_pages(Caller::task(0), MOVABLE, Order::ZERO);
+    assert!(pfn.is_ok(), "{pfn:?}");
+    assert!(!allocator.drain_work_pending(1), "CPU 1 ran its work");
+    assert_eq!(explicit_drains(&allocator, NORMAL).1 - drained_before, 20);
+}
+
+#[test]
+fn direct_allocation_drains_other_cpus_itself_and_never_waits() {
+    let (allocator, _held) = stranded_on_cpu1(Policy::V6_7, 20);
+    let attempt = allocator
+        .alloc_pages_may_wait_report(Caller::task(0), MOVABLE, Order::ZERO, &mut ())
+        .expect("not refused");
+    assert!(matches!(attempt, AllocAttempt::Allocated(_)), "{attempt:?}");
+    assert_eq!(count(&allocator, NORMAL, 1), 0);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -32,7 +32,8 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use mmkit_core::page_alloc::pcp::pcp_allowed_order;
 use mmkit_core::page_alloc::{
-    Caller, DrainAll, DrainReason, Gfp, HoldKind, LockEvents, Zone, ZoneLockHold,
+    AllocAttempt, Caller, DrainAll, DrainReason, DrainWork, Gfp, HoldKind, LockEvents, Zone,
+    ZoneLockHold,
 };
 use mmkit_core::{Order, PageAllocator, Pfn, Policy};
 use serde::{Deserialize, Serialize};
@@ -279,11 +280,17 @@ struct ZoneLock {
 #[derive(Default)]
 struct CallReport {
     holds: Vec<ZoneLockHold>,
+    /// `drain_all_pages` calls since the run began: [drained or queued, skipped].
+    drain_alls: [u64; 2],
 }
 
 impl LockEvents for CallReport {
     fn hold(&mut self, hold: &ZoneLockHold) {
         self.holds.push(*hold);
+    }
+
+    fn drain_all(&mut self, skipped: bool) {
+        self.drain_alls[usize::from(skipped)] += 1;
     }
 }
 
@@ -679,6 +686,86 @@ impl Sim {
         let (pfn, slot) = self.alloc_in(cpu, gfp, order)?;
         self.touch_in(cpu, slot, pfn, order, lines);
         Ok(pfn)
+    }
+
+    /// [`Self::alloc_touch`] for a task that may sleep for the slow path's drain:
+    /// [`PageAllocator::alloc_pages_may_wait_report`]. In workqueue mode the result may be
+    /// [`AllocAttempt::DrainQueued`]: the workload lets each target CPU run
+    /// [`Self::run_drain_work`], puts the task to sleep, and resumes it with
+    /// [`Self::alloc_touch_after_drain`]. Every hold up to the drain is charged to `cpu`.
+    pub fn alloc_touch_may_wait(
+        &mut self,
+        cpu: u32,
+        gfp: Gfp,
+        order: Order,
+        lines: u32,
+    ) -> Result<AllocAttempt, SimError> {
+        debug_assert!(self.report.holds.is_empty());
+        let result = self.allocator.alloc_pages_may_wait_report(
+            Caller::task(cpu),
+            gfp,
+            order,
+            &mut self.report,
+        );
+        self.charge_report(cpu);
+        self.allocated(cpu, order, lines, result)
+    }
+
+    /// The rest of an allocation [`Self::alloc_touch_may_wait`] left waiting for `work`:
+    /// [`PageAllocator::alloc_pages_after_drain_report`] on `cpu`, once it is awake.
+    pub fn alloc_touch_after_drain(
+        &mut self,
+        cpu: u32,
+        gfp: Gfp,
+        order: Order,
+        lines: u32,
+        work: DrainWork,
+    ) -> Result<AllocAttempt, SimError> {
+        debug_assert!(self.report.holds.is_empty());
+        let result = self.allocator.alloc_pages_after_drain_report(
+            Caller::task(cpu),
+            gfp,
+            order,
+            work,
+            &mut self.report,
+        );
+        self.charge_report(cpu);
+        self.allocated(cpu, order, lines, result)
+    }
+
+    /// The bookkeeping of [`Self::alloc_in`] and the touch, for an allocation that may
+    /// have waited.
+    fn allocated(
+        &mut self,
+        cpu: u32,
+        order: Order,
+        lines: u32,
+        result: Result<AllocAttempt, mmkit_core::AllocError>,
+    ) -> Result<AllocAttempt, SimError> {
+        let pfn = match result {
+            Ok(AllocAttempt::Allocated(pfn)) => pfn,
+            Ok(queued) => return Ok(queued),
+            Err(_) => {
+                return Err(SimError::OutOfMemory {
+                    cpu,
+                    order: order.get(),
+                })
+            }
+        };
+        let slot = self.zone_slot(pfn);
+        self.stats.alloc_calls += 1;
+        self.stats.pages_allocated += order.pages();
+        if pcp_allowed_order(order) {
+            self.charge(cpu, self.cost.alloc_hit_ns);
+        }
+        self.touch_in(cpu, slot, pfn, order, lines);
+        Ok(AllocAttempt::Allocated(pfn))
+    }
+
+    /// `drain_all_pages` calls so far, the allocator's slow paths' among them:
+    /// (drained or queued work, found another drain running and returned).
+    pub fn drain_all_calls(&self) -> (u64, u64) {
+        (self.report.drain_alls[0], self.report.drain_alls[1])
     }
 
     /// [`Self::alloc`], returning the block's zone slot too. Inlined (always, as

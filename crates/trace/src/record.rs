@@ -303,6 +303,46 @@ fn snapshot_files(paths: &[&str]) -> String {
     out
 }
 
+/// Where whole seconds of jiffies fall on the trace's `mono` clock, for the replay's
+/// vmstat tick ([`crate::replay::TickGrid`]): `now at` (CLOCK_MONOTONIC) and `jiffies`
+/// from `/proc/timer_list`, which prints them microseconds apart, read twice 200 ms
+/// apart to measure `HZ`. Empty when the file cannot be read.
+fn tick_grid_section() -> String {
+    let sample = || -> Option<(u64, u64)> {
+        let text = fs::read_to_string("/proc/timer_list").ok()?;
+        let now = text.lines().find_map(|l| {
+            l.strip_prefix("now at ")?
+                .strip_suffix(" nsecs")?
+                .parse()
+                .ok()
+        })?;
+        let jiffies = text
+            .lines()
+            .find_map(|l| l.strip_prefix("jiffies: ")?.trim().parse().ok())?;
+        Some((now, jiffies))
+    };
+    let Some((now_a, jiffies_a)) = sample() else {
+        return String::new();
+    };
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let Some((now_b, jiffies_b)) = sample() else {
+        return String::new();
+    };
+    let elapsed_ns = now_b.saturating_sub(now_a).max(1) as f64;
+    let measured = (jiffies_b.saturating_sub(jiffies_a)) as f64 * 1e9 / elapsed_ns;
+    // CONFIG_HZ is one of these; the nearest absorbs the microseconds between the two
+    // fields of one read.
+    let hz = [100u64, 250, 300, 1000]
+        .into_iter()
+        .min_by(|a, b| {
+            (*a as f64 - measured)
+                .abs()
+                .total_cmp(&(*b as f64 - measured).abs())
+        })
+        .expect("a non-empty list");
+    format!("now_ns\t{now_b}\njiffies\t{jiffies_b}\nhz\t{hz}\n")
+}
+
 fn llc_section() -> String {
     let dir = Path::new("/sys/devices/system/cpu/cpu0/cache");
     let last = (0..16)
@@ -664,6 +704,7 @@ fn write_file(
         ("vmstat-after", after.vmstat.as_str()),
         ("sysctl", &snapshot_files(&SYSCTL_FILES)),
         ("llc", &llc_section()),
+        ("tick-grid", &tick_grid_section()),
     ] {
         header += &format!("{SECTION_PREFIX}{name}\n{}", text);
         if !text.ends_with('\n') {

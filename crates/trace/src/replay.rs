@@ -27,8 +27,10 @@
 //!    see the same headroom as the kernel did. Only whole `MAX_ORDER` blocks: smaller
 //!    ones would shatter the free memory that unmovable requests steal pageblocks from.
 //!
-//! Events then run in timestamp order on their CPUs; the vmstat tick (decay) runs on
-//! every CPU at each whole `stat_interval` (1 s) after the first event. Allocation
+//! Events then run in timestamp order on their CPUs; each CPU's vmstat tick (decay) runs
+//! every `stat_interval` (1 s) at the phase the trace shows for it, the time of the
+//! kernel's first decay drain on that CPU (a kworker's `mm_page_pcpu_drain`), or, where
+//! the trace shows none, one `stat_interval` after the first event ([`TickPhase`]). Allocation
 //! requests use the traced zone (by pfn) and migratetype; a free whose order differs from
 //! its traced allocation, or that falls inside a larger live block (`split_page` users),
 //! is counted and skipped.
@@ -62,6 +64,79 @@ pub struct Machine {
     pub llc: CacheInfo,
     /// Where each value came from, for the report.
     pub sources: Vec<String>,
+    /// Where each CPU's vmstat tick falls.
+    pub tick_phase: TickPhase,
+    /// The jiffies grid the recording measured (section `tick-grid`), which places the
+    /// vmstat tick of a CPU whose decay drain the trace does not show. `None` (older
+    /// recordings, plain traces): one `stat_interval` after the first event.
+    pub tick_grid: Option<TickGrid>,
+}
+
+/// Where whole seconds of jiffies fall on the trace clock. Linux re-arms each CPU's
+/// `vmstat_update` with `round_jiffies_relative(stat_interval)`, which rounds to a whole
+/// second of jiffies skewed by 3 jiffies per CPU (`round_jiffies_common`: the CPU's
+/// timer fires when `(jiffies + 3 × cpu) % HZ == 0`), so every CPU's tick keeps one
+/// phase for the whole boot (later when the CPU was idle or its kworker waits to run).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct TickGrid {
+    /// Where `jiffies % HZ == 0` falls within each second of the trace clock, ns.
+    pub second_offset_ns: u64,
+    /// One jiffy, ns (`1e9 / HZ`).
+    pub jiffy_ns: u64,
+}
+
+impl TickGrid {
+    /// The grid from the recorder's `tick-grid` section: `now_ns` (CLOCK_MONOTONIC, the
+    /// trace's `mono` clock) and `jiffies` read together from `/proc/timer_list`, and `hz`.
+    pub fn parse(section: &str) -> Option<TickGrid> {
+        let field = |key: &str| {
+            section.lines().find_map(|l| {
+                l.strip_prefix(key)?
+                    .strip_prefix('\t')?
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+        };
+        let (now_ns, jiffies, hz) = (field("now_ns")?, field("jiffies")?, field("hz")?);
+        if hz == 0 || hz > 10_000 {
+            return None;
+        }
+        let second = 1_000_000_000;
+        let jiffy_ns = second / hz;
+        let since_whole_second = (jiffies % hz) * jiffy_ns;
+        let second_offset_ns = (now_ns % second + second - since_whole_second % second) % second;
+        Some(TickGrid {
+            second_offset_ns,
+            jiffy_ns,
+        })
+    }
+
+    /// The first time at or after `start` at which `cpu`'s tick falls due.
+    fn first_at_or_after(&self, start: u64, cpu: u64) -> u64 {
+        let second = 1_000_000_000;
+        let skew = (3 * cpu * self.jiffy_ns) % second;
+        let offset = (self.second_offset_ns + second - skew) % second;
+        let first = start - start % second + offset;
+        if first < start {
+            first + second
+        } else {
+            first
+        }
+    }
+}
+
+/// Where the replay puts each CPU's vmstat tick (the decay of `high`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TickPhase {
+    /// At the kernel's first decay drain on the CPU, where the trace shows one (a
+    /// kworker's `mm_page_pcpu_drain`); else `stat_interval` after the first event.
+    #[default]
+    Decay,
+    /// On every CPU `stat_interval` after the first event (the rule before the phase was
+    /// read from the trace; kept to measure what reading it changed).
+    FirstEvent,
 }
 
 impl Machine {
@@ -125,6 +200,10 @@ impl Machine {
             settings,
             llc,
             sources,
+            tick_phase: TickPhase::default(),
+            tick_grid: recording
+                .and_then(|r| r.section("tick-grid"))
+                .and_then(TickGrid::parse),
         })
     }
 
@@ -617,20 +696,142 @@ pub fn replay(
     let pretrace = find_pretrace_blocks(&events, machine);
     let mix = seed_mix(&events, machine);
     let observed = observe(trace, machine);
+    let (first_ticks, tick_sources) = first_ticks(trace, &events, machine);
     let predicted = policies
         .iter()
-        .map(|policy| run_policy(*policy, &events, &pretrace, (&mix, seed), machine))
+        .map(|policy| {
+            let setup = (&mix, seed);
+            run_policy(*policy, &events, &pretrace, setup, machine, &first_ticks)
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let worst = predicted.iter().max_by_key(|p| p.skipped.total());
     check_skipped_share(trace.events.len(), excluded, worst, machine)?;
+    let mut sources = machine.sources.clone();
+    sources.extend(tick_sources);
     Ok(Replay {
         seed,
-        sources: machine.sources.clone(),
+        sources,
         observed,
         predicted,
         problems,
         events: trace.events.len(),
     })
+}
+
+/// When each CPU's first vmstat tick runs in the replay, and where that came from.
+///
+/// Linux's per-CPU `vmstat_update` runs every `stat_interval` at a phase of its own
+/// (`round_jiffies_relative`: whole seconds of jiffies, skewed by CPU), in a kworker on
+/// that CPU. A tick that decays `high` below `count` drains, and the trace shows that drain
+/// in the kworker's context: its time is the CPU's phase. For a CPU with such a drain the
+/// replay ticks at that time and every `stat_interval` before and after it; for a CPU
+/// without one, on the jiffies grid the recorder measured ([`TickGrid`]), which is when
+/// the timer fires (the kworker runs a few ms later on a loaded machine); without a grid
+/// the phase is unknown and assumed: `stat_interval` after the first event.
+fn first_ticks(
+    trace: &Trace,
+    events: &[&Event],
+    machine: &Machine,
+) -> (Vec<TickPlan>, Vec<String>) {
+    let interval_ns = u64::from(machine.settings.stat_interval_ms) * 1_000_000;
+    let start = events.first().map_or(0, |e| e.ts_ns);
+    let by_trace = machine.tick_phase == TickPhase::Decay;
+    let mut decay: Vec<Option<u64>> = vec![None; machine.nr_cpus() as usize];
+    for event in events.iter().filter(|e| e.kind == EventKind::PcpuDrain) {
+        let kworker = trace
+            .comms
+            .get(&event.pid)
+            .is_some_and(|comm| comm.starts_with("kworker/"));
+        let slot = &mut decay[event.cpu as usize];
+        if kworker && slot.is_none() && by_trace {
+            *slot = Some(event.ts_ns);
+        }
+    }
+    let grid = machine.tick_grid.filter(|_| by_trace);
+    let mut sources = Vec::new();
+    let plans = decay
+        .iter()
+        .enumerate()
+        .map(|(cpu, seen)| {
+            let on_grid = grid.map(|g| g.first_at_or_after(start, cpu as u64));
+            let plan = TickPlan::new(start, interval_ns, on_grid, *seen);
+            sources.push(match (seen, on_grid) {
+                (Some(ts), _) => format!(
+                    "vmstat tick, cpu {cpu}: at the kernel's first decay drain (a kworker's, \
+                     {:.3} s into the trace){}, every {} ms",
+                    (ts - start) as f64 / 1e9,
+                    if on_grid.is_some() {
+                        ", before it on the recorded jiffies grid"
+                    } else {
+                        ""
+                    },
+                    machine.settings.stat_interval_ms
+                ),
+                (None, Some(first)) => format!(
+                    "vmstat tick, cpu {cpu}: on the recorded jiffies grid, {:.3} s past each \
+                     second of the trace clock",
+                    (first % 1_000_000_000) as f64 / 1e9
+                ),
+                (None, None) => format!(
+                    "vmstat tick, cpu {cpu}: phase unknown, {} ms after the first event",
+                    machine.settings.stat_interval_ms
+                ),
+            });
+            plan
+        })
+        .collect();
+    (plans, sources)
+}
+
+/// One CPU's vmstat ticks in the replay: `next`, then every `stat_interval`; with an
+/// `anchor` (the kernel's first decay drain, seen after `next`), the tick due within half
+/// an interval of it runs at the anchor instead: the timer fires on the jiffies grid, but
+/// its kworker ran when the trace shows, which on a loaded machine is tens of ms later.
+#[derive(Clone, Copy, Debug)]
+struct TickPlan {
+    next: u64,
+    anchor: Option<u64>,
+}
+
+impl TickPlan {
+    fn new(start: u64, interval_ns: u64, on_grid: Option<u64>, decay: Option<u64>) -> TickPlan {
+        match (decay, on_grid) {
+            // Ticks before the decay drain are on the grid; the drain's own tick is the
+            // drain.
+            (Some(drain), Some(grid)) if grid + interval_ns / 2 <= drain => TickPlan {
+                next: grid,
+                anchor: Some(drain),
+            },
+            (Some(drain), Some(_)) => TickPlan {
+                next: drain,
+                anchor: None,
+            },
+            // No grid: the ticks before the drain at whole intervals before it.
+            (Some(drain), None) => TickPlan {
+                next: drain - (drain - start) / interval_ns * interval_ns,
+                anchor: None,
+            },
+            (None, Some(grid)) => TickPlan {
+                next: grid,
+                anchor: None,
+            },
+            (None, None) => TickPlan {
+                next: start + interval_ns,
+                anchor: None,
+            },
+        }
+    }
+
+    /// The tick at `next` ran: the one after it.
+    fn advance(&mut self, interval_ns: u64) {
+        self.next += interval_ns;
+        if let Some(anchor) = self.anchor {
+            if self.next + interval_ns / 2 > anchor {
+                self.next = anchor;
+                self.anchor = None;
+            }
+        }
+    }
 }
 
 /// A request that could have used a zone above DMA32 (no DMA zone modifier in its
@@ -1068,6 +1269,7 @@ fn run_policy(
     pretrace: &[PretraceBlock],
     (mix, rule): (&SeedMix, SeedRule),
     machine: &Machine,
+    first_ticks: &[TickPlan],
 ) -> Result<Predicted, String> {
     let allocator = build(policy, machine)?;
     let (setup, mut pretrace_blocks) = set_up(&allocator, pretrace, (mix, rule), machine);
@@ -1081,21 +1283,27 @@ fn run_policy(
     let mut liveness = Liveness::default();
     let mut sim_blocks: HashMap<u64, Pfn> = HashMap::new();
     let interval_ns = u64::from(machine.settings.stat_interval_ms) * 1_000_000;
-    let mut next_tick = events.first().map(|e| e.ts_ns + interval_ns);
-    let mut ticks = 0;
+    // Each CPU's next vmstat tick; the ticks run in time order, then CPU order.
+    let mut plans = first_ticks.to_vec();
+    let mut ticks_per_cpu = vec![0u64; plans.len()];
     let (mut pcp_peak, mut pcp_sum, mut samples) = (0u64, 0f64, 0u64);
     let mut alloc_pages = 0u64;
     // The current call's zone-lock holds, reused from call to call.
     let mut holds: Vec<ZoneLockHold> = Vec::new();
     for event in events {
-        while let Some(tick) = next_tick.filter(|&t| t <= event.ts_ns) {
-            for cpu in 0..nr_cpus {
-                allocator.vmstat_tick_report(cpu, &mut holds);
-                ledger.credit(cpu, &holds);
-                holds.clear();
-            }
-            ticks += 1;
-            next_tick = Some(tick + interval_ns);
+        while let Some((cpu, _)) = plans
+            .iter()
+            .map(|plan| plan.next)
+            .enumerate()
+            .filter(|&(_, t)| t <= event.ts_ns)
+            .min_by_key(|&(cpu, t)| (t, cpu))
+        {
+            let cpu = cpu as u32;
+            allocator.vmstat_tick_report(cpu, &mut holds);
+            ledger.credit(cpu, &holds);
+            holds.clear();
+            ticks_per_cpu[cpu as usize] += 1;
+            plans[cpu as usize].advance(interval_ns);
         }
         let caller = Caller::task(event.cpu);
         let order = Order::new(event.order).expect("parser bounds orders");
@@ -1208,6 +1416,6 @@ fn run_policy(
         drains_by_reason,
         setup,
         skipped,
-        ticks,
+        ticks: ticks_per_cpu.iter().copied().max().unwrap_or(0),
     })
 }

@@ -5,7 +5,7 @@
 
 use mmkit_core::Policy;
 use mmkit_trace::parse::{self, EventKind, Trace};
-use mmkit_trace::replay::{self, Machine, Replay, SeedRule};
+use mmkit_trace::replay::{self, Machine, Replay, SeedRule, TickGrid, TickPhase};
 use mmkit_trace::report;
 
 fn data(name: &str) -> Vec<u8> {
@@ -22,13 +22,16 @@ const POLICIES: [Policy; 3] = [Policy::BASE, Policy::V6_7, Policy::LINUX_6_18];
 /// Every committed recording (docs/FIDELITY.md says how each was made): the AF_UNIX stream
 /// and the compile-like build, and issue 20's three: pipe pages freed on the other CPU
 /// beside 96 MiB of anonymous churn, the churn alone, and page-cache churn (a 512 MiB
-/// file read and dropped with `drop_caches` beside 200 small files made and deleted).
-const COMMITTED: [&str; 5] = [
+/// file read and dropped with `drop_caches` beside 200 small files made and deleted); and
+/// the pipe at five times the rate, whose reader's pageset drains (with the recorder's
+/// jiffies grid, `tick-grid`).
+const COMMITTED: [&str; 6] = [
     "afunix.mmkit.gz",
     "compile.mmkit.gz",
     "cross-cpu-free.mmkit.gz",
     "anon-churn.mmkit.gz",
     "page-cache-churn.mmkit.gz",
+    "cross-cpu-drains.mmkit.gz",
 ];
 
 fn replay_file(name: &str) -> (Trace, Replay) {
@@ -335,6 +338,73 @@ fn a_request_served_below_its_preferred_zone_flags_the_zones_above_below_high() 
         drains(movable, Policy::BASE),
         drains("GFP_DMA32", Policy::BASE)
     );
+}
+
+#[test]
+fn the_vmstat_tick_runs_at_the_kernels_first_decay_drain_on_that_cpu() {
+    // The AF_UNIX recording lasts 0.255 s; CPU 1's kworker drained 1,224 blocks at
+    // 0.114 s: its vmstat tick. Ticking one second after the first event, the replay
+    // made no decay drain at all and missed 4.2 % of the drain pages.
+    let trace = load("afunix.mmkit.gz");
+    let mut machine = Machine::from_trace(&trace, None).expect("snapshots");
+    let decay_drains = |machine: &Machine| {
+        let result = replay::replay(&trace, machine, &[Policy::LINUX_6_18], SeedRule::default())
+            .expect("replays");
+        let predicted = &result.predicted[0];
+        let decay = predicted.drains_by_reason["decay"];
+        let observed = result.observed.total.drain_pages;
+        let error = (predicted.total.drain_pages as f64 - observed as f64) / observed as f64;
+        (decay, error, result.sources)
+    };
+    let ((events, pages), error, sources) = decay_drains(&machine);
+    assert_eq!(events, 1, "one decay drain, on CPU 1");
+    assert!(pages > 1_000, "{pages}");
+    assert!(error.abs() < 0.02, "{error}");
+    assert!(
+        sources
+            .iter()
+            .any(|s| s.starts_with("vmstat tick, cpu 1: at the kernel's first decay drain")),
+        "{sources:?}"
+    );
+    machine.tick_phase = TickPhase::FirstEvent;
+    let ((events, _), error, _) = decay_drains(&machine);
+    assert_eq!(events, 0, "no tick inside 0.255 s");
+    assert!(error < -0.04, "{error}");
+}
+
+#[test]
+fn ticks_before_the_first_decay_drain_are_on_the_recorded_jiffies_grid() {
+    // cross-cpu-drains: CPU 1's kworker drained 1.002 s into the trace, 27 ms after its
+    // timer (the grid: 0.045 s past the second); the tick a second earlier fell before
+    // the trace began. At whole seconds before the drain, the replay ticked 2 ms into
+    // the trace and drained CPU 1's pageset there: +7.4 % drain pages.
+    let trace = load("cross-cpu-drains.mmkit.gz");
+    let mut machine = Machine::from_trace(&trace, None).expect("snapshots");
+    assert!(
+        machine.tick_grid.is_some(),
+        "the recording measured the grid"
+    );
+    let drain_error = |machine: &Machine| {
+        let result = replay::replay(&trace, machine, &[Policy::LINUX_6_18], SeedRule::default())
+            .expect("replays");
+        let observed = result.observed.total.drain_pages as f64;
+        (result.predicted[0].total.drain_pages as f64 - observed) / observed
+    };
+    assert!(drain_error(&machine).abs() < 0.01);
+    machine.tick_grid = None;
+    assert!(drain_error(&machine) > 0.05);
+}
+
+#[test]
+fn the_tick_grid_puts_each_cpus_tick_on_whole_seconds_of_jiffies_skewed_by_cpu() {
+    // Read on the 2-CPU VM: jiffies 4303488343 at 34384.428858901 s, HZ 250. 93 jiffies
+    // (372 ms) past a whole second of jiffies, so whole seconds fall 0.057 s past each
+    // second of the clock; CPU 1's timer fires 3 jiffies (12 ms) earlier.
+    let grid =
+        TickGrid::parse("now_ns\t34384428858901\njiffies\t4303488343\nhz\t250\n").expect("a grid");
+    assert_eq!(grid.jiffy_ns, 4_000_000);
+    assert_eq!(grid.second_offset_ns, 56_858_901);
+    assert_eq!(TickGrid::parse("now_ns\t1\nhz\t250\n"), None, "no jiffies");
 }
 
 /// The fidelity target of `docs/reference/targets.md` on the committed traces, as a regression guard:

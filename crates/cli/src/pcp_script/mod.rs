@@ -26,8 +26,8 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use mmkit_core::page_alloc::{
-    BatchFreeError, Caller, Context, CpuId, DrainAll, DrainCaller, DrainWork, WatermarkKind,
-    ZoneFlags, ZoneId, ZoneLockHold,
+    AllocAttempt, BatchFreeError, Caller, Context, CpuId, DrainAll, DrainCaller, DrainWork,
+    WatermarkKind, ZoneFlags, ZoneId, ZoneLockHold,
 };
 use mmkit_core::{DrainMode, Gfp, MigrateType, Order, PageAllocator, Pfn, Policy, Settings};
 
@@ -234,12 +234,18 @@ fn line_problem(line: &Line, allocator: &PageAllocator) -> Option<String> {
     ))
 }
 
-/// `drain … later` leaves work queued, which only the workqueue mode has.
+/// `drain … later` and `alloc … later` leave work queued, which only the workqueue mode
+/// has.
 fn check_drain_mode(script: &Script, mode: DrainMode) -> Result<(), Vec<parse::ParseError>> {
     let errors: Vec<parse::ParseError> = script
         .lines
         .iter()
-        .filter(|line| matches!(line.op, Op::DrainAll { later: true, .. }))
+        .filter(|line| {
+            matches!(
+                line.op,
+                Op::DrainAll { later: true, .. } | Op::Alloc { later: true, .. }
+            )
+        })
         .filter(|_| mode != DrainMode::Workqueue)
         .map(|line| parse::ParseError {
             line: line.number,
@@ -364,6 +370,28 @@ struct InFlight {
     cpus: Vec<CpuId>,
     /// Each target CPU that ran its work so far, with the step that ran it.
     ran: Vec<(CpuId, usize)>,
+    /// An `alloc … later` line whose slow path queued the work: it retries when the last
+    /// target has run it, and goes on with the rest of its blocks.
+    alloc: Option<WaitingAlloc>,
+}
+
+/// The rest of an `alloc` line.
+#[derive(Clone)]
+struct AllocRequest {
+    caller: Caller,
+    gfp: Gfp,
+    order: Order,
+    /// Blocks the line asks for in all.
+    count: u64,
+    name: Option<String>,
+    later: bool,
+}
+
+/// An allocation asleep in `flush_work`: which of its line's blocks, and the ones before.
+struct WaitingAlloc {
+    request: AllocRequest,
+    /// Blocks of the line allocated before it.
+    done: u64,
 }
 
 impl InFlight {
@@ -373,9 +401,13 @@ impl InFlight {
         self.cpus.iter().copied().filter(|c| !ran(c)).collect()
     }
 
-    /// `cpu0's drain all of step 3`.
+    /// `cpu0's drain all of step 3`, or `cpu0's allocation of step 3`.
     fn requester(&self) -> String {
-        format!("cpu{}'s drain all of step {}", self.cpu, self.step)
+        let what = match self.alloc {
+            Some(_) => "allocation",
+            None => "drain all",
+        };
+        format!("cpu{}'s {what} of step {}", self.cpu, self.step)
     }
 
     /// `cpu0's drain all of step 3 (waiting for cpus 1,2)`.
@@ -421,9 +453,17 @@ impl<'a> Runner<'a> {
                 order,
                 migratetype,
                 name,
+                later,
             } => {
-                let what = (*count, *order, *migratetype);
-                self.alloc(caller, what, name.as_deref(), holds)
+                let request = AllocRequest {
+                    caller,
+                    gfp: gfp_for(*migratetype, caller.context),
+                    order: *order,
+                    count: *count,
+                    name: name.clone(),
+                    later: *later,
+                };
+                self.alloc(request, 0, Vec::new(), holds)
             }
             Op::Bulk {
                 count,
@@ -537,6 +577,7 @@ impl<'a> Runner<'a> {
                     work,
                     cpus,
                     ran: Vec::new(),
+                    alloc: None,
                 });
                 note
             }
@@ -561,34 +602,62 @@ impl<'a> Runner<'a> {
         }
         let pages = allocator.run_drain_work_report(cpu, holds);
         let mut note = format!("ran its drain work: {pages}p");
-        if let Some(waiting) = &mut self.in_flight {
-            waiting.ran.push((cpu, self.step));
-            if allocator.drain_work_finished(&waiting.work) {
-                let ran: Vec<String> = waiting
-                    .ran
-                    .iter()
-                    .map(|(cpu, step)| format!("cpu{cpu} at step {step}"))
-                    .collect();
-                note.push_str(&format!(
-                    "; {} returns, having waited steps {}–{} for {}",
-                    waiting.requester(),
-                    waiting.step,
-                    self.step,
-                    ran.join(", ")
-                ));
-                self.in_flight = None;
-            } else {
-                note.push_str(&format!(
-                    "; {} still waits for cpus {}",
-                    waiting.requester(),
-                    cpu_list(&waiting.waiting_for())
-                ));
-            }
+        let Some(waiting) = &mut self.in_flight else {
+            return Outcome {
+                note: Some(note),
+                ..Outcome::default()
+            };
+        };
+        waiting.ran.push((cpu, self.step));
+        let left = waiting.waiting_for();
+        if !left.is_empty() {
+            note.push_str(&format!(
+                "; {} still waits for cpus {}",
+                waiting.requester(),
+                cpu_list(&left)
+            ));
+            return Outcome {
+                note: Some(note),
+                ..Outcome::default()
+            };
         }
-        Outcome {
-            note: Some(note),
-            ..Outcome::default()
-        }
+        let waiting = self.in_flight.take().expect("checked");
+        let ran: Vec<String> = waiting
+            .ran
+            .iter()
+            .map(|(cpu, step)| format!("cpu{cpu} at step {step}"))
+            .collect();
+        note.push_str(&format!(
+            "; {} returns, having waited steps {}–{} for {}",
+            waiting.requester(),
+            waiting.step,
+            self.step,
+            ran.join(", ")
+        ));
+        let Some(alloc) = waiting.alloc else {
+            let finished = allocator.drain_work_finished(&waiting.work);
+            debug_assert!(finished, "every target ran its work");
+            return Outcome {
+                note: Some(note),
+                ..Outcome::default()
+            };
+        };
+        // The sleeping allocation retries (`__alloc_pages_direct_reclaim` after
+        // `drain_all_pages`), then allocates the rest of its line.
+        let WaitingAlloc { request, done } = alloc;
+        let resumed = allocator.alloc_pages_after_drain_report(
+            request.caller,
+            request.gfp,
+            request.order,
+            waiting.work,
+            holds,
+        );
+        let mut outcome = self.alloc_resumed(request, done, resumed, holds);
+        outcome.note = Some(match outcome.note.take() {
+            Some(more) => format!("{note}; its retry: {more}"),
+            None => note,
+        });
+        outcome
     }
 
     /// `cpu_down`, unless the CPU still has queued drain work: the script would lose
@@ -631,39 +700,110 @@ impl<'a> Runner<'a> {
         }
     }
 
-    /// `count` allocations of `order` and `mt`, labelled `name`.
+    /// The blocks of an `alloc` line from the `done`-th on (`pfns`: those allocated by
+    /// this step so far). In workqueue mode an allocation whose slow path queued drain
+    /// work runs it at once on each target CPU and retries, or, with `later`, sleeps
+    /// until `run-work` lines have run it.
     fn alloc(
         &mut self,
-        caller: Caller,
-        (count, order, mt): (u64, Order, MigrateType),
-        name: Option<&str>,
+        request: AllocRequest,
+        done: u64,
+        mut pfns: Vec<Pfn>,
         holds: &mut Vec<ZoneLockHold>,
     ) -> Outcome {
-        let gfp = gfp_for(mt, caller.context);
-        let mut pfns = Vec::new();
-        for n in 0..count {
-            match self.allocator.alloc_pages_report(caller, gfp, order, holds) {
-                Ok(pfn) => {
-                    self.remember(name, pfn, order);
-                    pfns.push(pfn);
-                }
-                Err(e) => {
-                    let error = match count {
-                        1 => e.to_string(),
-                        _ => format!("allocation {} of {count}: {e}; {n} allocated", n + 1),
-                    };
+        let allocator = self.allocator;
+        let (caller, gfp, order) = (request.caller, request.gfp, request.order);
+        let mut at_once = DrainsAtOnce::default();
+        for n in done..request.count {
+            let mut attempt = allocator.alloc_pages_may_wait_report(caller, gfp, order, holds);
+            if let Ok(AllocAttempt::DrainQueued(work)) = attempt {
+                let cpus: Vec<CpuId> = allocator.drain_work_cpus(&work).collect();
+                if request.later {
+                    let note = format!(
+                        "{}the slow path's drain queued work on cpus {}; cpu{} sleeps until \
+                         each has run it",
+                        block_of(n, request.count),
+                        cpu_list(&cpus),
+                        caller.cpu
+                    );
+                    self.in_flight = Some(InFlight {
+                        step: self.step,
+                        cpu: caller.cpu,
+                        work,
+                        cpus,
+                        ran: Vec::new(),
+                        alloc: Some(WaitingAlloc {
+                            request: request.clone(),
+                            done: n,
+                        }),
+                    });
                     return Outcome {
-                        error: Some(error),
+                        note: join_notes(at_once.describe(), Some(note)),
                         zones: self.zones_of(&pfns),
                         ..Outcome::default()
                     };
                 }
+                for &cpu in &cpus {
+                    at_once.pages += allocator.run_drain_work_report(cpu, holds);
+                }
+                at_once.add(&cpus);
+                attempt = allocator.alloc_pages_after_drain_report(caller, gfp, order, work, holds);
+            }
+            match attempt {
+                Ok(AllocAttempt::Allocated(pfn)) => {
+                    self.remember(request.name.as_deref(), pfn, order);
+                    pfns.push(pfn);
+                }
+                Ok(AllocAttempt::DrainQueued(_)) => unreachable!("every target ran its work"),
+                Err(e) => {
+                    let error = match request.count {
+                        1 => e.to_string(),
+                        count => format!("allocation {} of {count}: {e}; {n} allocated", n + 1),
+                    };
+                    return Outcome {
+                        note: at_once.describe(),
+                        error: Some(error),
+                        zones: self.zones_of(&pfns),
+                    };
+                }
             }
         }
+        let pfn = (request.count == 1 && done == 0).then(|| format!("pfn {}", pfns[0]));
         Outcome {
-            note: (count == 1).then(|| format!("pfn {}", pfns[0])),
+            note: join_notes(at_once.describe(), pfn),
             zones: self.zones_of(&pfns),
             ..Outcome::default()
+        }
+    }
+
+    /// An `alloc … later` line's allocation after its drain work ran: the retry's result,
+    /// then the rest of the line's blocks.
+    fn alloc_resumed(
+        &mut self,
+        request: AllocRequest,
+        done: u64,
+        resumed: Result<AllocAttempt, mmkit_core::AllocError>,
+        holds: &mut Vec<ZoneLockHold>,
+    ) -> Outcome {
+        match resumed {
+            Ok(AllocAttempt::Allocated(pfn)) => {
+                self.remember(request.name.as_deref(), pfn, request.order);
+                let first = format!("pfn {pfn}");
+                let mut rest = self.alloc(request, done + 1, vec![pfn], holds);
+                rest.note = Some(match rest.note.take() {
+                    Some(more) => format!("{first}; {more}"),
+                    None => first,
+                });
+                rest
+            }
+            Ok(AllocAttempt::DrainQueued(_)) => unreachable!("every target ran its work"),
+            Err(e) => Outcome {
+                error: Some(format!(
+                    "{}{e}; {done} allocated",
+                    block_of(done, request.count)
+                )),
+                ..Outcome::default()
+            },
         }
     }
 
@@ -869,6 +1009,56 @@ fn tick(what: &str, times: u64, mut once: impl FnMut() -> bool) -> Outcome {
             n => format!("{what} with work: {busy} of {n}"),
         }),
         ..Outcome::default()
+    }
+}
+
+/// The drain work an `alloc` line's slow paths queued and ran at once (no `later`).
+#[derive(Default)]
+struct DrainsAtOnce {
+    /// Slow paths that queued work.
+    times: u64,
+    /// Every CPU that ran some of it, in CPU order.
+    cpus: Vec<CpuId>,
+    /// Pages the work drained.
+    pages: u64,
+}
+
+impl DrainsAtOnce {
+    fn add(&mut self, cpus: &[CpuId]) {
+        self.times += 1;
+        self.cpus.extend_from_slice(cpus);
+        self.cpus.sort_unstable();
+        self.cpus.dedup();
+    }
+
+    /// `the slow path's drain: cpus 1,2 drained themselves, 40p`, with how many times
+    /// when more than once.
+    fn describe(&self) -> Option<String> {
+        let times = match self.times {
+            0 => return None,
+            1 => String::new(),
+            n => format!(" ({n} times)"),
+        };
+        Some(format!(
+            "the slow path's drain{times}: cpus {} drained themselves, {}p",
+            cpu_list(&self.cpus),
+            self.pages
+        ))
+    }
+}
+
+fn join_notes(first: Option<String>, second: Option<String>) -> Option<String> {
+    match (first, second) {
+        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+        (a, b) => a.or(b),
+    }
+}
+
+/// `allocation 2 of 5: ` for a line of several blocks, nothing for one.
+fn block_of(n: u64, count: u64) -> String {
+    match count {
+        1 => String::new(),
+        _ => format!("allocation {} of {count}: ", n + 1),
     }
 }
 

@@ -49,7 +49,7 @@ pub struct Line {
 /// An operation.
 #[derive(Debug, PartialEq)]
 pub enum Op {
-    /// `alloc [N x] ORDER [MIGRATETYPE] [as NAME]`: `alloc_pages`, `count` times.
+    /// `alloc [N x] ORDER [MIGRATETYPE] [as NAME] [later]`: `alloc_pages`, `count` times.
     Alloc {
         /// Blocks to allocate, one call each.
         count: u64,
@@ -59,6 +59,9 @@ pub enum Op {
         migratetype: MigrateType,
         /// The label for later frees.
         name: Option<String>,
+        /// Workqueue mode: when the slow path's drain queues work, the allocation waits
+        /// for `run-work` lines instead of the work running at once.
+        later: bool,
     },
     /// `free NAME...|N x [NAME]|all`: `free_pages`, block by block.
     Free(Target),
@@ -307,14 +310,20 @@ fn parse_op(name: &str, args: &[&str]) -> Result<Op, String> {
     }
 }
 
-/// `[N x] ORDER [MIGRATETYPE] [as NAME]`.
+/// `[N x] ORDER [MIGRATETYPE] [as NAME] [later]`.
 fn parse_alloc(args: &[&str]) -> Result<Op, String> {
+    let (args, later) = match args.split_last() {
+        Some((&"later", rest)) => (rest, true),
+        _ => (args, false),
+    };
     let (count, rest) = match args {
         [n, "x", rest @ ..] => (count(n)?, rest),
         rest => (1, rest),
     };
     let Some((order_word, rest)) = rest.split_first() else {
-        return Err("alloc needs an order: alloc [N x] ORDER [MIGRATETYPE] [as NAME]".into());
+        return Err(
+            "alloc needs an order: alloc [N x] ORDER [MIGRATETYPE] [as NAME] [later]".into(),
+        );
     };
     let order = order(order_word)?;
     let (migratetype, name) = migratetype_and_name(rest)?;
@@ -323,6 +332,7 @@ fn parse_alloc(args: &[&str]) -> Result<Op, String> {
         order,
         migratetype,
         name,
+        later,
     })
 }
 
@@ -629,6 +639,7 @@ mod tests {
                 order: Order::new(1).unwrap(),
                 migratetype: MigrateType::Unmovable,
                 name: Some("pgd".into()),
+                later: false,
             }
         );
         let plain = one("alloc 0");
@@ -638,8 +649,15 @@ mod tests {
                 count: 1,
                 order: Order::ZERO,
                 migratetype: MigrateType::Movable,
-                name: None
+                name: None,
+                later: false,
             }
+        );
+        let waits = one("alloc 2 x 0 as a later");
+        assert!(
+            matches!(waits.op, Op::Alloc { count: 2, later: true, ref name, .. } if name.as_deref() == Some("a")),
+            "{:?}",
+            waits.op
         );
     }
 

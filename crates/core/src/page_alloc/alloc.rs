@@ -6,6 +6,14 @@
 //! `__rmqueue_pcplist`, `rmqueue_bulk`, `rmqueue_buddy`, `__alloc_pages_slowpath`
 //! (reduced: no direct reclaim, compaction or OOM killer yet; it releases the high-atomic
 //! reserve and then reports [`AllocError::OutOfMemory`]), `wakeup_kswapd`.
+//!
+//! In workqueue drain mode (4.11–5.19) the slow path's `drain_all_pages(NULL)` queues
+//! work on every CPU with pages and the task sleeps in `flush_work` until each has run
+//! it. The core has no threads to sleep on, so
+//! [`PageAllocator::alloc_pages_may_wait_report`] returns the queued work
+//! ([`AllocAttempt::DrainQueued`]) and the caller resumes the request with
+//! [`PageAllocator::alloc_pages_after_drain_report`] once the targets ran it; the
+//! plain entry points, whose callers cannot wait, run each target's work at once.
 //! [`PageAllocator::alloc_pages_peek_next`] has no counterpart: an allocation that also
 //! names the block now at the head of its pageset list, for a caller (the simulator) that
 //! prefetches the next block.
@@ -14,6 +22,7 @@ use core::sync::atomic::Ordering::Relaxed;
 
 use super::allocator::PageAllocator;
 use super::buddy::ZoneLocked;
+use super::drain::{DrainAll, DrainWork};
 use super::error::AllocError;
 use super::events::{HoldKind, LockEvents};
 use super::gfp::{AllocFlags, Gfp, GFP_NOT_FAST};
@@ -22,7 +31,20 @@ use super::types::{Caller, CpuId, MigrateType, NodeId, ZoneType};
 use super::watermark::{self, WatermarkKind};
 use super::zone::{Zone, ZoneFlags};
 use crate::page::{Order, Page, PageState, Pfn};
-use crate::policy::DrainMode;
+
+/// What [`PageAllocator::alloc_pages_may_wait_report`] got: a block, or drain work the
+/// request waits for.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a queued drain holds the drain mutex until the allocation is resumed"]
+pub enum AllocAttempt {
+    /// The block's first pfn, allocated.
+    Allocated(Pfn),
+    /// Workqueue mode: direct reclaim's `drain_all_pages(NULL)` queued drain work on the
+    /// CPUs [`PageAllocator::drain_work_cpus`] names, and the task sleeps until each has
+    /// run it (`flush_work`); then [`PageAllocator::alloc_pages_after_drain_report`]
+    /// retries. The drain mutex stays held until then.
+    DrainQueued(DrainWork),
+}
 
 /// A request after `prepare_alloc_pages`.
 pub(crate) struct AllocContext<'a> {
@@ -175,12 +197,108 @@ impl PageAllocator {
         node: NodeId,
         events: &mut E,
     ) -> Result<Pfn, AllocError> {
+        match self.alloc_pages_may_wait_in(caller, gfp, order, node, events)? {
+            AllocAttempt::Allocated(pfn) => Ok(pfn),
+            AllocAttempt::DrainQueued(work) => {
+                self.run_queued_drain_at_once(&work, events);
+                match self.alloc_pages_after_drain_in(caller, gfp, order, node, work, events)? {
+                    AllocAttempt::Allocated(pfn) => Ok(pfn),
+                    AllocAttempt::DrainQueued(_) => {
+                        unreachable!("every target CPU ran its drain work")
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`PageAllocator::alloc_pages_report`] for a caller that can wait for other CPUs:
+    /// in workqueue mode ([`DrainMode::Workqueue`](crate::policy::DrainMode::Workqueue), 4.11–5.19), when the slow path's
+    /// `drain_all_pages(NULL)` queued drain work on other CPUs, the call returns
+    /// [`AllocAttempt::DrainQueued`] instead of waiting (`flush_work`), which the core,
+    /// having no threads, cannot do. The caller lets each CPU of
+    /// [`PageAllocator::drain_work_cpus`] run [`PageAllocator::run_drain_work`] (its own
+    /// CPU's too: its kworker runs while the task sleeps), then finishes the allocation
+    /// with [`PageAllocator::alloc_pages_after_drain_report`]. In direct mode this is
+    /// `alloc_pages_report`: the result is always [`AllocAttempt::Allocated`] or an error.
+    pub fn alloc_pages_may_wait_report(
+        &self,
+        caller: Caller,
+        gfp: Gfp,
+        order: Order,
+        events: &mut impl LockEvents,
+    ) -> Result<AllocAttempt, AllocError> {
+        let node = self
+            .online_cpu_node(caller.cpu)
+            .ok_or(AllocError::InvalidCpu(caller.cpu))?;
+        if order == Order::ZERO {
+            if let Some((pfn, _)) = self.alloc_pcp_fast::<false, _>(caller, gfp, node, events) {
+                return Ok(AllocAttempt::Allocated(pfn));
+            }
+        }
+        self.alloc_pages_may_wait_in(caller, gfp, order, node, events)
+    }
+
+    /// The rest of an allocation that [`PageAllocator::alloc_pages_may_wait_report`] left
+    /// waiting for `work`: `__alloc_pages_direct_reclaim`'s retry after `drain_all_pages`
+    /// returned, then the rest of the slow path. If a CPU of `work` has not run it yet,
+    /// nothing is done and `work` comes back as [`AllocAttempt::DrainQueued`]: the task
+    /// still sleeps in `flush_work`. Otherwise the drain mutex is released first, as
+    /// `__drain_all_pages` does after its last `flush_work`, and `work` is spent.
+    pub fn alloc_pages_after_drain_report(
+        &self,
+        caller: Caller,
+        gfp: Gfp,
+        order: Order,
+        work: DrainWork,
+        events: &mut impl LockEvents,
+    ) -> Result<AllocAttempt, AllocError> {
+        let node = self
+            .online_cpu_node(caller.cpu)
+            .ok_or(AllocError::InvalidCpu(caller.cpu))?;
+        self.alloc_pages_after_drain_in(caller, gfp, order, node, work, events)
+    }
+
+    fn alloc_pages_after_drain_in<E: LockEvents>(
+        &self,
+        caller: Caller,
+        gfp: Gfp,
+        order: Order,
+        node: NodeId,
+        work: DrainWork,
+        events: &mut E,
+    ) -> Result<AllocAttempt, AllocError> {
+        if !self.drain_work_finished(&work) {
+            return Ok(AllocAttempt::DrainQueued(work));
+        }
+        let ac = self.alloc_context(caller, gfp, order, node)?;
+        self.slowpath_after_drain(&ac, self.slowpath_flags(&ac), events)
+            .map(AllocAttempt::Allocated)
+    }
+
+    /// Workqueue mode, for a caller that cannot wait: each target CPU runs its drain work
+    /// at once, in CPU order, as if its kworker ran the moment the work was queued.
+    fn run_queued_drain_at_once<E: LockEvents>(&self, work: &DrainWork, events: &mut E) {
+        for cpu in self.drain_work_cpus(work) {
+            self.run_drain_work_report(cpu, events);
+        }
+    }
+
+    /// `prepare_alloc_pages`, the first zonelist pass, then the slow path, which may
+    /// leave the request waiting for queued drain work.
+    fn alloc_pages_may_wait_in<E: LockEvents>(
+        &self,
+        caller: Caller,
+        gfp: Gfp,
+        order: Order,
+        node: NodeId,
+        events: &mut E,
+    ) -> Result<AllocAttempt, AllocError> {
         gfp.refused()?;
         let ac = self.alloc_context(caller, gfp, order, node)?;
         let flags =
             AllocFlags::empty().with_wmark(WatermarkKind::Low) | self.alloc_flags_nofragment(&ac);
         if let Some(pfn) = self.get_page_from_freelist(&ac, flags, events) {
-            return Ok(pfn);
+            return Ok(AllocAttempt::Allocated(pfn));
         }
         self.alloc_pages_slowpath(&ac, events)
     }
@@ -572,33 +690,63 @@ impl PageAllocator {
     /// The reduced slow path: wake kswapd, retry at the min watermark with the caller's
     /// reserve rights, then (for callers that may block, in place of direct reclaim) give
     /// back a high-atomic pageblock, drain and retry, and (unless `__GFP_NORETRY`) give
-    /// back the rest of the reserve block by block.
+    /// back the rest of the reserve block by block. In workqueue mode the drain may
+    /// leave the request waiting ([`AllocAttempt::DrainQueued`]); the caller resumes it
+    /// at the retry with [`PageAllocator::alloc_pages_after_drain_report`].
     pub(crate) fn alloc_pages_slowpath<E: LockEvents>(
         &self,
         ac: &AllocContext<'_>,
         events: &mut E,
-    ) -> Result<Pfn, AllocError> {
-        let mut flags = AllocFlags::slow_path(ac.gfp, ac.order);
+    ) -> Result<AllocAttempt, AllocError> {
+        let flags = AllocFlags::slow_path(ac.gfp, ac.order);
         if flags.contains(AllocFlags::KSWAPD) {
             self.wake_all_kswapds(ac);
         }
         if let Some(pfn) = self.get_page_from_freelist(ac, flags, events) {
-            return Ok(pfn);
+            return Ok(AllocAttempt::Allocated(pfn));
         }
-        let reserve = AllocFlags::pfmemalloc(ac.gfp);
-        if !reserve.is_empty() {
-            flags = reserve | (flags & AllocFlags::KSWAPD);
-            if let Some(pfn) = self.get_page_from_freelist(ac, flags, events) {
-                return Ok(pfn);
+        let with_reserve = self.slowpath_flags(ac);
+        if !AllocFlags::pfmemalloc(ac.gfp).is_empty() {
+            if let Some(pfn) = self.get_page_from_freelist(ac, with_reserve, events) {
+                return Ok(AllocAttempt::Allocated(pfn));
             }
         }
         if !ac.gfp.allows_blocking() {
             return Err(AllocError::OutOfMemory { order: ac.order });
         }
         // Where direct reclaim failed, Linux gives back one high-atomic pageblock and
-        // drains every pageset, then retries (`__alloc_pages_direct_reclaim`).
+        // drains every pageset, then retries (`__alloc_pages_direct_reclaim`). In
+        // workqueue mode the drain is work queued on each CPU with pages, which the task
+        // waits for before it retries: the caller's part.
         self.unreserve_highatomic_pageblock(ac, false, events);
-        self.drain_all_for_retry(ac, events);
+        if let DrainAll::Queued(work) = self.drain_all_pages_report(None, events) {
+            return Ok(AllocAttempt::DrainQueued(work));
+        }
+        self.slowpath_after_drain(ac, with_reserve, events)
+            .map(AllocAttempt::Allocated)
+    }
+
+    /// The slow path's flags from the retry at the min watermark on: the caller's
+    /// reserve rights, if it has any (`__gfp_pfmemalloc_flags`), in place of the min mark.
+    fn slowpath_flags(&self, ac: &AllocContext<'_>) -> AllocFlags {
+        let flags = AllocFlags::slow_path(ac.gfp, ac.order);
+        let reserve = AllocFlags::pfmemalloc(ac.gfp);
+        if reserve.is_empty() {
+            flags
+        } else {
+            reserve | (flags & AllocFlags::KSWAPD)
+        }
+    }
+
+    /// The slow path after `drain_all_pages` returned: retry, then (unless
+    /// `__GFP_NORETRY`) give back the high-atomic reserve block by block, retrying after
+    /// each.
+    fn slowpath_after_drain<E: LockEvents>(
+        &self,
+        ac: &AllocContext<'_>,
+        flags: AllocFlags,
+        events: &mut E,
+    ) -> Result<Pfn, AllocError> {
         if let Some(pfn) = self.get_page_from_freelist(ac, flags, events) {
             return Ok(pfn);
         }
@@ -613,20 +761,6 @@ impl PageAllocator {
             }
         }
         Err(AllocError::OutOfMemory { order: ac.order })
-    }
-
-    /// The slow path's `drain_all_pages(NULL)`. In workqueue mode the core cannot wait
-    /// for other CPUs to run their work, so it drains only the caller's pagesets; the
-    /// runtime and simulator drive queued work themselves.
-    fn drain_all_for_retry<E: LockEvents>(&self, ac: &AllocContext<'_>, events: &mut E) {
-        match self.policy.drain {
-            DrainMode::Direct => {
-                self.drain_all_pages_report(None, events);
-            }
-            DrainMode::Workqueue => {
-                self.drain_local_pages_report(ac.caller.cpu, None, events);
-            }
-        }
     }
 
     /// Give back one high-atomic pageblock of the first eligible zone that has one to give

@@ -10,8 +10,11 @@
 //! queued on each CPU with pages, each CPU drains itself when it runs the work, and the
 //! caller waits). The core has no threads, so the workqueue wait is split into
 //! [`DrainAll::Queued`] and [`PageAllocator::drain_work_finished`]; each target CPU runs
-//! [`PageAllocator::run_drain_work`] at its next safe point (the runtime's worker, the
-//! simulator's scheduler, `mmkit pcp-script`'s `run-work` line).
+//! [`PageAllocator::run_drain_work`] at its next safe point (the simulator's scheduler,
+//! `mmkit pcp-script`'s `run-work` line), or the caller runs every target's work at once
+//! (the plain allocation entry points, which the runtime uses). The allocation slow
+//! path's drain returns its work the same way
+//! ([`AllocAttempt::DrainQueued`](super::AllocAttempt::DrainQueued)).
 //!
 //! The workqueue mode is Gorman 2017's (4.11): the work function
 //! `drain_local_pages_wq` calls `drain_local_pages(NULL)`, so a target CPU drains **every**
@@ -267,12 +270,14 @@ impl PageAllocator {
         let state = &self.drain_work;
         if !state.try_lock() {
             if zone.is_none() {
+                events.drain_all(true);
                 return DrainAll::Skipped;
             }
             while !state.try_lock() {
                 crate::sync::spin_loop();
             }
         }
+        events.drain_all(false);
         let zones: &[Zone] = match zone.and_then(|id| self.zone(id.node, id.zone_type)) {
             Some(zone) => core::slice::from_ref(zone),
             None => &self.zones,

@@ -81,11 +81,11 @@ pub struct ZoneLockHold {
     pub splits: u64,
 }
 
-/// Receives what an allocator call did, as it does it. Both methods default to doing
+/// Receives what an allocator call did, as it does it. Every method defaults to doing
 /// nothing, so a sink implements only what it wants; `()` is the sink that wants nothing
 /// (the plain entry points use it), and `Vec<ZoneLockHold>` collects the holds.
 ///
-/// Both run inside the allocator with its locks held, as a Linux tracepoint's probe
+/// They run inside the allocator, most with its locks held, as a Linux tracepoint's probe
 /// does: they must not call into the allocator.
 ///
 /// # Example
@@ -151,6 +151,15 @@ pub trait LockEvents {
     #[inline(always)]
     fn pcp_hit(&mut self, zone: usize, cpu: CpuId, blocks: u64) {
         let _ = (zone, cpu, blocks);
+    }
+
+    /// A `drain_all_pages` call (the allocator's slow path's among them) took the drain
+    /// mutex and drained or queued work (`skipped` false), or found another drain running
+    /// and returned (`skipped` true, a global request). Reported before its drains, with
+    /// no lock held: a caller that reclaims counts its drains by it.
+    #[inline(always)]
+    fn drain_all(&mut self, skipped: bool) {
+        let _ = skipped;
     }
 }
 

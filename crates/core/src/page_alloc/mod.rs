@@ -73,6 +73,7 @@ pub(crate) fn test_allocator() -> PageAllocator {
     .unwrap()
 }
 
+pub use self::alloc::AllocAttempt;
 pub use allocator::{InitError, KswapdState, PageAllocator};
 pub use buddy::ZoneLocked;
 pub use drain::{DrainAll, DrainCaller, DrainMutexGuard, DrainWork};

@@ -9,18 +9,20 @@
 //! and at the end of a loop its pages stay cached (no `MADV_PAGEOUT`: a streaming
 //! reader). A fault the allocator refuses does what `__alloc_pages_direct_reclaim` does:
 //! reclaim a batch of the node's oldest cache pages (`SWAP_CLUSTER_MAX`, freed from the
-//! faulting CPU, so onto its pageset), retry; if the retry fails too, because the free
-//! pages sit on pagesets while the zone is below its watermark, `drain_all_pages(NULL)`
-//! through the core and retry again; the fault fails after `MAX_RECLAIM_RETRIES` rounds
-//! in a row that found nothing to reclaim (`should_reclaim_retry`). The drain is
-//! the policy's ([`mmkit_core::DrainMode`]): direct, the faulting CPU locks and empties
-//! every pageset that has pages and is charged for it; workqueue, each such CPU runs the
-//! drain work at its next step (a kworker runs once the task it preempts reaches a
-//! scheduling point) and the faulting process sleeps until the last has run it.
+//! faulting CPU, so onto its pageset), then retry through the core's slow path, which
+//! drains every pageset (`drain_all_pages(NULL)`) when the retry fails, because the free
+//! pages sit on pagesets while the zone is below its watermark, and retries again; the
+//! fault fails after `MAX_RECLAIM_RETRIES` rounds in a row that found nothing to
+//! reclaim (`should_reclaim_retry`). The drain is the policy's
+//! ([`mmkit_core::DrainMode`]): direct, the faulting CPU locks and empties every
+//! pageset that has pages and is charged for it; workqueue, the core returns the queued
+//! work ([`AllocAttempt::DrainQueued`]), each target CPU runs it at its next step (a
+//! kworker runs once the task it preempts reaches a scheduling point), and the faulting
+//! process sleeps until the last has run it, then resumes its allocation in the core.
 
 use std::collections::VecDeque;
 
-use mmkit_core::page_alloc::{DrainAll, DrainWork, Gfp};
+use mmkit_core::page_alloc::{AllocAttempt, DrainWork, Gfp};
 use mmkit_core::{Order, Pfn};
 use serde::{Deserialize, Serialize};
 
@@ -99,8 +101,14 @@ const MAX_RECLAIM_RETRIES: u32 = 16;
 
 /// The allocation a fault tries first: the process's flags without direct reclaim, so the
 /// allocator wakes kswapd and retries at the min watermark but neither reclaims nor
-/// drains; the workload reclaims and drains itself, as `__alloc_pages_direct_reclaim`.
+/// drains; the workload then reclaims itself, as `__alloc_pages_direct_reclaim` does.
 const GFP_NO_DIRECT_RECLAIM: Gfp = Gfp::HIGHUSER_MOVABLE.difference(Gfp::DIRECT_RECLAIM);
+
+/// The retry after a reclaim round: the process's flags, so the core's slow path drains
+/// every pageset and retries (`__alloc_pages_direct_reclaim`'s `drain_all_pages`), with
+/// `__GFP_NORETRY` so that it returns to the workload's own retry loop
+/// (`should_reclaim_retry`, below) instead of giving up the high-atomic reserve.
+const GFP_RETRY_AFTER_RECLAIM: Gfp = Gfp::HIGHUSER_MOVABLE.union(Gfp::NORETRY);
 
 /// Where a process of the direct-reclaim variant is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,22 +118,20 @@ enum Phase {
     /// Faulting the loop's pages.
     Fault,
     /// In direct reclaim for a refused fault: `to_free` pages still to reclaim in this
-    /// round, then a retry; `drained` once the round drained the pagesets; `fruitless`
-    /// rounds in a row found nothing to reclaim (`no_progress_loops`).
-    Reclaim {
-        to_free: u64,
-        fruitless: u32,
-        drained: bool,
-    },
-    /// Asleep until every CPU given drain work has run it.
+    /// round, then a retry; `fruitless` rounds in a row found nothing to reclaim
+    /// (`no_progress_loops`).
+    Reclaim { to_free: u64, fruitless: u32 },
+    /// Asleep in the retry's `drain_all_pages` until every CPU given drain work has run it.
     WaitDrain { fruitless: u32 },
 }
 
-/// A workqueue-mode drain in progress: who waits for it, since when.
+/// A workqueue-mode drain in progress: who waits for it, since when, and whether every
+/// target has run it.
 struct PendingDrain {
     requester: u32,
     since_ns: u64,
     work: DrainWork,
+    ran: bool,
 }
 
 struct Process {
@@ -203,20 +209,8 @@ impl Pageout {
         match phase {
             Phase::Fill => self.fill(sim, cpu),
             Phase::Fault => self.fault(sim, cpu),
-            Phase::Reclaim {
-                to_free,
-                fruitless,
-                drained,
-            } => self.reclaim(sim, cpu, to_free, fruitless, drained),
-            Phase::WaitDrain { fruitless } => {
-                // Woken: the drain is over; retry.
-                self.procs[cpu as usize].phase = Phase::Reclaim {
-                    to_free: 0,
-                    fruitless,
-                    drained: true,
-                };
-                Ok(Step::Continue)
-            }
+            Phase::Reclaim { to_free, fruitless } => self.reclaim(sim, cpu, to_free, fruitless),
+            Phase::WaitDrain { fruitless } => self.resume_after_drain(sim, cpu, fruitless),
         }
     }
 
@@ -271,7 +265,6 @@ impl Pageout {
                 self.procs[cpu as usize].phase = Phase::Reclaim {
                     to_free: SWAP_CLUSTER_MAX,
                     fruitless: 0,
-                    drained: false,
                 };
             }
             Err(e) => return Err(e),
@@ -288,15 +281,15 @@ impl Pageout {
     }
 
     /// Direct reclaim: free the round's pages one per step (each free is a zone-lock
-    /// request at its own time), then retry; drain once per round; give up after
-    /// `MAX_RECLAIM_RETRIES` rounds in a row that found nothing to reclaim.
+    /// request at its own time), then retry through the core's slow path, which drains
+    /// once per round; give up after `MAX_RECLAIM_RETRIES` rounds in a row that found
+    /// nothing to reclaim.
     fn reclaim(
         &mut self,
         sim: &mut Sim,
         cpu: u32,
         to_free: u64,
         fruitless: u32,
-        drained: bool,
     ) -> Result<Step, SimError> {
         let node = sim.allocator().topology().cpu_node(cpu).unwrap_or(0) as usize;
         if to_free > 0 {
@@ -314,35 +307,43 @@ impl Pageout {
                     Phase::Reclaim {
                         to_free: to_free - 1,
                         fruitless: 0,
-                        drained,
                     }
                 }
                 // Nothing left on this node to reclaim: retry with what there is.
                 None => Phase::Reclaim {
                     to_free: 0,
                     fruitless: fruitless + 1,
-                    drained,
                 },
             };
             self.procs[cpu as usize].phase = phase;
             return Ok(Step::Continue);
         }
-        match sim.alloc_touch(cpu, GFP_NO_DIRECT_RECLAIM, Order::ZERO, 64) {
-            Ok(pfn) => {
+        let calls = sim.drain_all_calls();
+        let attempt = sim.alloc_touch_may_wait(cpu, GFP_RETRY_AFTER_RECLAIM, Order::ZERO, 64);
+        self.count_drain_alls(sim, calls);
+        match attempt {
+            Ok(AllocAttempt::Allocated(pfn)) => {
                 self.faulted(cpu, pfn);
-                return Ok(Step::Continue);
+                Ok(Step::Continue)
             }
-            Err(SimError::OutOfMemory { .. }) => {}
-            Err(e) => return Err(e),
+            Ok(AllocAttempt::DrainQueued(work)) => {
+                Ok(self.wait_for_drain(sim, cpu, work, fruitless))
+            }
+            Err(SimError::OutOfMemory { .. }) => self.next_round(cpu, fruitless),
+            Err(e) => Err(e),
         }
-        if !drained {
-            self.procs[cpu as usize].phase = Phase::Reclaim {
-                to_free: 0,
-                fruitless,
-                drained: true,
-            };
-            return Ok(self.drain_all(sim, cpu, fruitless));
-        }
+    }
+
+    /// Add the `drain_all_pages` calls made since `before` to the stats.
+    fn count_drain_alls(&mut self, sim: &Sim, before: (u64, u64)) {
+        let (done, skipped) = sim.drain_all_calls();
+        self.reclaim_stats.drains += done - before.0;
+        self.reclaim_stats.drains_skipped += skipped - before.1;
+    }
+
+    /// The retry failed even after the drain: another round, unless too many in a row
+    /// found nothing to reclaim.
+    fn next_round(&mut self, cpu: u32, fruitless: u32) -> Result<Step, SimError> {
         if fruitless >= MAX_RECLAIM_RETRIES {
             return Err(SimError::OutOfMemory { cpu, order: 0 });
         }
@@ -350,48 +351,41 @@ impl Pageout {
         self.procs[cpu as usize].phase = Phase::Reclaim {
             to_free: SWAP_CLUSTER_MAX,
             fruitless,
-            drained: false,
         };
         Ok(Step::Continue)
     }
 
-    /// `drain_all_pages(NULL)` from `cpu`'s direct reclaim.
-    fn drain_all(&mut self, sim: &mut Sim, cpu: u32, fruitless: u32) -> Step {
-        match sim.drain_all_pages(cpu) {
-            DrainAll::Done { .. } => self.reclaim_stats.drains += 1,
-            DrainAll::Skipped | DrainAll::FromWorker => self.reclaim_stats.drains_skipped += 1,
-            DrainAll::Queued(work) => {
-                self.reclaim_stats.drains += 1;
-                let now = sim.now(cpu);
-                let targets: Vec<u32> = sim.allocator().drain_work_cpus(&work).collect();
-                for target in targets {
-                    if target != cpu {
-                        sim.wake(target, now);
-                    }
-                }
-                self.drain = Some(PendingDrain {
-                    requester: cpu,
-                    since_ns: now,
-                    work,
-                });
-                // Its own work runs while it sleeps in `flush_work`.
-                if sim.allocator().drain_work_pending(cpu) {
-                    sim.run_drain_work(cpu);
-                }
-                if self.finish_drain(sim, cpu) {
-                    return Step::Continue;
-                }
-                self.procs[cpu as usize].phase = Phase::WaitDrain { fruitless };
-                return Step::Wait;
+    /// The retry's `drain_all_pages(NULL)` queued work (workqueue mode): wake each target,
+    /// run this CPU's own work (its kworker runs while the task sleeps in `flush_work`),
+    /// and sleep until the last target has run it.
+    fn wait_for_drain(&mut self, sim: &mut Sim, cpu: u32, work: DrainWork, fruitless: u32) -> Step {
+        let now = sim.now(cpu);
+        let targets: Vec<u32> = sim.allocator().drain_work_cpus(&work).collect();
+        for target in targets {
+            if target != cpu {
+                sim.wake(target, now);
             }
         }
-        Step::Continue
+        self.drain = Some(PendingDrain {
+            requester: cpu,
+            since_ns: now,
+            work,
+            ran: false,
+        });
+        self.procs[cpu as usize].phase = Phase::WaitDrain { fruitless };
+        if sim.allocator().drain_work_pending(cpu) {
+            sim.run_drain_work(cpu);
+        }
+        if self.finish_drain(sim, cpu) {
+            return Step::Continue;
+        }
+        Step::Wait
     }
 
-    /// After `cpu` ran drain work: if every target has, release the drain and wake the
-    /// process that waits for it. Returns whether the drain is over.
+    /// After `cpu` ran drain work: if every target has, wake the process that waits for
+    /// it. Returns whether the drain work is all done.
     fn finish_drain(&mut self, sim: &mut Sim, cpu: u32) -> bool {
-        let Some(drain) = &self.drain else {
+        let Some(drain) = &mut self.drain else {
             return false;
         };
         let allocator = sim.allocator();
@@ -401,15 +395,43 @@ impl Pageout {
         {
             return false;
         }
-        let finished = allocator.drain_work_finished(&drain.work);
-        debug_assert!(finished, "every target ran its work");
-        let drain = self.drain.take().expect("checked");
-        let now = sim.now(cpu);
-        self.reclaim_stats.drain_wait_ns += now.saturating_sub(drain.since_ns);
+        drain.ran = true;
         if drain.requester != cpu {
+            let now = sim.now(cpu);
             sim.wake(drain.requester, now);
         }
         true
+    }
+
+    /// Awake in `WaitDrain`: once every target ran its work, the core retries the
+    /// allocation and releases the drain mutex (`__drain_all_pages` after its last
+    /// `flush_work`); a wake-up before that sleeps again.
+    fn resume_after_drain(
+        &mut self,
+        sim: &mut Sim,
+        cpu: u32,
+        fruitless: u32,
+    ) -> Result<Step, SimError> {
+        let ready = self
+            .drain
+            .as_ref()
+            .is_some_and(|d| d.requester == cpu && d.ran);
+        if !ready {
+            return Ok(Step::Wait);
+        }
+        let drain = self.drain.take().expect("checked");
+        self.reclaim_stats.drain_wait_ns += sim.now(cpu).saturating_sub(drain.since_ns);
+        let attempt =
+            sim.alloc_touch_after_drain(cpu, GFP_RETRY_AFTER_RECLAIM, Order::ZERO, 64, drain.work);
+        match attempt {
+            Ok(AllocAttempt::Allocated(pfn)) => {
+                self.faulted(cpu, pfn);
+                Ok(Step::Continue)
+            }
+            Ok(AllocAttempt::DrainQueued(_)) => unreachable!("every target ran its work"),
+            Err(SimError::OutOfMemory { .. }) => self.next_round(cpu, fruitless),
+            Err(e) => Err(e),
+        }
     }
 }
 
