@@ -13,13 +13,13 @@
 //! the entire map moved to one PTE map per page, 511 more references), which a range
 //! operation on part of a PMD (`MADV_DONTNEED`), `MADV_PAGEOUT` of part of one,
 //! `split_folio` and reclaim's `try_to_unmap` (`TTU_SPLIT_HUGE_PMD`) run first. Where we
-//! differ: no huge zero page (a read fault allocates the THP), no PMD swap or migration
-//! entries (reclaim splits the PMD and swaps per page, as 6.7 does without a THP swap
-//! cluster), no deposited page table (an empty range whose PTEs `MADV_DONTNEED` cleared
-//! counts as `pmd_none`, so the next fault there may map a THP where Linux, which keeps
-//! the emptied page table, maps one page), and fork refuses to copy a PMD whose later
-//! split the 16-bit reference count could not hold (127 sharers of a THP at most, as
-//! when PTEs map it).
+//! differ: no huge zero page (a read fault allocates the THP), no PMD migration entries
+//! (reclaim splits the PMD and swaps the folio whole, one swap entry per PTE, as 6.7 does
+//! when it gets a THP swap cluster), no deposited page table (an empty range whose PTEs
+//! `MADV_DONTNEED` cleared counts as `pmd_none`, so the next fault there may map a THP
+//! where Linux, which keeps the emptied page table, maps one page), and fork refuses to
+//! copy a PMD whose later split the 16-bit reference count could not hold (127 sharers
+//! of a THP at most, as when PTEs map it).
 //!
 //! Deferred split, Linux counterpart (v6.7, `mm/huge_memory.c`): `deferred_split_folio`,
 //! `deferred_split_count` / `deferred_split_scan` (the `deferred_split_shrinker`, which
@@ -31,8 +31,9 @@
 //! in 6.8), whenever a PTE unmap leaves one of its pages unmapped, even the last (the
 //! folio is then freed and leaves the queue), and when the last PMD unmap leaves some
 //! pages mapped by PTEs and others not (`nr < nr_pmdmapped`); not while reclaim unmaps
-//! it for swap-out (`folio_test_swapcache`). Every folio of the mapping layer is charged to a cgroup, so
-//! the per-memcg queue is the one in use; the per-node queue takes folios without one.
+//! it for swap-out (`folio_test_swapcache`). Every folio of the mapping layer is charged
+//! to a cgroup, so the per-memcg queue is the one in use; the per-node queue takes folios
+//! without one.
 //! Where we differ: `do_shrink_slab`'s deferred work (`nr_deferred`, carried from one call
 //! to the next) is not kept; each call scans `2 × (queue >> priority)` folios in batches
 //! of 128 as `do_shrink_slab` does without it.

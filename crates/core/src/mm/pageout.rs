@@ -41,10 +41,10 @@ pub struct PageoutOutcome {
 
 impl Memory {
     /// `split_folio`: make each page of a large folio its own order-0 folio. PMDs that
-    /// map it are split into PTEs first; map counts stay; each page gets the references its PTEs (and the page cache) hold, and an
-    /// anonymous page that no PTE maps (copy-on-write moved its mappings to copies) is
-    /// freed, as `__split_huge_page` frees it. Refused (`Ok(false)`) if anyone else holds
-    /// a reference.
+    /// map it are split into PTEs first; map counts stay; each page gets the references
+    /// its PTEs (and the page cache) hold, and an anonymous page that no PTE maps
+    /// (copy-on-write moved its mappings to copies) is freed, as `__split_huge_page`
+    /// frees it. Refused (`Ok(false)`) if anyone else holds a reference.
     pub fn split_folio(&mut self, caller: Caller, folio: Folio) -> Result<bool, MmError> {
         if folio.order == Order::ZERO {
             return Ok(true);

@@ -104,9 +104,10 @@ impl Memory {
 
     /// `try_to_unmap` with `TTU_SPLIT_HUGE_PMD` (reclaim sets it for a PMD-sized folio):
     /// split every PMD that maps `folio` into PTEs, then clear every PTE that maps it,
-    /// moving each PTE's dirty bit to the folio. Anonymous pages get the swap entry `swap[i]` for page `i`, which gains a
-    /// user per PTE (`swap_duplicate`); file pages get an empty entry. The rmap is removed per page or per run of consecutive pages, as
-    /// the policy says; the caller must hold its own reference, so the folio is never
+    /// moving each PTE's dirty bit to the folio. Anonymous pages get the swap entry
+    /// `swap[i]` for page `i`, which gains a user per PTE (`swap_duplicate`); file pages
+    /// get an empty entry. The rmap is removed per page or per run of consecutive pages,
+    /// as the policy says; the caller must hold its own reference, so the folio is never
     /// freed here. Returns the PTEs cleared.
     pub fn try_to_unmap(
         &mut self,

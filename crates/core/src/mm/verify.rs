@@ -5,8 +5,8 @@
 //! equals the pages with a map; each PMD entry is aligned, over empty PTEs, and maps a
 //! held anonymous THP whole, whose entire map count equals the PMDs that map it; the
 //! reference count equals the PTE and PMD maps plus the page cache's references; the
-//! `NR_*_MAPPED` statistics (a PMD maps every page), `NR_ANON_THPS` and every address space's counters
-//! equal what the page tables hold; each swap slot's count equals the swap entries naming
+//! `NR_*_MAPPED` statistics (a PMD maps every page), `NR_ANON_THPS` and every address
+//! space's counters equal what the page tables hold; each swap slot's count equals the swap entries naming
 //! it; the page cache and the side table agree; an anonymous page is mapped only where its
 //! anon_vma's chains reach (so the rmap walk finds every mapping), and each mapping's
 //! `anon_vma_chain` and the anon_vmas' chains name each other, in one fork tree; a folio
