@@ -298,3 +298,19 @@ fn verify_fails_on_an_entire_map_count_no_pmd_accounts_for() {
     let err = m.verify().unwrap_err();
     assert!(err.contains("entire map count 2, 1 PMDs"), "{err}");
 }
+
+#[test]
+fn a_folio_larger_than_a_pmd_is_mapped_by_ptes() {
+    // Only PMD-sized folios get a PMD: an order-10 folio spans two PMD ranges.
+    let mut m = Memory::new(allocator(8192), MmPolicy::V6_7, 0);
+    let mm = m.create_mm();
+    m.mmap_anon(mm, START, PAGES, Order::new(10).unwrap())
+        .unwrap();
+    let fault = m.access(CALLER, mm, START + 700, false, &mut NoIo).unwrap();
+    assert_eq!(fault.folio.order, Order::new(10).unwrap());
+    let space = m.mm(mm).unwrap();
+    assert!(space.pmd(START).is_none());
+    assert_eq!(space.pte(START + 700).pfn(), Some(fault.pfn));
+    assert_eq!(m.stats().anon_thps, 0);
+    m.verify().unwrap();
+}

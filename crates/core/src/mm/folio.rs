@@ -25,7 +25,7 @@
 //!
 //! Not modelled: `_pincount`.
 
-use super::huge_memory::pmd_mappable;
+use super::huge_memory::{pmd_mappable, HPAGE_PMD_ORDER};
 use crate::page::{Order, Page, PageFlags, Pfn, NO_PFN};
 use crate::page_alloc::MemMap;
 
@@ -152,7 +152,7 @@ impl Folio {
     /// `folio_add_new_anon_rmap` of a PMD-sized folio): one more PMD maps the whole folio.
     pub fn add_rmap_pmd(&self, mem_map: &MemMap) -> Result<PmdRmap, CountOverflow> {
         assert!(
-            pmd_mappable(self.order),
+            self.order.get() == HPAGE_PMD_ORDER,
             "only a PMD-sized folio has a PMD map"
         );
         let page = mem_map.page(self.pfn.add(ENTIRE_MAPCOUNT_PAGE));

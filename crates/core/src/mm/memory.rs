@@ -1257,8 +1257,9 @@ impl Memory {
             },
         );
         self.memcgs.group_mut(memcg).events.pgfault += 1;
-        if super::huge_memory::pmd_mappable(folio.order) {
-            // `do_huge_pmd_anonymous_page`: one PMD maps the whole folio.
+        if folio.order.get() == super::huge_memory::HPAGE_PMD_ORDER {
+            // `do_huge_pmd_anonymous_page`: one PMD maps the whole folio (a larger folio
+            // spans several PMD ranges and is mapped by PTEs).
             self.map_huge_pmd(caller, mm, base, folio)?;
         } else {
             self.map_pages(caller, mm, base, folio, folio.pfn, folio.nr_pages(), true)?;

@@ -19,7 +19,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use super::folio::Folio;
-use super::huge_memory::{pmd_base, pmd_mappable, HPAGE_PMD_NR};
+use super::huge_memory::{pmd_base, HPAGE_PMD_NR, HPAGE_PMD_ORDER};
 use super::lru::{LruList, NR_LRU_LISTS};
 use super::memcg::{MappedStat, MemcgId, MemcgState};
 use super::memory::{Mapping, Memory, MmCounters, Vma, VmaKind, Vpn};
@@ -357,7 +357,7 @@ impl Memory {
         };
         let info = self.folios.get(&head);
         ensure!(
-            info.is_some_and(|i| pmd_mappable(i.folio.order)),
+            info.is_some_and(|i| i.folio.order.get() == HPAGE_PMD_ORDER),
             "mm {id}: PMD at {base:#x} maps {head:?}, not the head of a THP the layer holds"
         );
         let info = info.expect("checked");
