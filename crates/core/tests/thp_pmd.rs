@@ -314,3 +314,18 @@ fn a_folio_larger_than_a_pmd_is_mapped_by_ptes() {
     assert_eq!(m.stats().anon_thps, 0);
     m.verify().unwrap();
 }
+
+#[test]
+fn memory_stat_counts_the_pmd_mapped_thps_of_the_cgroup() {
+    let (mut m, mm) = machine(MmPolicy::V6_7, 0);
+    let group = m.create_memcg(MemcgId::ROOT).unwrap();
+    m.set_mm_memcg(mm, group).unwrap();
+    m.access(CALLER, mm, START, false, &mut NoIo).unwrap();
+    let stat = m.memcgs().memory_stat(group).unwrap();
+    assert!(stat.contains("anon_thp 2097152\n"), "{stat}");
+    // A split PMD leaves the THP PTE-mapped: no longer counted.
+    m.madvise_dontneed(CALLER, mm, START, 1).unwrap();
+    let stat = m.memcgs().memory_stat(MemcgId::ROOT).unwrap();
+    assert!(stat.contains("anon_thp 0\n"), "{stat}");
+    m.verify().unwrap();
+}

@@ -239,7 +239,7 @@ impl Memory {
         let added = folio.add_rmap_pmd(mem_map)?;
         debug_assert!(added.first_or_last && added.pages == HPAGE_PMD_NR);
         self.mod_mapped_state(caller, folio, true, added.pages as i64);
-        self.stats.anon_thps += 1;
+        self.mod_anon_thps(folio, 1);
         let space = self.mm_mut(mm)?;
         space.counters.anon_pages += HPAGE_PMD_NR;
         let vma = space.find_vma_mut(base).expect("checked by the fault");
@@ -349,7 +349,7 @@ impl Memory {
         let removed = folio.remove_rmap_pmd(mem_map);
         debug_assert_eq!(removed.pages, 0, "every page is PTE-mapped now");
         if removed.first_or_last {
-            self.stats.anon_thps -= 1;
+            self.mod_anon_thps(folio, -1);
         }
     }
 
@@ -382,6 +382,23 @@ impl Memory {
         self.folio_put(caller, folio, 1)
     }
 
+    /// `NR_ANON_THPS` of the machine and of the folio's cgroup, by `delta` folios.
+    fn mod_anon_thps(&mut self, folio: Folio, delta: i64) {
+        self.stats.anon_thps = self
+            .stats
+            .anon_thps
+            .checked_add_signed(delta)
+            .expect("PMD-mapped THPs go negative");
+        let memcg = MemcgId(folio.head(self.mem_map(folio.pfn)).memcg_id());
+        if memcg.0 != 0 {
+            let group = self.memcgs.group_mut(memcg);
+            group.anon_thp = group
+                .anon_thp
+                .checked_add_signed(delta * HPAGE_PMD_NR as i64)
+                .expect("a cgroup's PMD-mapped THP pages go negative");
+        }
+    }
+
     /// `page_remove_rmap(.., compound = true)` with its statistics: `NR_ANON_THPS` and
     /// `NR_ANON_MAPPED` when the last PMD map goes, and the deferred split queue when that
     /// leaves the folio partly mapped.
@@ -390,7 +407,7 @@ impl Memory {
         if !removed.first_or_last {
             return;
         }
-        self.stats.anon_thps -= 1;
+        self.mod_anon_thps(folio, -1);
         if removed.pages != 0 {
             self.mod_mapped_state(caller, folio, true, -(removed.pages as i64));
         }

@@ -501,9 +501,13 @@ impl Memory {
             self.folios.len()
         );
         let mut mapped: BTreeMap<u16, [i64; 2]> = BTreeMap::new();
+        let mut anon_thp: BTreeMap<u16, u64> = BTreeMap::new();
         for info in self.folios.values() {
             let head = info.folio.head(self.mem_map(info.folio.pfn));
             let mem_map = self.mem_map(info.folio.pfn);
+            if info.folio.entire_mapcount(mem_map) > 0 {
+                *anon_thp.entry(head.memcg_id()).or_default() += info.folio.nr_pages();
+            }
             let item = if head.flags().contains(PageFlags::SWAPBACKED) {
                 MappedStat::Anon
             } else {
@@ -526,6 +530,13 @@ impl Memory {
                 group.id.0,
                 group.anon,
                 group.file
+            );
+            let thp = anon_thp.get(&group.id.0).copied().unwrap_or(0);
+            ensure!(
+                group.anon_thp == thp,
+                "memcg {}: anon_thp {} pages, PMD-mapped THPs charged here {thp}",
+                group.id.0,
+                group.anon_thp
             );
             let expected = mapped.get(&group.id.0).copied().unwrap_or_default();
             for item in [MappedStat::Anon, MappedStat::File] {
