@@ -12,7 +12,7 @@ use common::{allocator, NoIo};
 use mmkit_core::mm::huge_memory::DeferredSplitQueue;
 use mmkit_core::mm::memcg::MemcgId;
 use mmkit_core::mm::{Folio, Memory, MmError, MmId, PteState, ReclaimResult, Vpn};
-use mmkit_core::page_alloc::Caller;
+use mmkit_core::page_alloc::{Caller, Gfp};
 use mmkit_core::{MmPolicy, Order, RmapRemoval};
 
 const CALLER: Caller = Caller::task(0);
@@ -328,4 +328,28 @@ fn memory_stat_counts_the_pmd_mapped_thps_of_the_cgroup() {
     let stat = m.memcgs().memory_stat(MemcgId::ROOT).unwrap();
     assert!(stat.contains("anon_thp 0\n"), "{stat}");
     m.verify().unwrap();
+}
+
+#[test]
+fn a_thp_fault_that_gets_no_thp_falls_back_to_one_page() {
+    let (mut m, mm) = machine(MmPolicy::V6_7, 0);
+    m.access(CALLER, mm, START, false, &mut NoIo).unwrap();
+    // Take every block of order 9 or more the allocator has left.
+    let mut held = Vec::new();
+    while let Ok(pfn) = m
+        .allocator()
+        .alloc_pages(CALLER, Gfp::HIGHUSER_MOVABLE, thp_order())
+    {
+        held.push(pfn);
+    }
+    let fault = m.access(CALLER, mm, START + 512, false, &mut NoIo).unwrap();
+    assert_eq!(fault.folio.order, Order::ZERO);
+    assert!(m.mm(mm).unwrap().pmd(START + 512).is_none());
+    let stats = m.stats();
+    assert_eq!((stats.thp_fault_alloc, stats.thp_fault_fallback), (1, 1));
+    assert_eq!(stats.anon_thps, 1);
+    m.verify().unwrap();
+    for pfn in held {
+        m.allocator().free_pages(CALLER, pfn, thp_order()).unwrap();
+    }
 }

@@ -273,6 +273,11 @@ pub struct MmStats {
     /// `thp_deferred_split_page`: PMD-sized anonymous folios put on a deferred split
     /// queue.
     pub thp_deferred_split_page: u64,
+    /// `thp_fault_alloc`: faults that allocated a THP to map with a PMD.
+    pub thp_fault_alloc: u64,
+    /// `thp_fault_fallback`: faults where the THP allocation failed and one page was
+    /// mapped instead.
+    pub thp_fault_fallback: u64,
     /// `pgreuse`: write faults on a write-protected page that kept the page
     /// (`wp_page_reuse`).
     pub pgreuse: u64,
@@ -782,9 +787,10 @@ impl Memory {
     }
 
     /// An access to `vpn`: a fault if nothing is mapped there (anonymous: allocate and
-    /// zero; file: find or read the page-cache folio; swap: read the page back) or if a
-    /// `write` finds the page write-protected by fork (reuse or copy it), then the
-    /// hardware's accessed bit, and the dirty bit on a `write`.
+    /// zero, a PMD-sized folio mapped by a PMD where it fits; file: find or read the
+    /// page-cache folio; swap: read the page back) or if a `write` finds the page or its
+    /// PMD write-protected by fork (reuse or copy it; a shared PMD is split first), then
+    /// the hardware's accessed bit, and the dirty bit on a `write`, on the PTE or PMD.
     pub fn access(
         &mut self,
         caller: Caller,
@@ -1246,6 +1252,13 @@ impl Memory {
         };
         let memcg = self.mm(mm)?.memcg;
         let folio = self.alloc_folio_or_page(caller, order, 0, 0, memcg, true, io)?;
+        if order.get() == super::huge_memory::HPAGE_PMD_ORDER {
+            if folio.order == order {
+                self.stats.thp_fault_alloc += 1;
+            } else {
+                self.stats.thp_fault_fallback += 1;
+            }
+        }
         let base = if folio.order == order { base } else { vpn };
         io.zero(folio.pfn, folio.nr_pages());
         self.folios.insert(
