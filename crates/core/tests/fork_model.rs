@@ -1,19 +1,24 @@
 //! fork, copy-on-write and the deferred split queue against a naive per-PTE model.
 //!
 //! Up to four processes, each with an anonymous mapping of order-4 folios, one of single
-//! pages and one of PMD-sized (order-9) folios mapped by PTEs, run random sequences of reads and writes, forks, exits, `munmap` + `mmap`
-//! again, reclaim of single folios (to swap, so swap entries are shared after fork too),
-//! splits, and rmap walks. The model keeps, per process and virtual page, which page of
-//! which folio it maps (and whether fork write-protected it) or which swapped page it
-//! holds, and the data each page holds; it predicts every copy-on-write decision (6.7:
-//! reuse when this PTE holds the folio's only reference, else copy into an order-0 page),
-//! and from its PTEs alone it computes every page's map count, each folio's
-//! `_nr_pages_mapped` and reference count, `NR_ANON_MAPPED`, each swap slot's count, the
-//! set of folios still allocated, how many mappings an rmap walk must find, and which THPs
-//! are on the deferred split queue (6.7: a PTE unmap that leaves a page of one unmapped
-//! queues it, reclaim's unmap does not, a split or free takes it off) with the
-//! `thp_deferred_split_page` and `thp_split_page` events; the shrinker's scan splits
-//! every queued folio and frees its unmapped pages. After
+//! pages and one of PMD-sized (order-9) folios, which a fault maps with one PMD, run
+//! random sequences of reads and writes, forks, exits, `munmap` + `mmap` again,
+//! `MADV_DONTNEED` of part or all of a mapping (a PMD it covers in part is split first),
+//! reclaim of single folios (to swap, so swap entries are shared after fork too; a PMD is
+//! split first), splits, and rmap walks. The model keeps, per process and virtual page,
+//! which page of which folio it maps (and whether fork write-protected it) or which
+//! swapped page it holds, per process and aligned range which THP a PMD maps (and whether
+//! it is write-protected), and the data each page holds; it predicts every copy-on-write
+//! decision (6.7: reuse when this PTE or PMD holds the folio's only reference, else split
+//! a PMD and copy the page written into an order-0 page), and from its PTEs and PMDs alone
+//! it computes every page's map count, each folio's entire map count, `_nr_pages_mapped`
+//! and reference count, `NR_ANON_MAPPED`, `NR_ANON_THPS`, each swap slot's count, the set
+//! of folios still allocated, how many mappings an rmap walk must find, and which THPs are
+//! on the deferred split queue (6.7: a PTE unmap that leaves a page of one unmapped queues
+//! it; the last PMD unmap queues it only if PTEs still map some of its pages; reclaim's
+//! unmap does not, a split or free takes it off) with the `thp_deferred_split_page` and
+//! `thp_split_page` events; the shrinker's scan splits every queued folio and frees its
+//! unmapped pages. After
 //! every step the mapping layer must agree, and `Memory::verify()` must pass. Per-page and
 //! batched rmap removal (`folio_remove_rmap_ptes` with nr > 1, in zap and
 //! `try_to_unmap`, here on folios mapped by several processes) run the same sequences and
@@ -73,6 +78,14 @@ enum Op {
     },
     /// `deferred_split_scan` of the root cgroup's whole queue.
     DeferredSplitScan,
+    /// `MADV_DONTNEED` of `pages` pages from page `page` of the mapping (to its end at
+    /// most).
+    DontNeed {
+        proc: usize,
+        map: usize,
+        page: u64,
+        pages: u64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -87,8 +100,18 @@ fn op() -> impl Strategy<Value = Op> {
         1 => target.clone().prop_map(|(proc, map, page)| Op::Referenced { proc, map, page }),
         1 => target.prop_map(|(proc, map, page)| Op::Split { proc, map, page }),
         1 => Just(Op::DeferredSplitScan),
+        1 => (
+            0..MAX_PROCS,
+            0..MAPS.len(),
+            prop_oneof![0..1024u64, Just(0), Just(512)],
+            prop_oneof![1..64u64, Just(512), 1..1024u64],
+        )
+            .prop_map(|(proc, map, page, pages)| Op::DontNeed { proc, map, page, pages }),
     ]
 }
+
+/// Pages a PMD maps.
+const PMD_PAGES: u64 = 512;
 
 /// What the model says a process's virtual page holds.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -106,6 +129,9 @@ struct World {
     procs: [Option<MmId>; MAX_PROCS],
     /// Model: (process slot, virtual page) → what it holds; absent = nothing.
     ptes: BTreeMap<(usize, Vpn), ModelPte>,
+    /// Model: (process slot, first virtual page of an aligned range) → the THP its PMD
+    /// maps, and whether fork write-protected the PMD.
+    pmds: BTreeMap<(usize, Vpn), (usize, bool)>,
     /// Model: the data token of each (process slot, virtual page); absent = 0.
     tokens: HashMap<(usize, Vpn), u64>,
     /// Model folios: head pfn and order, learned when the kernel allocates them.
@@ -135,6 +161,7 @@ impl World {
             io: TokenIo::default(),
             procs: [Some(mm), None, None, None],
             ptes: BTreeMap::new(),
+            pmds: BTreeMap::new(),
             tokens: HashMap::new(),
             folios: Vec::new(),
             queued: BTreeSet::new(),
@@ -144,12 +171,19 @@ impl World {
         }
     }
 
-    /// Model PTEs mapping any page of folio `f`.
+    /// Model PTEs mapping any page of folio `f`, plus the PMDs mapping it: its
+    /// references, and what an rmap walk visits.
     fn maps_of(&self, f: usize) -> usize {
         self.ptes
             .values()
             .filter(|p| matches!(p, ModelPte::Mapped { folio, .. } if *folio == f))
             .count()
+            + self.entire_maps(f) as usize
+    }
+
+    /// PMDs mapping folio `f` (its entire map count).
+    fn entire_maps(&self, f: usize) -> u64 {
+        self.pmds.values().filter(|&&(g, _)| g == f).count() as u64
     }
 
     fn live_folios(&self) -> BTreeSet<usize> {
@@ -159,7 +193,31 @@ impl World {
                 ModelPte::Mapped { folio, .. } => Some(*folio),
                 ModelPte::Swapped { .. } => None,
             })
+            .chain(self.pmds.values().map(|&(f, _)| f))
             .collect()
+    }
+
+    /// `__split_huge_pmd` in the model: the PMD of `proc` at `base` becomes 512 PTEs with
+    /// its write protection.
+    fn model_split_pmd(&mut self, proc: usize, base: Vpn) {
+        let (folio, wp) = self.pmds.remove(&(proc, base)).expect("a PMD at base");
+        for page in 0..PMD_PAGES {
+            let pte = ModelPte::Mapped { folio, page, wp };
+            self.ptes.insert((proc, base + page), pte);
+        }
+    }
+
+    /// Split every PMD that maps folio `f`.
+    fn model_split_pmds_of(&mut self, f: usize) {
+        let keys: Vec<(usize, Vpn)> = self
+            .pmds
+            .iter()
+            .filter(|(_, &(g, _))| g == f)
+            .map(|(&k, _)| k)
+            .collect();
+        for (proc, base) in keys {
+            self.model_split_pmd(proc, base);
+        }
     }
 
     /// A folio the kernel just allocated becomes a model folio; it must not be one the
@@ -181,6 +239,15 @@ impl World {
         Folio::of_page(zone.mem_map(), pfn).unwrap()
     }
 
+    /// Entire map counts of every folio the model's PMDs map.
+    fn pmd_maps(&self) -> HashMap<usize, u64> {
+        let mut maps = HashMap::new();
+        for &(f, _) in self.pmds.values() {
+            *maps.entry(f).or_default() += 1;
+        }
+        maps
+    }
+
     /// Map counts of every page the model's PTEs map.
     fn page_maps(&self) -> HashMap<(usize, u64), u64> {
         let mut maps = HashMap::new();
@@ -197,25 +264,37 @@ impl World {
     /// leaves it.
     fn apply(&mut self, op: &Op) -> Result<(), TestCaseError> {
         let before = self.page_maps();
+        let pmd_before = self.pmd_maps();
         self.apply_op(op)?;
         let after = self.page_maps();
-        // Only PTE unmaps queue: not reclaim's (the folio is in the swap cache), and a
+        let pmd_after = self.pmd_maps();
+        // Only unmaps queue: not reclaim's (the folio is in the swap cache), and a
         // split moves maps to new folios without unmapping anything.
         let unmaps = !matches!(
             op,
             Op::Reclaim { .. } | Op::Split { .. } | Op::DeferredSplitScan
         );
         if unmaps {
-            let mut lost: Vec<usize> = before
+            // A page is mapped while a PTE maps it or a PMD maps its folio.
+            let mapped = |maps: &HashMap<(usize, u64), u64>, pmds: &HashMap<usize, u64>, f, i| {
+                maps.contains_key(&(f, i)) || pmds.contains_key(&f)
+            };
+            let thps: BTreeSet<usize> = before
                 .keys()
-                .filter(|k| !after.contains_key(k))
                 .map(|&(f, _)| f)
+                .chain(pmd_before.keys().copied())
                 .filter(|&f| self.folios[f].1.get() >= 9)
                 .collect();
-            lost.sort_unstable();
-            lost.dedup();
-            for f in lost {
-                if self.queued.insert(f) {
+            for f in thps {
+                let lost = (0..PMD_PAGES).any(|i| {
+                    mapped(&before, &pmd_before, f, i) && !mapped(&after, &pmd_after, f, i)
+                });
+                // The last PMD map's removal queues only a folio PTEs still map in part
+                // (6.7: `nr < nr_pmdmapped`); a PTE removal queues whenever a page lost
+                // its last map.
+                let last_pmd = pmd_before.contains_key(&f) && !pmd_after.contains_key(&f);
+                let pte_mapped = (0..PMD_PAGES).any(|i| after.contains_key(&(f, i)));
+                if lost && (!last_pmd || pte_mapped) && self.queued.insert(f) {
                     self.thp_deferred_split_page += 1;
                 }
             }
@@ -245,6 +324,7 @@ impl World {
                 self.memory.exit_mm(CALLER, mm).unwrap();
                 self.procs[proc] = None;
                 self.ptes.retain(|&(p, _), _| p != proc);
+                self.pmds.retain(|&(p, _), _| p != proc);
                 self.tokens.retain(|&(p, _), _| p != proc);
                 Ok(())
             }
@@ -258,10 +338,18 @@ impl World {
                 let vpns = start..start + pages;
                 self.ptes
                     .retain(|&(p, v), _| p != proc || !vpns.contains(&v));
+                self.pmds
+                    .retain(|&(p, v), _| p != proc || !vpns.contains(&v));
                 self.tokens
                     .retain(|&(p, v), _| p != proc || !vpns.contains(&v));
                 Ok(())
             }
+            Op::DontNeed {
+                proc,
+                map,
+                page,
+                pages,
+            } => self.dontneed(proc, map, page, pages),
             Op::Reclaim { proc, map, page } => self.reclaim(proc, map, page),
             Op::Referenced { proc, map, page } => {
                 let Some(ModelPte::Mapped { folio: f, .. }) = self.model_at(proc, map, page) else {
@@ -295,10 +383,55 @@ impl World {
         }
     }
 
+    /// What the model says page `page` of mapping `map` of `proc` holds: a PMD-mapped
+    /// page reads as the page of the THP it is.
     fn model_at(&self, proc: usize, map: usize, page: u64) -> Option<ModelPte> {
         self.procs[proc]?;
         let (start, pages, _) = range(map);
-        self.ptes.get(&(proc, start + page % pages)).copied()
+        let vpn = start + page % pages;
+        let base = vpn & !(PMD_PAGES - 1);
+        if let Some(&(folio, wp)) = self.pmds.get(&(proc, base)) {
+            let page = vpn - base;
+            return Some(ModelPte::Mapped { folio, page, wp });
+        }
+        self.ptes.get(&(proc, vpn)).copied()
+    }
+
+    /// `MADV_DONTNEED`: PMDs the range covers go, those it covers in part are split,
+    /// then every PTE in the range goes (the data with it).
+    fn dontneed(
+        &mut self,
+        proc: usize,
+        map: usize,
+        page: u64,
+        pages: u64,
+    ) -> Result<(), TestCaseError> {
+        let Some(mm) = self.procs[proc] else {
+            return Ok(());
+        };
+        let (start, size, _) = range(map);
+        let first = start + page % size;
+        let end = (first + pages).min(start + size);
+        self.memory
+            .madvise_dontneed(CALLER, mm, first, end - first)
+            .map_err(|e| TestCaseError::fail(format!("dontneed: {e}")))?;
+        let bases: Vec<Vpn> = self
+            .pmds
+            .range((proc, first & !(PMD_PAGES - 1))..(proc, end))
+            .map(|(&(_, b), _)| b)
+            .collect();
+        for base in bases {
+            if first <= base && base + PMD_PAGES <= end {
+                self.pmds.remove(&(proc, base));
+            } else {
+                self.model_split_pmd(proc, base);
+            }
+        }
+        for vpn in first..end {
+            self.ptes.remove(&(proc, vpn));
+            self.tokens.remove(&(proc, vpn));
+        }
+        Ok(())
     }
 
     fn access(
@@ -317,10 +450,24 @@ impl World {
             .memory
             .access(CALLER, mm, vpn, write, &mut self.io)
             .map_err(|e| TestCaseError::fail(format!("access: {e}")))?;
+        let pmd_base = vpn & !(PMD_PAGES - 1);
+        if let Some(&(f, wp)) = self.pmds.get(&(proc, pmd_base)) {
+            if write && wp && self.maps_of(f) > 1 {
+                // do_huge_pmd_wp_page falls back: split, then copy the page written.
+                self.model_split_pmd(proc, pmd_base);
+            } else {
+                let (pfn, _) = self.folios[f];
+                prop_assert_eq!(fault.pfn, pfn.add(vpn - pmd_base), "PMD at {:#x}", vpn);
+                if write {
+                    self.pmds.insert((proc, pmd_base), (f, false));
+                }
+                return self.check_data(proc, vpn, fault.pfn, write);
+            }
+        }
         match self.ptes.get(&(proc, vpn)).copied() {
             None => {
                 // do_anonymous_page: a whole aligned folio where it fits and nothing of
-                // it is mapped yet, else one page.
+                // it is mapped yet, else one page; a PMD-sized one is mapped by a PMD.
                 let nr = order.pages();
                 let base = vpn & !(nr - 1);
                 let fits = (base..base + nr).all(|v| !self.ptes.contains_key(&(proc, v)));
@@ -332,6 +479,10 @@ impl World {
                 prop_assert_eq!(fault.folio.order, order, "fault at {:#x}", vpn);
                 prop_assert_eq!(fault.pfn, fault.folio.pfn.add(vpn - base));
                 let f = self.learn(fault.folio)?;
+                if order.pages() == PMD_PAGES {
+                    self.pmds.insert((proc, base), (f, false));
+                    return self.check_data(proc, vpn, fault.pfn, write);
+                }
                 for i in 0..order.pages() {
                     let pte = ModelPte::Mapped {
                         folio: f,
@@ -376,12 +527,24 @@ impl World {
                 self.ptes.insert((proc, vpn), pte);
             }
         }
+        self.check_data(proc, vpn, fault.pfn, write)
+    }
+
+    /// The page at `pfn` that `proc` reached at `vpn` holds what the model says; a write
+    /// stores a new token.
+    fn check_data(
+        &mut self,
+        proc: usize,
+        vpn: Vpn,
+        pfn: Pfn,
+        write: bool,
+    ) -> Result<(), TestCaseError> {
         let expected = self.tokens.get(&(proc, vpn)).copied().unwrap_or(0);
-        prop_assert_eq!(self.io.frames[&fault.pfn], expected, "data at {:#x}", vpn);
+        prop_assert_eq!(self.io.frames[&pfn], expected, "data at {:#x}", vpn);
         if write {
             let token = self.next_token;
             self.next_token += 1;
-            self.io.frames.insert(fault.pfn, token);
+            self.io.frames.insert(pfn, token);
             self.tokens.insert((proc, vpn), token);
         }
         Ok(())
@@ -415,9 +578,25 @@ impl World {
             };
             self.ptes.insert((proc, vpn), pte);
             self.ptes.insert((slot, vpn), pte);
-            if let Some(&token) = self.tokens.get(&(proc, vpn)) {
-                self.tokens.insert((slot, vpn), token);
-            }
+        }
+        let huge: Vec<(Vpn, usize)> = self
+            .pmds
+            .range((proc, 0)..(proc + 1, 0))
+            .map(|(&(_, b), &(f, _))| (b, f))
+            .collect();
+        for (base, f) in huge {
+            // copy_huge_pmd: both write-protected.
+            self.pmds.insert((proc, base), (f, true));
+            self.pmds.insert((slot, base), (f, true));
+        }
+        let tokens: Vec<(Vpn, u64)> = self
+            .tokens
+            .iter()
+            .filter(|(&(p, _), _)| p == proc)
+            .map(|(&(_, v), &t)| (v, t))
+            .collect();
+        for (vpn, token) in tokens {
+            self.tokens.insert((slot, vpn), token);
         }
         Ok(())
     }
@@ -432,6 +611,8 @@ impl World {
             .reclaim_folio(CALLER, folio, &mut self.io)
             .map_err(|e| TestCaseError::fail(format!("reclaim: {e}")))?;
         prop_assert_eq!(result, mmkit_core::mm::ReclaimResult::Freed);
+        // TTU_SPLIT_HUGE_PMD: PMDs become PTEs, which then become swap entries.
+        self.model_split_pmds_of(f);
         for pte in self.ptes.values_mut() {
             if let ModelPte::Mapped { folio, page, .. } = *pte {
                 if folio == f {
@@ -463,6 +644,7 @@ impl World {
         if order.get() >= 9 {
             self.thp_split_page += 1;
         }
+        self.model_split_pmds_of(f);
         // Each mapped page becomes a folio of its own; unmapped ones are freed.
         let mut pieces: HashMap<u64, usize> = HashMap::new();
         for pte in self.ptes.values_mut() {
@@ -497,6 +679,25 @@ impl World {
             for map in 0..MAPS.len() {
                 let (start, pages, _) = range(map);
                 for vpn in start..start + pages {
+                    let base = vpn & !(PMD_PAGES - 1);
+                    let model_pmd = self.pmds.get(&(proc, base)).copied();
+                    match (model_pmd, space.pmd(vpn)) {
+                        (None, None) => {}
+                        (Some((folio, wp)), Some(pmd)) => {
+                            prop_assert_eq!(
+                                pmd.pfn(),
+                                Some(self.folios[folio].0),
+                                "PMD {:#x}",
+                                vpn
+                            );
+                            prop_assert_eq!(pmd.write_protected(), wp, "PMD {} {:#x}", proc, vpn);
+                        }
+                        (model, real) => {
+                            return Err(TestCaseError::fail(format!(
+                                "proc {proc} {vpn:#x}: model PMD {model:?}, page table {real:?}"
+                            )))
+                        }
+                    }
                     let pte = space.pte(vpn);
                     match (self.ptes.get(&(proc, vpn)), pte.state()) {
                         (None, PteState::None) => {}
@@ -545,27 +746,36 @@ impl World {
             .collect();
         let expected: BTreeSet<(Pfn, Order)> = live.iter().map(|&f| self.folios[f]).collect();
         prop_assert_eq!(held, expected, "the folios still allocated");
-        let mut anon_mapped = 0;
+        let (mut anon_mapped, mut anon_thps) = (0, 0);
         for &f in &live {
             let (pfn, order) = self.folios[f];
             let folio = Folio { pfn, order };
             let mem_map = self.memory.allocator().find_zone(pfn).unwrap().mem_map();
-            let (mut mapped, mut maps) = (0, 0);
+            let entire = self.entire_maps(f);
+            let (mut mapped, mut maps) = (0, entire);
             for i in 0..order.pages() {
                 let n = page_maps.get(&(f, i)).copied().unwrap_or(0);
-                prop_assert_eq!(u64::from(folio.page_mapcount(mem_map, pfn.add(i))), n);
+                prop_assert_eq!(folio.page_mapcount(mem_map, pfn.add(i)), n + entire);
                 mapped += u64::from(n > 0);
                 maps += n;
             }
+            prop_assert_eq!(folio.entire_mapcount(mem_map), entire, "_entire_mapcount");
             prop_assert_eq!(folio.nr_pages_mapped(mem_map), mapped, "_nr_pages_mapped");
             prop_assert_eq!(u64::from(folio.refcount(mem_map)), maps, "references");
-            anon_mapped += mapped;
+            prop_assert_eq!(folio.mapcount(mem_map), maps, "folio_mapcount");
+            if entire > 0 {
+                anon_mapped += order.pages();
+                anon_thps += 1;
+            } else {
+                anon_mapped += mapped;
+            }
         }
         prop_assert_eq!(
             self.memory.stats().anon_mapped,
             anon_mapped,
             "NR_ANON_MAPPED"
         );
+        prop_assert_eq!(self.memory.stats().anon_thps, anon_thps, "NR_ANON_THPS");
         let queued: BTreeSet<Pfn> = self.memory.deferred_split().queued().collect();
         let expected: BTreeSet<Pfn> = self.queued.iter().map(|&f| self.folios[f].0).collect();
         prop_assert_eq!(queued, expected, "the deferred split queue");
@@ -583,6 +793,7 @@ impl World {
         for mm in self.procs.iter().flatten() {
             for vma in self.memory.mm(*mm).unwrap().vmas.values() {
                 ptes.extend(vma.ptes.iter().map(|p| format!("{p:?}")));
+                ptes.extend(vma.pmds.iter().map(|(b, p)| format!("{b:#x}: {p:?}")));
             }
         }
         format!("{stats:?} {ptes:?}")

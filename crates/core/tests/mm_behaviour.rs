@@ -329,7 +329,9 @@ fn memory_stat_uses_linux_names_and_bytes() {
     }
     let stat = m.memcgs().memory_stat(MemcgId::ROOT).unwrap();
     assert!(
-        stat.starts_with("anon 12288\nfile 0\nfile_mapped 0\ninactive_anon 12288\nactive_anon 0\n"),
+        stat.starts_with(
+            "anon 12288\nfile 0\nfile_mapped 0\nanon_thp 0\ninactive_anon 12288\nactive_anon 0\n"
+        ),
         "{stat}"
     );
     assert!(stat.contains("pgfault 3\n"), "{stat}");

@@ -13,12 +13,35 @@
 //! | every tail | `next` | the head pfn (Linux `compound_head`) |
 //! | every tail | `private` high half | that page's `_mapcount + 1` |
 //! | page 1 | `private` low half | `_nr_pages_mapped`: pages with at least one PTE map |
+//! | page 2 | `private` low half | `_entire_mapcount + 1`: PMDs mapping the whole folio (PMD-sized folios only) |
 //!
-//! Not modelled: PMD mappings (`_entire_mapcount` stays −1: we map large folios with PTEs
-//! only) and `_pincount`.
+//! Linux keeps `_entire_mapcount` in page 1 beside `_nr_pages_mapped`; page 1's spare half
+//! is taken here, so page 2's holds it (a PMD-sized folio has 512 pages). Linux marks a
+//! PMD-mapped folio in `_nr_pages_mapped` with the `COMPOUND_MAPPED` bit; here that bit is
+//! `_entire_mapcount > 0`, and `_nr_pages_mapped` counts PTE-mapped pages only.
+//! `folio_mapcount` is the entire map count plus every page's PTE map count (6.7's
+//! `folio_total_mapcount`); a page counts as mapped for `NR_ANON_MAPPED` when a PTE or a
+//! PMD maps it.
+//!
+//! Not modelled: `_pincount`.
 
+use super::huge_memory::{pmd_mappable, HPAGE_PMD_ORDER};
 use crate::page::{Order, Page, PageFlags, Pfn, NO_PFN};
 use crate::page_alloc::MemMap;
+
+/// The tail page whose spare half-word holds `_entire_mapcount + 1` (see the module
+/// documentation: page 1's is `_nr_pages_mapped`).
+const ENTIRE_MAPCOUNT_PAGE: u64 = 2;
+
+/// What adding or removing a PMD map changed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct PmdRmap {
+    /// The entire map count went from 0 to 1 or from 1 to 0 (`NR_ANON_THPS` changes).
+    pub first_or_last: bool,
+    /// Pages that became mapped or unmapped: those no PTE maps (`NR_*_MAPPED` changes by
+    /// this much).
+    pub pages: u64,
+}
 
 /// A folio: its head pfn and order. A value, not a reference: the counts are read from
 /// and written to the mem_map of the zone that holds it.
@@ -95,10 +118,78 @@ impl Folio {
             .expect("dropping a folio reference nobody holds")
     }
 
-    /// `_mapcount + 1` of the folio's page at `pfn`.
-    pub fn page_mapcount(&self, mem_map: &MemMap, pfn: Pfn) -> u16 {
+    /// `page_mapcount`: the PTE maps of the folio's page at `pfn` plus the PMD maps of
+    /// the whole folio (6.7 adds `folio_entire_mapcount` for a large folio).
+    pub fn page_mapcount(&self, mem_map: &MemMap, pfn: Pfn) -> u64 {
         debug_assert!(self.contains(pfn));
-        mem_map.page(pfn).mapcount()
+        u64::from(mem_map.page(pfn).mapcount()) + self.entire_mapcount(mem_map)
+    }
+
+    /// `folio_entire_mapcount`: PMDs mapping the whole folio (0 unless PMD-sized).
+    pub fn entire_mapcount(&self, mem_map: &MemMap) -> u64 {
+        if pmd_mappable(self.order) {
+            u64::from(
+                mem_map
+                    .page(self.pfn.add(ENTIRE_MAPCOUNT_PAGE))
+                    .tail_counter(),
+            )
+        } else {
+            0
+        }
+    }
+
+    /// Pages mapped by a PTE or a PMD: every page while a PMD maps the folio, else the
+    /// PTE-mapped ones (what `NR_*_MAPPED` counts for the folio).
+    pub fn pages_mapped(&self, mem_map: &MemMap) -> u64 {
+        if self.entire_mapcount(mem_map) > 0 {
+            self.nr_pages()
+        } else {
+            self.nr_pages_mapped(mem_map)
+        }
+    }
+
+    /// `folio_add_anon_rmap_pmd` (6.7: `page_add_anon_rmap(.., RMAP_COMPOUND)` and
+    /// `folio_add_new_anon_rmap` of a PMD-sized folio): one more PMD maps the whole folio.
+    pub fn add_rmap_pmd(&self, mem_map: &MemMap) -> Result<PmdRmap, CountOverflow> {
+        assert!(
+            self.order.get() == HPAGE_PMD_ORDER,
+            "only a PMD-sized folio has a PMD map"
+        );
+        let page = mem_map.page(self.pfn.add(ENTIRE_MAPCOUNT_PAGE));
+        let count = page.tail_counter().checked_add(1).ok_or(CountOverflow)?;
+        page.set_tail_counter(count);
+        let first_or_last = count == 1;
+        let pages = if first_or_last {
+            self.nr_pages() - self.nr_pages_mapped(mem_map)
+        } else {
+            0
+        };
+        Ok(PmdRmap {
+            first_or_last,
+            pages,
+        })
+    }
+
+    /// `page_remove_rmap(.., compound = true)` (6.8: `folio_remove_rmap_pmd`): one PMD
+    /// map less. When it was the last, the pages no PTE maps become unmapped.
+    pub fn remove_rmap_pmd(&self, mem_map: &MemMap) -> PmdRmap {
+        let page = mem_map.page(self.pfn.add(ENTIRE_MAPCOUNT_PAGE));
+        let count = page
+            .tail_counter()
+            .checked_sub(1)
+            .filter(|_| pmd_mappable(self.order))
+            .expect("removing a PMD map the folio does not have");
+        page.set_tail_counter(count);
+        let first_or_last = count == 0;
+        let pages = if first_or_last {
+            self.nr_pages() - self.nr_pages_mapped(mem_map)
+        } else {
+            0
+        };
+        PmdRmap {
+            first_or_last,
+            pages,
+        }
     }
 
     /// `_nr_pages_mapped`: pages with at least one PTE map (for order 0: the page's own
@@ -118,15 +209,17 @@ impl Folio {
         }
     }
 
-    /// `folio_mapcount`: PTE maps of all pages.
+    /// `folio_mapcount`: the PMD maps plus the PTE maps of all pages.
     pub fn mapcount(&self, mem_map: &MemMap) -> u64 {
-        (0..self.nr_pages())
-            .map(|i| u64::from(mem_map.page(self.pfn.add(i)).mapcount()))
-            .sum()
+        self.entire_mapcount(mem_map)
+            + (0..self.nr_pages())
+                .map(|i| u64::from(mem_map.page(self.pfn.add(i)).mapcount()))
+                .sum::<u64>()
     }
 
     /// `folio_add_rmap_pte` for the page at `pfn`: one more PTE maps it. Returns whether
-    /// the page went from unmapped to mapped (the `NR_*_MAPPED` statistic changes).
+    /// the page went from unmapped to mapped (the `NR_*_MAPPED` statistic changes): its
+    /// first PTE map, and no PMD maps the folio.
     pub fn add_rmap_pte(&self, mem_map: &MemMap, pfn: Pfn) -> Result<bool, CountOverflow> {
         debug_assert!(self.contains(pfn));
         let count = mem_map.page(pfn).mapcount_inc().ok_or(CountOverflow)?;
@@ -134,11 +227,12 @@ impl Folio {
         if first && self.order != Order::ZERO {
             self.set_nr_pages_mapped(mem_map, self.nr_pages_mapped(mem_map) + 1);
         }
-        Ok(first)
+        Ok(first && self.entire_mapcount(mem_map) == 0)
     }
 
     /// Take one PTE map off each of `nr` pages from `pfn` and return how many became
-    /// unmapped, updating `_nr_pages_mapped` once (the core of both `page_remove_rmap` and
+    /// unmapped (lost their last PTE map while no PMD maps the folio), updating
+    /// `_nr_pages_mapped` once (the core of both `page_remove_rmap` and
     /// Yin 2023's `folio_remove_rmap_range`; the two differ in how often their callers
     /// update statistics and references).
     pub fn remove_rmap_ptes(&self, mem_map: &MemMap, pfn: Pfn, nr: u64) -> u64 {
@@ -153,6 +247,10 @@ impl Folio {
         }
         if unmapped != 0 && self.order != Order::ZERO {
             self.set_nr_pages_mapped(mem_map, self.nr_pages_mapped(mem_map) - unmapped);
+        }
+        if self.entire_mapcount(mem_map) > 0 {
+            // A PMD still maps every page (6.7: `COMPOUND_MAPPED` is set).
+            return 0;
         }
         unmapped
     }

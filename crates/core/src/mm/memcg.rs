@@ -100,6 +100,9 @@ pub struct MemCgroup {
     pub mapped_percpu: Vec<Vec<[i64; 2]>>,
     /// Anonymous pages charged here (own, not hierarchical).
     pub anon: u64,
+    /// Pages of the anonymous THPs charged here that a PMD maps (`NR_ANON_THPS` of the
+    /// cgroup, `anon_thp` in `memory.stat`).
+    pub anon_thp: u64,
     /// Swap slots recorded as this cgroup's (`swap_cgroup`): each pins the cgroup, as a
     /// reference on its id does in Linux, so a zombie whose pages were swapped out
     /// stays until those slots are freed.
@@ -177,6 +180,7 @@ impl MemcgTree {
             lru_percpu: alloc::vec![alloc::vec![[0; NR_LRU_LISTS]; cpus as usize]; nodes],
             mapped_percpu: alloc::vec![alloc::vec![[0; 2]; cpus as usize]; nodes],
             anon: 0,
+            anon_thp: 0,
             swap_records: 0,
             file: 0,
             events: MemcgEvents::default(),
@@ -385,6 +389,7 @@ impl MemcgTree {
                 .max(0) as u64
         };
         out += &format!("file_mapped {}\n", bytes(mapped(MappedStat::File)));
+        out += &format!("anon_thp {}\n", bytes(sum(&|g| g.anon_thp)));
         for lru in LruList::ALL {
             let pages = sum(&|g| g.lruvecs.iter().map(|v| v.pages(lru)).sum());
             out += &format!("{} {}\n", lru.stat_name(), bytes(pages));

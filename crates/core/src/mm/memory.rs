@@ -6,7 +6,9 @@
 //! and `address_space.i_mmap` (`mm/rmap.c`); fork: `dup_mmap` (`kernel/fork.c`),
 //! `anon_vma_fork` (`mm/rmap.c`), `copy_pte_range` (`mm/memory.c`), and the write fault
 //! on a shared anonymous page, `do_wp_page` with `wp_can_reuse_anon_folio` and
-//! `wp_page_copy`.
+//! `wp_page_copy`; `zap_pmd_range` and `madvise_dontneed_single_vma`. The PMD level of
+//! each (THP faults, `copy_huge_pmd`, `do_huge_pmd_wp_page`, `zap_huge_pmd`, splitting a
+//! PMD) is in [`super::huge_memory`].
 //!
 //! Fork as v6.7 does it for private anonymous mappings: the child's mapping gets an
 //! `anon_vma` of its own whose parent is the parent mapping's and whose root is that one's
@@ -88,6 +90,10 @@ pub struct Vma {
     pub kind: VmaKind,
     /// One entry per page of the mapping.
     pub ptes: Vec<Pte>,
+    /// PMD entries, by the first virtual page of their aligned 512-page range: each maps
+    /// a PMD-sized anonymous folio whole (`pmd_trans_huge`), and the range's PTEs are all
+    /// empty while it does. Only private anonymous mappings have them.
+    pub pmds: BTreeMap<Vpn, Pte>,
     /// Anonymous mappings: the anon_vmas whose folios this mapping may map, its own
     /// (`vma->anon_vma`) first, then those of the mappings it was forked from
     /// (`vma->anon_vma_chain`). Empty for a file mapping.
@@ -112,6 +118,12 @@ impl Vma {
             VmaKind::Anon { .. } => vpn,
             VmaKind::File { pgoff, .. } => pgoff + (vpn - self.start),
         }
+    }
+
+    /// The PMD entry mapping `vpn`'s aligned range, if a PMD maps it
+    /// (`pmd_trans_huge(*pmd)`): it names the folio's first page.
+    pub fn pmd(&self, vpn: Vpn) -> Option<Pte> {
+        self.pmds.get(&super::huge_memory::pmd_base(vpn)).copied()
     }
 
     /// The virtual page that maps folio index `index` here, if any (`vma_address`).
@@ -153,15 +165,21 @@ impl Mm {
         (vpn < vma.end()).then_some(vma)
     }
 
-    fn find_vma_mut(&mut self, vpn: Vpn) -> Option<&mut Vma> {
+    pub(super) fn find_vma_mut(&mut self, vpn: Vpn) -> Option<&mut Vma> {
         let (_, vma) = self.vmas.range_mut(..=vpn).next_back()?;
         (vpn < vma.end()).then_some(vma)
     }
 
-    /// The page-table entry of `vpn` (none outside every mapping).
+    /// The page-table entry of `vpn` (none outside every mapping, and none where a PMD
+    /// maps the range: see [`Mm::pmd`]).
     pub fn pte(&self, vpn: Vpn) -> Pte {
         self.find_vma(vpn)
             .map_or(Pte::NONE, |vma| vma.ptes[(vpn - vma.start) as usize])
+    }
+
+    /// The PMD entry mapping `vpn`'s aligned 2 MiB range, if a PMD maps it.
+    pub fn pmd(&self, vpn: Vpn) -> Option<Pte> {
+        self.find_vma(vpn).and_then(|vma| vma.pmd(vpn))
     }
 }
 
@@ -229,10 +247,13 @@ pub struct FolioInfo {
 /// Machine-wide statistics (`/proc/vmstat` names).
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct MmStats {
-    /// `nr_anon_pages` (`NR_ANON_MAPPED`): anonymous pages with a PTE map.
+    /// `nr_anon_pages` (`NR_ANON_MAPPED`): anonymous pages a PTE or a PMD maps.
     pub anon_mapped: u64,
     /// `nr_mapped` (`NR_FILE_MAPPED`): file pages with a PTE map.
     pub file_mapped: u64,
+    /// `nr_anon_transparent_hugepages` (`NR_ANON_THPS` in folios, as `/proc/vmstat` and
+    /// `/proc/zoneinfo` print it): anonymous THPs that at least one PMD maps.
+    pub anon_thps: u64,
     /// `pgfault`.
     pub faults: u64,
     /// `pswpin`: pages read from swap.
@@ -252,6 +273,11 @@ pub struct MmStats {
     /// `thp_deferred_split_page`: PMD-sized anonymous folios put on a deferred split
     /// queue.
     pub thp_deferred_split_page: u64,
+    /// `thp_fault_alloc`: faults that allocated a THP to map with a PMD.
+    pub thp_fault_alloc: u64,
+    /// `thp_fault_fallback`: faults where the THP allocation failed and one page was
+    /// mapped instead.
+    pub thp_fault_fallback: u64,
     /// `pgreuse`: write faults on a write-protected page that kept the page
     /// (`wp_page_reuse`).
     pub pgreuse: u64,
@@ -727,6 +753,7 @@ impl Memory {
                 folio_order,
             },
             ptes: alloc::vec![Pte::NONE; pages as usize],
+            pmds: BTreeMap::new(),
             anon_vma_chain: alloc::vec![anon_vma],
         };
         self.mm_mut(mm)?.vmas.insert(start, vma);
@@ -752,6 +779,7 @@ impl Memory {
             start,
             kind: VmaKind::File { file, pgoff },
             ptes: alloc::vec![Pte::NONE; pages as usize],
+            pmds: BTreeMap::new(),
             anon_vma_chain: Vec::new(),
         };
         self.mm_mut(mm)?.vmas.insert(start, vma);
@@ -759,9 +787,10 @@ impl Memory {
     }
 
     /// An access to `vpn`: a fault if nothing is mapped there (anonymous: allocate and
-    /// zero; file: find or read the page-cache folio; swap: read the page back) or if a
-    /// `write` finds the page write-protected by fork (reuse or copy it), then the
-    /// hardware's accessed bit, and the dirty bit on a `write`.
+    /// zero, a PMD-sized folio mapped by a PMD where it fits; file: find or read the
+    /// page-cache folio; swap: read the page back) or if a `write` finds the page or its
+    /// PMD write-protected by fork (reuse or copy it; a shared PMD is split first), then
+    /// the hardware's accessed bit, and the dirty bit on a `write`, on the PTE or PMD.
     pub fn access(
         &mut self,
         caller: Caller,
@@ -771,11 +800,41 @@ impl Memory {
         io: &mut dyn PageIo,
     ) -> Result<Fault, MmError> {
         let vma = self.mm(mm)?.find_vma(vpn).ok_or(MmError::BadAddress(vpn))?;
+        let Some(pmd) = vma.pmd(vpn) else {
+            return self.handle_pte_fault(caller, mm, vpn, write, false, io);
+        };
+        if write && pmd.write_protected() {
+            self.stats.faults += 1;
+            if !self.do_huge_pmd_wp_page(mm, vpn)? {
+                // `VM_FAULT_FALLBACK`: the PMD is split, and the same fault goes on at
+                // the PTE level (copy-on-write of one page).
+                return self.handle_pte_fault(caller, mm, vpn, write, true, io);
+            }
+        }
+        self.touch_huge_pmd(mm, vpn, write)
+    }
+
+    /// The PTE level of [`Memory::access`] (`handle_pte_fault`); `counted`: the fault was
+    /// already counted at the PMD level.
+    fn handle_pte_fault(
+        &mut self,
+        caller: Caller,
+        mm: MmId,
+        vpn: Vpn,
+        write: bool,
+        counted: bool,
+        io: &mut dyn PageIo,
+    ) -> Result<Fault, MmError> {
+        let vma = self.mm(mm)?.find_vma(vpn).ok_or(MmError::BadAddress(vpn))?;
         let kind = vma.kind;
         let pte = vma.ptes[(vpn - vma.start) as usize];
+        let minor =
+            matches!(pte.state(), PteState::Present { .. }) && !(write && pte.write_protected());
+        if !minor && !counted {
+            self.stats.faults += 1;
+        }
         let fault = match pte.state() {
             PteState::Present { pfn, .. } if write && pte.write_protected() => {
-                self.stats.faults += 1;
                 match self.do_wp_page(caller, mm, vpn, pfn, io)? {
                     Some(fault) => fault,
                     // Reclaim took the page while the copy was allocated: fault again on
@@ -792,23 +851,21 @@ impl Memory {
                     was_present: true,
                 }
             }
-            PteState::None => {
-                self.stats.faults += 1;
-                match kind {
-                    VmaKind::Anon {
-                        anon_vma,
-                        folio_order,
-                    } => self.do_anonymous_page(caller, mm, vpn, anon_vma, folio_order, io)?,
-                    VmaKind::File { file, .. } => self.do_read_fault(caller, mm, vpn, file, io)?,
-                }
-            }
-            PteState::Swap(entry) => {
-                self.stats.faults += 1;
-                self.do_swap_page(caller, mm, vpn, entry, io)?
-            }
+            PteState::None => match kind {
+                VmaKind::Anon {
+                    anon_vma,
+                    folio_order,
+                } => self.do_anonymous_page(caller, mm, vpn, anon_vma, folio_order, io)?,
+                VmaKind::File { file, .. } => self.do_read_fault(caller, mm, vpn, file, io)?,
+            },
+            PteState::Swap(entry) => self.do_swap_page(caller, mm, vpn, entry, io)?,
         };
         let vma = self.mm_mut(mm)?.find_vma_mut(vpn).expect("checked above");
-        vma.ptes[(vpn - vma.start) as usize].touch(write);
+        match vma.pmds.get_mut(&super::huge_memory::pmd_base(vpn)) {
+            // `do_huge_pmd_anonymous_page` mapped the fault with a PMD.
+            Some(pmd) => pmd.touch(write),
+            None => vma.ptes[(vpn - vma.start) as usize].touch(write),
+        }
         Ok(fault)
     }
 
@@ -934,6 +991,7 @@ impl Memory {
                     start,
                     kind,
                     ptes: alloc::vec![Pte::NONE; pages as usize],
+                    pmds: BTreeMap::new(),
                     anon_vma_chain: Vec::new(),
                 },
             );
@@ -964,13 +1022,25 @@ impl Memory {
                 .expect("listed")
                 .ptes,
         );
+        let mut parent_pmds = core::mem::take(
+            &mut self
+                .mm_mut(parent)?
+                .vmas
+                .get_mut(&start)
+                .expect("listed")
+                .pmds,
+        );
         let mut child_ptes = alloc::vec![Pte::NONE; pages as usize];
-        let (present, swapped, failed) = self.copy_ptes(&mut parent_ptes, &mut child_ptes);
-        self.mm_mut(parent)?
-            .vmas
-            .get_mut(&start)
-            .expect("listed")
-            .ptes = parent_ptes;
+        let mut child_pmds = BTreeMap::new();
+        let (huge, mut failed) = self.copy_huge_pmds(&mut parent_pmds, &mut child_pmds);
+        let (mut present, mut swapped) = (huge, 0);
+        if failed.is_none() {
+            (present, swapped, failed) = self.copy_ptes(&mut parent_ptes, &mut child_ptes);
+            present += huge;
+        }
+        let vma = self.mm_mut(parent)?.vmas.get_mut(&start).expect("listed");
+        vma.ptes = parent_ptes;
+        vma.pmds = parent_pmds;
         let space = self.mm_mut(child)?;
         space.vmas.insert(
             start,
@@ -978,6 +1048,7 @@ impl Memory {
                 start,
                 kind,
                 ptes: child_ptes,
+                pmds: child_pmds,
                 anon_vma_chain,
             },
         );
@@ -1164,7 +1235,10 @@ impl Memory {
         io: &mut dyn PageIo,
     ) -> Result<Fault, MmError> {
         // A large folio only where the aligned range lies inside the mapping and maps
-        // nothing yet (`alloc_anon_folio`'s suitable orders); else one page.
+        // nothing yet (`alloc_anon_folio`'s suitable orders); else one page. A PMD-sized
+        // order is `do_huge_pmd_anonymous_page`'s, which needs the PMD empty: here, no PTE
+        // of the range set (Linux keeps a page table that `MADV_DONTNEED` emptied until
+        // `munmap`, so its next fault there maps one page).
         let vma = self.mm(mm)?.find_vma(vpn).expect("checked by access");
         let nr = folio_order.pages();
         let base = vpn & !(nr - 1);
@@ -1178,6 +1252,13 @@ impl Memory {
         };
         let memcg = self.mm(mm)?.memcg;
         let folio = self.alloc_folio_or_page(caller, order, 0, 0, memcg, true, io)?;
+        if order.get() == super::huge_memory::HPAGE_PMD_ORDER {
+            if folio.order == order {
+                self.stats.thp_fault_alloc += 1;
+            } else {
+                self.stats.thp_fault_fallback += 1;
+            }
+        }
         let base = if folio.order == order { base } else { vpn };
         io.zero(folio.pfn, folio.nr_pages());
         self.folios.insert(
@@ -1189,7 +1270,13 @@ impl Memory {
             },
         );
         self.memcgs.group_mut(memcg).events.pgfault += 1;
-        self.map_pages(caller, mm, base, folio, folio.pfn, folio.nr_pages(), true)?;
+        if folio.order.get() == super::huge_memory::HPAGE_PMD_ORDER {
+            // `do_huge_pmd_anonymous_page`: one PMD maps the whole folio (a larger folio
+            // spans several PMD ranges and is mapped by PTEs).
+            self.map_huge_pmd(caller, mm, base, folio)?;
+        } else {
+            self.map_pages(caller, mm, base, folio, folio.pfn, folio.nr_pages(), true)?;
+        }
         self.lru_add(caller, folio);
         Ok(Fault {
             pfn: folio.pfn.add(vpn - base),
@@ -1326,22 +1413,111 @@ impl Memory {
         })
     }
 
-    /// `munmap` of the whole mapping at `start`: every PTE is zapped (map counts,
+    /// `munmap` of the whole mapping at `start`: every PMD and PTE is zapped (map counts,
     /// statistics and references dropped, folios freed when unreferenced, swap slots
     /// released) and the mapping unlinked from its file's `i_mmap` or from every anon_vma
     /// it is chained to (`unlink_anon_vmas`). The rmap is removed per page (6.7's
     /// `zap_pte_range`) or, under [`RmapRemoval::Batched`], once per run of consecutive
-    /// pages of one folio (`zap_present_ptes` with `folio_remove_rmap_ptes`, 6.9).
+    /// pages of one folio (`zap_present_ptes` with `folio_remove_rmap_ptes`, 6.9); a PMD
+    /// is one removal (`zap_huge_pmd`).
     pub fn munmap(&mut self, caller: Caller, mm: MmId, start: Vpn) -> Result<(), MmError> {
-        let vma = self
+        let mut vma = self
             .mm_mut(mm)?
             .vmas
             .remove(&start)
             .ok_or(MmError::BadAddress(start))?;
+        let end = vma.end();
+        self.zap_range(caller, mm, &mut vma, start, end)?;
+        match vma.kind {
+            VmaKind::Anon { .. } => {
+                for a in &vma.anon_vma_chain {
+                    self.anon_vmas[a.0 as usize]
+                        .chains
+                        .retain(|c| (c.mm, c.start) != (mm, start));
+                }
+            }
+            VmaKind::File { file, .. } => {
+                self.file_mut(file)?.i_mmap.retain(|&v| v != (mm, start));
+            }
+        }
+        Ok(())
+    }
+
+    /// `madvise(MADV_DONTNEED)` of `pages` pages from `start`, which one mapping must
+    /// hold: zap them and keep the mapping (`zap_page_range_single`). A PMD the range
+    /// covers only in part is split first (`__split_huge_pmd`), and zapping part of its
+    /// folio then queues it for a deferred split. Nothing changes on an error.
+    pub fn madvise_dontneed(
+        &mut self,
+        caller: Caller,
+        mm: MmId,
+        start: Vpn,
+        pages: u64,
+    ) -> Result<(), MmError> {
+        let vma = self
+            .mm(mm)?
+            .find_vma(start)
+            .ok_or(MmError::BadAddress(start))?;
+        let end = start.checked_add(pages).ok_or(MmError::BadAddress(start))?;
+        if end > vma.end() {
+            return Err(MmError::BadAddress(vma.end()));
+        }
+        if pages == 0 {
+            return Ok(());
+        }
+        let key = vma.start;
+        self.with_vma(mm, key, |this, vma| {
+            this.zap_range(caller, mm, vma, start, end)
+        })
+    }
+
+    /// Run `f` on the mapping at `key` of `mm`, taken out of the address space meanwhile
+    /// so that `f` may change both it and the rest of the layer.
+    pub(super) fn with_vma<R>(
+        &mut self,
+        mm: MmId,
+        key: Vpn,
+        f: impl FnOnce(&mut Memory, &mut Vma) -> Result<R, MmError>,
+    ) -> Result<R, MmError> {
+        let mut vma = self
+            .mm_mut(mm)?
+            .vmas
+            .remove(&key)
+            .ok_or(MmError::BadAddress(key))?;
+        let result = f(self, &mut vma);
+        self.mm_mut(mm)?.vmas.insert(key, vma);
+        result
+    }
+
+    /// `unmap_page_range` of `start..end` of `vma` (`mm`'s): PMDs the range covers are
+    /// zapped whole, those it covers in part are split (`zap_pmd_range`), then the PTEs.
+    fn zap_range(
+        &mut self,
+        caller: Caller,
+        mm: MmId,
+        vma: &mut Vma,
+        start: Vpn,
+        end: Vpn,
+    ) -> Result<(), MmError> {
+        use super::huge_memory::{pmd_base, HPAGE_PMD_NR};
+        let bases: Vec<Vpn> = vma
+            .pmds
+            .range(pmd_base(start)..end)
+            .map(|(&b, _)| b)
+            .collect();
+        for base in bases {
+            if start <= base && base + HPAGE_PMD_NR <= end {
+                self.zap_huge_pmd(caller, mm, vma, base)?;
+            } else {
+                self.split_huge_pmd(vma, base);
+            }
+        }
         let anon = matches!(vma.kind, VmaKind::Anon { .. });
         let batched = self.policy.rmap_removal == RmapRemoval::Batched;
         let mut run: Option<(Folio, Pfn, u64)> = None;
-        for pte in &vma.ptes {
+        let slots = (start - vma.start) as usize..(end - vma.start) as usize;
+        for slot in slots {
+            let pte = core::mem::replace(&mut vma.ptes[slot], Pte::NONE);
             match pte.state() {
                 PteState::None => {}
                 PteState::Swap(entry) => {
@@ -1376,18 +1552,6 @@ impl Memory {
         }
         if let Some((folio, first, nr)) = run {
             self.zap_run(caller, folio, first, nr, anon)?;
-        }
-        match vma.kind {
-            VmaKind::Anon { .. } => {
-                for a in &vma.anon_vma_chain {
-                    self.anon_vmas[a.0 as usize]
-                        .chains
-                        .retain(|c| (c.mm, c.start) != (mm, start));
-                }
-            }
-            VmaKind::File { file, .. } => {
-                self.file_mut(file)?.i_mmap.retain(|&v| v != (mm, start));
-            }
         }
         Ok(())
     }

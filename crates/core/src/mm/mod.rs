@@ -8,7 +8,8 @@
 //! - [`rmap`]: the reverse map, `folio_referenced`, `try_to_unmap` (per-page or Yin 2023's
 //!   batched rmap removal).
 //! - [`pageout`]: reclaiming a folio, `split_folio`, `MADV_PAGEOUT`.
-//! - [`huge_memory`]: the deferred split queue and its shrinker.
+//! - [`huge_memory`]: PMD mappings of anonymous THPs (fault, fork, copy-on-write, zap,
+//!   split) and the deferred split queue with its shrinker.
 //! - [`swap`]: swap slots.
 //! - [`lru`]: LRU lists per memcg and node, linked through the folio heads.
 //! - [`memcg`]: the cgroup tree, charges with per-CPU batching, `memory.stat`.
@@ -17,8 +18,6 @@
 //! - [`kswapd`]: kswapd's balancing loop (`balance_pgdat`), which the mapping layer and
 //!   the runtime's kswapd threads both run.
 //! - [`verify`]: the walker that checks every count against the page tables.
-//!
-//! Still to come: PMD mappings; see `docs/ARCHITECTURE.md`.
 
 pub mod folio;
 pub mod huge_memory;

@@ -4,7 +4,9 @@
 //! `add_to_swap`, `pageout`, `__remove_mapping` (`mm/vmscan.c`), `split_folio`
 //! (`mm/huge_memory.c`), and `madvise_cold_or_pageout_pte_range` + `reclaim_pages`
 //! (`mm/madvise.c`), with [`crate::policy::PageoutSplit`] choosing between
-//! 6.7's "split every large folio" and 6.10's "keep a fully covered folio whole".
+//! 6.7's "split every large folio" and 6.10's "keep a fully covered folio whole" for
+//! PTE-mapped ones. A PMD-mapped THP is kept whole when the range covers its PMD and split
+//! otherwise, under both (6.7's PMD path).
 
 use alloc::vec::Vec;
 
@@ -38,11 +40,11 @@ pub struct PageoutOutcome {
 }
 
 impl Memory {
-    /// `split_folio`: make each page of a large folio its own order-0 folio. Map counts
-    /// stay; each page gets the references its PTEs (and the page cache) hold, and an
-    /// anonymous page that no PTE maps (copy-on-write moved its mappings to copies) is
-    /// freed, as `__split_huge_page` frees it. Refused (`Ok(false)`) if anyone else holds
-    /// a reference.
+    /// `split_folio`: make each page of a large folio its own order-0 folio. PMDs that
+    /// map it are split into PTEs first; map counts stay; each page gets the references
+    /// its PTEs (and the page cache) hold, and an anonymous page that no PTE maps
+    /// (copy-on-write moved its mappings to copies) is freed, as `__split_huge_page`
+    /// frees it. Refused (`Ok(false)`) if anyone else holds a reference.
     pub fn split_folio(&mut self, caller: Caller, folio: Folio) -> Result<bool, MmError> {
         if folio.order == Order::ZERO {
             return Ok(true);
@@ -63,6 +65,8 @@ impl Memory {
         if u64::from(folio.refcount(mem_map)) != folio.mapcount(mem_map) + cache_refs {
             return Ok(false);
         }
+        // `unmap_folio` with `TTU_SPLIT_HUGE_PMD`: PMD maps become PTE maps first.
+        self.split_folio_pmds(folio);
         let head = folio.head(mem_map);
         let on_lru = head.flags().contains(PageFlags::LRU);
         if on_lru {
@@ -243,6 +247,10 @@ impl Memory {
                 vpn += 1;
                 continue;
             };
+            if let Some(pmd) = vma.pmd(vpn) {
+                vpn = self.pageout_huge_pmd(caller, pmd, vpn, end, &mut victims, &mut outcome)?;
+                continue;
+            }
             let PteState::Present { pfn, .. } = vma.ptes[(vpn - vma.start) as usize].state() else {
                 vpn += 1;
                 continue;
@@ -287,6 +295,41 @@ impl Memory {
             }
         }
         Ok(outcome)
+    }
+
+    /// `madvise_cold_or_pageout_pte_range` at a PMD mapping `vpn` (up to `end`): skip a
+    /// folio that looks shared (`folio_estimated_sharers`); collect it whole if the range
+    /// covers the PMD, else split it (PMD and folio) so that the PTE walk goes on over the
+    /// range. Returns where the walk goes on.
+    fn pageout_huge_pmd(
+        &mut self,
+        caller: Caller,
+        pmd: super::pte::Pte,
+        vpn: Vpn,
+        end: Vpn,
+        victims: &mut Vec<Folio>,
+        outcome: &mut PageoutOutcome,
+    ) -> Result<Vpn, MmError> {
+        use super::huge_memory::{pmd_base, HPAGE_PMD_NR};
+        let (base, head) = (pmd_base(vpn), pmd.pfn().expect("a PMD entry is present"));
+        let next = (base + HPAGE_PMD_NR).min(end);
+        let mem_map = self.mem_map(head);
+        let folio = Folio::of_page(mem_map, head).expect("a PMD maps a folio");
+        if folio.page_mapcount(mem_map, head) > 1 {
+            outcome.skipped += 1;
+            return Ok(next);
+        }
+        if next - vpn == HPAGE_PMD_NR {
+            victims.push(folio);
+            return Ok(next);
+        }
+        if !self.split_folio(caller, folio)? {
+            outcome.skipped += 1;
+            return Ok(next);
+        }
+        outcome.split += 1;
+        // Rescan from `vpn`: PTEs map single pages there now.
+        Ok(vpn)
     }
 
     /// Whether the PTEs from `vpn` (up to `end`) map all of `folio`, its pages in order,

@@ -6,7 +6,10 @@
 //! parent's and every child's) or `i_mmap`,
 //! `folio_referenced`, `try_to_unmap` / `try_to_unmap_one`, `page_remove_rmap`; and seed
 //! 002's `folio_remove_rmap_range` (Yin Fengwei 2023), switched by
-//! [`crate::policy::RmapRemoval`].
+//! [`crate::policy::RmapRemoval`]. A PMD that maps a folio whole is visited once: its
+//! accessed bit is one reference, and `try_to_unmap` splits it first
+//! (`TTU_SPLIT_HUGE_PMD`), so the PTEs it leaves are unmapped, and their rmap removed per
+//! page or per run, like any others.
 
 use alloc::vec::Vec;
 
@@ -49,13 +52,21 @@ impl Memory {
         }
     }
 
-    /// For each page of `folio` mapped in a mapping, the (address space, virtual page,
-    /// page) triple: what an rmap walk visits.
+    /// For each page of `folio` a PTE maps in a mapping, and for each PMD that maps the
+    /// whole folio, the (address space, virtual page, page) triple: what an rmap walk
+    /// visits (`page_vma_mapped_walk` stops once at a PMD, with its first page and the
+    /// first virtual page of its range).
     pub fn rmap_walk(&self, folio: Folio) -> Vec<(MmId, Vpn, Pfn)> {
         let (targets, index, _) = self.rmap_targets(folio);
         let mut found = Vec::new();
         for (mm, start) in targets {
             let vma = &self.mms[mm.0 as usize].as_ref().expect("live mm").vmas[&start];
+            if let Some(base) = vma.vpn_of(index) {
+                if vma.pmds.get(&base).and_then(|p| p.pfn()) == Some(folio.pfn) {
+                    found.push((mm, base, folio.pfn));
+                    continue;
+                }
+            }
             for i in 0..folio.nr_pages() {
                 let Some(vpn) = vma.vpn_of(index + i) else {
                     continue;
@@ -69,14 +80,18 @@ impl Memory {
         found
     }
 
-    /// `folio_referenced`: clear the accessed bit of every PTE mapping the folio and
-    /// return how many had it set.
+    /// `folio_referenced`: clear the accessed bit of every PTE and PMD mapping the folio
+    /// and return how many had it set (`folio_referenced_one`: a PMD counts once,
+    /// `pmdp_clear_flush_young_notify`).
     pub fn folio_referenced(&mut self, folio: Folio) -> u64 {
         let mut referenced = 0;
-        for (mm, vpn, _) in self.rmap_walk(folio) {
+        for (mm, vpn, pfn) in self.rmap_walk(folio) {
             let vma = self.mm_vma_mut(mm, vpn);
-            let i = (vpn - vma.start) as usize;
-            referenced += u64::from(vma.ptes[i].test_and_clear_young());
+            let young = match vma.pmds.get_mut(&vpn) {
+                Some(pmd) if pmd.pfn() == Some(pfn) => pmd.test_and_clear_young(),
+                _ => vma.ptes[(vpn - vma.start) as usize].test_and_clear_young(),
+            };
+            referenced += u64::from(young);
         }
         referenced
     }
@@ -87,10 +102,12 @@ impl Memory {
         vma
     }
 
-    /// `try_to_unmap`: clear every PTE that maps `folio`, moving each PTE's dirty bit to
-    /// the folio. Anonymous pages get the swap entry `swap[i]` for page `i`, which gains a
-    /// user per PTE (`swap_duplicate`); file pages get an empty entry. The rmap is removed per page or per run of consecutive pages, as
-    /// the policy says; the caller must hold its own reference, so the folio is never
+    /// `try_to_unmap` with `TTU_SPLIT_HUGE_PMD` (reclaim sets it for a PMD-sized folio):
+    /// split every PMD that maps `folio` into PTEs, then clear every PTE that maps it,
+    /// moving each PTE's dirty bit to the folio. Anonymous pages get the swap entry
+    /// `swap[i]` for page `i`, which gains a user per PTE (`swap_duplicate`); file pages
+    /// get an empty entry. The rmap is removed per page or per run of consecutive pages,
+    /// as the policy says; the caller must hold its own reference, so the folio is never
     /// freed here. Returns the PTEs cleared.
     pub fn try_to_unmap(
         &mut self,
@@ -98,6 +115,7 @@ impl Memory {
         folio: Folio,
         swap: Option<&[SwapEntry]>,
     ) -> u64 {
+        self.split_folio_pmds(folio);
         let (targets, index, anon) = self.rmap_targets(folio);
         // One owned handle per folio (not per page): the loop mutates `self` while it
         // reads the mem_map.

@@ -2,9 +2,11 @@
 //!
 //! Checks, for every folio the layer holds: it is an allocated block of its order in the
 //! allocator; each page's map count equals the PTEs that map it; `_nr_pages_mapped`
-//! equals the pages with a map; the reference count equals the PTE maps plus the page
-//! cache's references; the `NR_*_MAPPED` statistics and every address space's counters
-//! equal what the page tables hold; each swap slot's count equals the swap entries naming
+//! equals the pages with a map; each PMD entry is aligned, over empty PTEs, and maps a
+//! held anonymous THP whole, whose entire map count equals the PMDs that map it; the
+//! reference count equals the PTE and PMD maps plus the page cache's references; the
+//! `NR_*_MAPPED` statistics (a PMD maps every page), `NR_ANON_THPS` and every address
+//! space's counters equal what the page tables hold; each swap slot's count equals the swap entries naming
 //! it; the page cache and the side table agree; an anonymous page is mapped only where its
 //! anon_vma's chains reach (so the rmap walk finds every mapping), and each mapping's
 //! `anon_vma_chain` and the anon_vmas' chains name each other, in one fork tree; a folio
@@ -17,10 +19,11 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use super::folio::Folio;
+use super::huge_memory::{pmd_base, HPAGE_PMD_NR, HPAGE_PMD_ORDER};
 use super::lru::{LruList, NR_LRU_LISTS};
 use super::memcg::{MappedStat, MemcgId, MemcgState};
-use super::memory::{Mapping, Memory, MmCounters, VmaKind};
-use super::pte::PteState;
+use super::memory::{Mapping, Memory, MmCounters, Vma, VmaKind, Vpn};
+use super::pte::{Pte, PteState};
 use crate::page::PageFlags;
 use crate::page::{PageState, Pfn};
 use crate::page_alloc::MAX_NR_ZONES;
@@ -37,11 +40,17 @@ impl Memory {
     /// Check every invariant of the module documentation; the first violation found.
     pub fn verify(&self) -> Result<(), String> {
         let mut maps: BTreeMap<Pfn, u64> = BTreeMap::new();
+        let mut pmd_maps: BTreeMap<Pfn, u64> = BTreeMap::new();
         let mut swap_entries: BTreeMap<u64, u64> = BTreeMap::new();
         for (id, mm) in self.mms.iter().enumerate() {
             let Some(mm) = mm else { continue };
             let mut counters = MmCounters::default();
             for vma in mm.vmas.values() {
+                for (&base, &pmd) in &vma.pmds {
+                    let head = self.verify_pmd(id, vma, base, pmd)?;
+                    *pmd_maps.entry(head).or_default() += 1;
+                    counters.anon_pages += HPAGE_PMD_NR;
+                }
                 let anon = matches!(vma.kind, VmaKind::Anon { .. });
                 for (i, pte) in vma.ptes.iter().enumerate() {
                     match pte.state() {
@@ -141,7 +150,7 @@ impl Memory {
             );
         }
 
-        let (mut anon_mapped, mut file_mapped) = (0, 0);
+        let (mut anon_mapped, mut file_mapped, mut anon_thps) = (0, 0, 0);
         for (&head, info) in &self.folios {
             let folio = info.folio;
             ensure!(
@@ -180,6 +189,18 @@ impl Memory {
                 "folio {head:?}: nr_pages_mapped {}, {mapped_pages} pages mapped",
                 folio.nr_pages_mapped(mem_map)
             );
+            let pmds = pmd_maps.get(&head).copied().unwrap_or(0);
+            ensure!(
+                folio.entire_mapcount(mem_map) == pmds,
+                "folio {head:?}: entire map count {}, {pmds} PMDs map it",
+                folio.entire_mapcount(mem_map)
+            );
+            if pmds > 0 {
+                // Every page counts as mapped while a PMD maps the folio.
+                mapped_pages = folio.nr_pages();
+                anon_thps += 1;
+            }
+            let pte_maps = pte_maps + pmds;
             let cache_refs = match info.mapping {
                 Mapping::Anon(_) => {
                     anon_mapped += mapped_pages;
@@ -228,6 +249,11 @@ impl Memory {
             file_mapped == self.stats.file_mapped,
             "nr_mapped {} != {file_mapped} mapped file pages",
             self.stats.file_mapped
+        );
+        ensure!(
+            anon_thps == self.stats.anon_thps,
+            "nr_anon_transparent_hugepages {} != {anon_thps} PMD-mapped folios",
+            self.stats.anon_thps
         );
         for &pfn in self.writeback.keys() {
             let info = self.folios.get(&pfn);
@@ -305,6 +331,46 @@ impl Memory {
             .verify()
             .map(|_| ())
             .map_err(|e| format!("allocator: {e}"))
+    }
+
+    /// A PMD entry of mapping `vma` of address space `id` at `base`: aligned, inside the
+    /// mapping, over empty PTEs, in a private anonymous mapping, mapping the first page
+    /// of a PMD-sized anonymous folio the layer holds, at the folio's index, of an
+    /// anon_vma the mapping is chained to. Returns the folio's first page.
+    fn verify_pmd(&self, id: usize, vma: &Vma, base: Vpn, pmd: Pte) -> Result<Pfn, String> {
+        ensure!(
+            base == pmd_base(base) && base >= vma.start && base + HPAGE_PMD_NR <= vma.end(),
+            "mm {id}: PMD at {base:#x} is not an aligned range of its mapping"
+        );
+        let VmaKind::Anon { .. } = vma.kind else {
+            return Err(format!("mm {id}: PMD at {base:#x} in a file mapping"));
+        };
+        let first = (base - vma.start) as usize;
+        ensure!(
+            vma.ptes[first..first + HPAGE_PMD_NR as usize]
+                .iter()
+                .all(|&p| p == Pte::NONE),
+            "mm {id}: PMD at {base:#x} over PTEs that are set"
+        );
+        let PteState::Present { pfn: head, .. } = pmd.state() else {
+            return Err(format!("mm {id}: PMD at {base:#x} is not present"));
+        };
+        let info = self.folios.get(&head);
+        ensure!(
+            info.is_some_and(|i| i.folio.order.get() == HPAGE_PMD_ORDER),
+            "mm {id}: PMD at {base:#x} maps {head:?}, not the head of a THP the layer holds"
+        );
+        let info = info.expect("checked");
+        ensure!(
+            info.index == vma.index_of(base),
+            "mm {id}: PMD at {base:#x} maps a folio of index {:#x}",
+            info.index
+        );
+        ensure!(
+            matches!(info.mapping, Mapping::Anon(a) if vma.anon_vma_chain.contains(&a)),
+            "mm {id}: PMD at {base:#x} maps a folio of another mapping"
+        );
+        Ok(head)
     }
 
     /// Each anonymous mapping's `anon_vma_chain` starts with its own anon_vma, whose
@@ -435,16 +501,20 @@ impl Memory {
             self.folios.len()
         );
         let mut mapped: BTreeMap<u16, [i64; 2]> = BTreeMap::new();
+        let mut anon_thp: BTreeMap<u16, u64> = BTreeMap::new();
         for info in self.folios.values() {
             let head = info.folio.head(self.mem_map(info.folio.pfn));
             let mem_map = self.mem_map(info.folio.pfn);
+            if info.folio.entire_mapcount(mem_map) > 0 {
+                *anon_thp.entry(head.memcg_id()).or_default() += info.folio.nr_pages();
+            }
             let item = if head.flags().contains(PageFlags::SWAPBACKED) {
                 MappedStat::Anon
             } else {
                 MappedStat::File
             };
             mapped.entry(head.memcg_id()).or_default()[item as usize] +=
-                info.folio.nr_pages_mapped(mem_map) as i64;
+                info.folio.pages_mapped(mem_map) as i64;
             let entry = charged.entry(head.memcg_id()).or_default();
             if head.flags().contains(PageFlags::SWAPBACKED) {
                 entry.0 += info.folio.nr_pages();
@@ -460,6 +530,13 @@ impl Memory {
                 group.id.0,
                 group.anon,
                 group.file
+            );
+            let thp = anon_thp.get(&group.id.0).copied().unwrap_or(0);
+            ensure!(
+                group.anon_thp == thp,
+                "memcg {}: anon_thp {} pages, PMD-mapped THPs charged here {thp}",
+                group.id.0,
+                group.anon_thp
             );
             let expected = mapped.get(&group.id.0).copied().unwrap_or_default();
             for item in [MappedStat::Anon, MappedStat::File] {
