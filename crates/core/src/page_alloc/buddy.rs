@@ -18,7 +18,7 @@ use super::types::{CpuId, MigrateType};
 use super::watermark::{self, PAGEBLOCK_ORDER, PAGEBLOCK_PAGES};
 use super::zone::{Zone, ZoneFlags};
 use crate::page::{Order, Page, PageFlags, PageState, Pfn, MAX_ORDER};
-use crate::sync::{AtomicU64, SpinLockGuard};
+use crate::sync::{AtomicU64, LockGuard, RawMutex, RawSpinLock};
 
 const PAGEBLOCK: Order = match Order::new(PAGEBLOCK_ORDER) {
     Some(order) => order,
@@ -27,9 +27,9 @@ const PAGEBLOCK: Order = match Order::new(PAGEBLOCK_ORDER) {
 
 /// A zone with its lock held: the calling context of every free-list operation
 /// (Linux's "zone->lock held" comments, as a type).
-pub struct ZoneLocked<'a> {
-    zone: &'a Zone,
-    area: SpinLockGuard<'a, FreeArea>,
+pub struct ZoneLocked<'a, R: RawMutex = RawSpinLock> {
+    zone: &'a Zone<R>,
+    area: LockGuard<'a, R, FreeArea>,
     /// Split levels done since the last [`ZoneLocked::report`] of this hold: the report
     /// says them. A plain field of the guard: when no sink reads it, nothing does.
     splits: core::cell::Cell<u64>,
@@ -39,7 +39,7 @@ pub struct ZoneLocked<'a> {
 /// the lock is released (the guard field drops after this runs, so still under the lock).
 /// The free area keeps the bits as its lists fill and empty; the store is skipped when
 /// they did not change.
-impl Drop for ZoneLocked<'_> {
+impl<R: RawMutex> Drop for ZoneLocked<'_, R> {
     fn drop(&mut self) {
         let bits = self.area.free_block_bits();
         if self.zone.free_block_bits.load(Relaxed) != bits {
@@ -48,8 +48,8 @@ impl Drop for ZoneLocked<'_> {
     }
 }
 
-impl<'a> ZoneLocked<'a> {
-    pub(crate) fn new(zone: &'a Zone, area: SpinLockGuard<'a, FreeArea>) -> ZoneLocked<'a> {
+impl<'a, R: RawMutex> ZoneLocked<'a, R> {
+    pub(crate) fn new(zone: &'a Zone<R>, area: LockGuard<'a, R, FreeArea>) -> ZoneLocked<'a, R> {
         ZoneLocked {
             zone,
             area,
@@ -58,7 +58,7 @@ impl<'a> ZoneLocked<'a> {
     }
 
     /// The zone.
-    pub fn zone(&self) -> &'a Zone {
+    pub fn zone(&self) -> &'a Zone<R> {
         self.zone
     }
 
@@ -582,7 +582,7 @@ pub(crate) struct PageblockMove {
     pub(crate) movable_pages: u64,
 }
 
-impl ZoneLocked<'_> {
+impl<R: RawMutex> ZoneLocked<'_, R> {
     /// Take exactly the block (`pfn`, `order`) off the free lists, splitting the free block
     /// that holds it and returning the other parts to their lists (Linux's
     /// `take_page_off_buddy` with `break_down_buddy_pages`, for any order). Returns the

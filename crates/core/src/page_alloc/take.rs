@@ -19,6 +19,7 @@ use super::pcp::{order_to_pindex, pcp_allowed_order};
 use super::types::{CpuId, MigrateType, MIGRATE_PCPTYPES};
 use super::zone::ZoneId;
 use crate::page::{Order, PageState, Pfn};
+use crate::sync::RawMutex;
 
 /// Why a block could not be taken off the buddy allocator.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -62,7 +63,7 @@ impl core::fmt::Display for TakeError {
     }
 }
 
-impl PageAllocator {
+impl<R: RawMutex> PageAllocator<R> {
     /// Take exactly the block (`pfn`, `order`) out of the buddy allocator and mark it
     /// allocated (reference count 1), splitting the free block that holds it
     /// (`take_page_off_buddy`). Fails, changing nothing, when the block is not wholly free
