@@ -37,6 +37,8 @@
 //! - [`topology`]: the machine description: nodes, zones, CPUs and the last-level cache.
 //! - [`settings`]: the sysctls (`vm.min_free_kbytes` and friends) with Linux's validity rules.
 //! - [`views`]: Linux's text formats (`/proc/zoneinfo`) and the same data as plain structs.
+//! - `internals` (feature `internals`): the simulator's and replayer's hooks; not a stable
+//!   API.
 //! - [`sync`]: the lock facade: the raw lock an embedder picks for every zone and pageset
 //!   lock ([`PageAllocator::with_lock`], e.g. one that disables interrupts), and the
 //!   model checker's.
@@ -54,6 +56,8 @@
 extern crate alloc;
 
 pub mod frame;
+#[cfg(feature = "internals")]
+pub mod internals;
 pub mod mm;
 pub mod page;
 pub mod page_alloc;

@@ -83,7 +83,8 @@ impl<R: RawMutex> PageAllocator<R> {
     /// same pageset lock hold, after the pop that wrote it, so the hint costs no second
     /// lock (a separate peek's try-lock waited for the allocation's stores to drain).
     #[inline(always)]
-    pub fn alloc_pages_peek_next(
+    #[cfg(any(test, feature = "internals"))]
+    pub(crate) fn alloc_pages_peek_next(
         &self,
         caller: Caller,
         gfp: Gfp,
@@ -95,7 +96,8 @@ impl<R: RawMutex> PageAllocator<R> {
     /// [`PageAllocator::alloc_pages_peek_next`], telling `events` what the call did, as
     /// [`PageAllocator::alloc_pages_report`] does.
     #[inline(always)]
-    pub fn alloc_pages_peek_next_report(
+    #[cfg(any(test, feature = "internals"))]
+    pub(crate) fn alloc_pages_peek_next_report(
         &self,
         caller: Caller,
         gfp: Gfp,

@@ -11,7 +11,7 @@
 use core::sync::atomic::Ordering::Relaxed;
 
 use super::events::{HoldKind, LockEvents, ZoneLockHold};
-use super::free_area::{self, FreeArea, ListEnd};
+use super::free_area::{FreeArea, ListEnd};
 use super::gfp::AllocFlags;
 use super::list::PfnList;
 use super::types::{CpuId, MigrateType};
@@ -27,7 +27,7 @@ const PAGEBLOCK: Order = match Order::new(PAGEBLOCK_ORDER) {
 
 /// A zone with its lock held: the calling context of every free-list operation
 /// (Linux's "zone->lock held" comments, as a type).
-pub struct ZoneLocked<'a, R: RawMutex = RawSpinLock> {
+pub(crate) struct ZoneLocked<'a, R: RawMutex = RawSpinLock> {
     zone: &'a Zone<R>,
     area: LockGuard<'a, R, FreeArea>,
     /// Split levels done since the last [`ZoneLocked::report`] of this hold: the report
@@ -58,7 +58,7 @@ impl<'a, R: RawMutex> ZoneLocked<'a, R> {
     }
 
     /// The zone.
-    pub fn zone(&self) -> &'a Zone<R> {
+    pub(crate) fn zone(&self) -> &'a Zone<R> {
         self.zone
     }
 
@@ -588,6 +588,7 @@ impl<R: RawMutex> ZoneLocked<'_, R> {
     /// `take_page_off_buddy` with `break_down_buddy_pages`, for any order). Returns the
     /// block's migratetype list, or `None` (and changes nothing) if no free block covers it.
     /// `NR_FREE_PAGES` is updated; the caller decides what the block becomes.
+    #[cfg(any(test, feature = "internals"))]
     pub(crate) fn take_block(&mut self, pfn: Pfn, order: Order) -> Option<MigrateType> {
         let (mut head, mut high) = order.up_to_max().find_map(|o| {
             let head = pfn.align_down(o);
@@ -603,13 +604,8 @@ impl<R: RawMutex> ZoneLocked<'_, R> {
             } else {
                 (head, upper)
             };
-            self.area.add(
-                &self.zone.mem_map,
-                spare,
-                high,
-                mt,
-                free_area::ListEnd::Head,
-            );
+            self.area
+                .add(&self.zone.mem_map, spare, high, mt, ListEnd::Head);
             head = keep;
         }
         debug_assert_eq!(head, pfn);

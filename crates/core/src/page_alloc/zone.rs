@@ -186,6 +186,34 @@ pub struct ZoneId {
 }
 
 /// A zone. `R` is the raw lock of its zone lock and pagesets' locks (see [`crate::sync`]).
+///
+/// A user reads a zone (sizes, watermarks, `NR_FREE_PAGES`, its free blocks, a copy of a
+/// pageset) and changes it only through [`PageAllocator`](super::PageAllocator)'s calls.
+/// The zone lock and the free lists it guards are the core's alone:
+///
+/// ```
+/// use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// use mmkit_core::{PageAllocator, Policy, Settings, Topology, ZoneType};
+///
+/// let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
+/// let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+/// let zone = allocator.zone(0, ZoneType::Normal).unwrap();
+/// assert_eq!(zone.free_pages() as u64, zone.buddyinfo().iter().enumerate().map(|(o, n)| n << o).sum());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// ```compile_fail,E0624
+/// # use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// # use mmkit_core::{PageAllocator, Policy, Settings, Topology, ZoneType};
+/// # let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// # let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// # let topology = Topology::x86_64(&zones, vec![1], llc, false).unwrap();
+/// # let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7).unwrap();
+/// let zone = allocator.zone(0, ZoneType::Normal).unwrap();
+/// let locked = zone.lock(); // crate-private
+/// ```
 #[derive(Debug)]
 pub struct Zone<R: RawMutex = RawSpinLock> {
     /// This zone's index in the allocator's zones (`PageAllocator::zones`), which names it
@@ -315,8 +343,9 @@ impl<R: RawMutex> Zone<R> {
         }
     }
 
-    /// Take the zone lock.
-    pub fn lock(&self) -> ZoneLocked<'_, R> {
+    /// Take the zone lock. Crate-private: the free lists are the core's alone, so no
+    /// caller outside it can unlink a block `verify()` would then miss.
+    pub(crate) fn lock(&self) -> ZoneLocked<'_, R> {
         ZoneLocked::new(self, self.free_area.lock())
     }
 
@@ -429,12 +458,12 @@ impl<R: RawMutex> Zone<R> {
     }
 
     /// Set `flag`; true if it was clear (`test_and_set_bit`).
-    pub fn set_flag(&self, flag: ZoneFlags) -> bool {
+    pub(crate) fn set_flag(&self, flag: ZoneFlags) -> bool {
         self.flags.fetch_or(flag.bits(), Relaxed) & flag.bits() == 0
     }
 
     /// Clear `flag`; true if it was set.
-    pub fn clear_flag(&self, flag: ZoneFlags) -> bool {
+    pub(crate) fn clear_flag(&self, flag: ZoneFlags) -> bool {
         self.flags.fetch_and(!flag.bits(), Relaxed) & flag.bits() != 0
     }
 
