@@ -21,6 +21,7 @@ use core::alloc::Layout;
 
 use crate::page::{Order, Pfn, MAX_ORDER, PAGE_SHIFT};
 use crate::page_alloc::{AllocError, Caller, FreeError, Gfp, PageAllocator};
+use crate::sync::{RawMutex, RawSpinLock};
 
 /// Allocates and frees naturally aligned blocks of 2^order page frames.
 ///
@@ -98,16 +99,25 @@ pub fn layout_order(layout: Layout) -> Option<Order> {
 /// A [`PageAllocator`] as one CPU sees it with one set of GFP flags: the
 /// [`FrameAllocator`] a kernel hands to code that wants frames. Cheap to make; make one
 /// per call site or per CPU.
-#[derive(Clone, Copy, Debug)]
-pub struct Frames<'a> {
-    allocator: &'a PageAllocator,
+#[derive(Debug)]
+pub struct Frames<'a, R: RawMutex = RawSpinLock> {
+    allocator: &'a PageAllocator<R>,
     caller: Caller,
     gfp: Gfp,
 }
 
-impl PageAllocator {
+// By hand: a derive would ask the lock type to be `Copy`, and the handle only borrows it.
+impl<R: RawMutex> Clone for Frames<'_, R> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<R: RawMutex> Copy for Frames<'_, R> {}
+
+impl<R: RawMutex> PageAllocator<R> {
     /// A [`FrameAllocator`] that allocates as `caller` with `gfp` and frees as `caller`.
-    pub fn frames(&self, caller: Caller, gfp: Gfp) -> Frames<'_> {
+    pub fn frames(&self, caller: Caller, gfp: Gfp) -> Frames<'_, R> {
         Frames {
             allocator: self,
             caller,
@@ -116,14 +126,14 @@ impl PageAllocator {
     }
 }
 
-impl Frames<'_> {
+impl<R: RawMutex> Frames<'_, R> {
     /// The allocator behind it.
-    pub fn allocator(&self) -> &PageAllocator {
+    pub fn allocator(&self) -> &PageAllocator<R> {
         self.allocator
     }
 }
 
-impl FrameAllocator for Frames<'_> {
+impl<R: RawMutex> FrameAllocator for Frames<'_, R> {
     fn alloc_frames(&self, order: Order) -> Result<Pfn, AllocError> {
         self.allocator.alloc_pages(self.caller, self.gfp, order)
     }
@@ -149,6 +159,7 @@ mod x86_64_adapter {
 
     use super::{layout_order, FrameAllocator, Frames};
     use crate::page::{Order, Pfn, PAGE_SHIFT};
+    use crate::sync::RawMutex;
 
     /// The order of an `S`-sized frame, `None` above `MAX_ORDER`.
     fn frame_order<S: PageSize>() -> Option<Order> {
@@ -163,7 +174,7 @@ mod x86_64_adapter {
     // (`verify()` checks that every page is in exactly one block, and frees of blocks not
     // allocated are refused). The frames are of the size asked: the block of
     // `frame_order::<S>()` is `S::SIZE` bytes, aligned to its size.
-    unsafe impl<S: PageSize> X86FrameAllocator<S> for Frames<'_> {
+    unsafe impl<S: PageSize, R: RawMutex> X86FrameAllocator<S> for Frames<'_, R> {
         fn allocate_frame(&mut self) -> Option<PhysFrame<S>> {
             let pfn = self.alloc_frames(frame_order::<S>()?).ok()?;
             let frame = PhysFrame::from_start_address(PhysAddr::new(pfn.0 << PAGE_SHIFT));
@@ -172,7 +183,7 @@ mod x86_64_adapter {
         }
     }
 
-    impl<S: PageSize> FrameDeallocator<S> for Frames<'_> {
+    impl<S: PageSize, R: RawMutex> FrameDeallocator<S> for Frames<'_, R> {
         /// A frame mmkit refuses (never allocated, freed twice, or of another size) is
         /// left as it was; debug builds assert.
         unsafe fn deallocate_frame(&mut self, frame: PhysFrame<S>) {

@@ -37,20 +37,27 @@
 //! - [`topology`]: the machine description: nodes, zones, CPUs and the last-level cache.
 //! - [`settings`]: the sysctls (`vm.min_free_kbytes` and friends) with Linux's validity rules.
 //! - [`views`]: Linux's text formats (`/proc/zoneinfo`) and the same data as plain structs.
-//! - [`sync`]: the lock facade, so a model checker can swap the lock implementation.
+//! - `internals` (feature `internals`): the simulator's and replayer's hooks; not a stable
+//!   API.
+//! - [`sync`]: the lock facade: the raw lock an embedder picks for every zone and pageset
+//!   lock ([`PageAllocator::with_lock`], e.g. one that disables interrupts), and the
+//!   model checker's.
 //!
 //! The baseline is Linux v6.7; `docs/ARCHITECTURE.md` records where we differ and why.
 
 #![no_std]
 // `unsafe` is forbidden, except that the `x86_64` adapter implements that crate's two
-// `unsafe` traits (`frame.rs`); with the feature on it is denied everywhere else.
-#![cfg_attr(not(feature = "x86_64"), forbid(unsafe_code))]
-#![cfg_attr(feature = "x86_64", deny(unsafe_code))]
+// `unsafe` traits (`frame.rs`) and the model checker's raw lock implements `lock_api`'s
+// (`sync.rs`, feature `shuttle`); with either feature on it is denied everywhere else.
+#![cfg_attr(not(any(feature = "x86_64", feature = "shuttle")), forbid(unsafe_code))]
+#![cfg_attr(any(feature = "x86_64", feature = "shuttle"), deny(unsafe_code))]
 #![deny(missing_docs)]
 
 extern crate alloc;
 
 pub mod frame;
+#[cfg(feature = "internals")]
+pub mod internals;
 pub mod mm;
 pub mod page;
 pub mod page_alloc;

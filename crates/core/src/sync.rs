@@ -2,20 +2,47 @@
 //! comes from here.
 //!
 //! Linux protects a zone's free lists with `zone->lock` and a per-CPU pageset with
-//! `pcp->lock`, both spinlocks. We use `spin`'s spinlock in the same roles. Keeping the
-//! types behind this one module means a model checker can be swapped in without touching
-//! the allocator (crossbeam's facade pattern): with the `shuttle` feature, locks, the
-//! drain mutex's atomic and spin-waits become shuttle's, so its scheduler can explore
-//! the interleavings of pageset try-locks and remote drains (`tests/shuttle_drain.rs`).
-//! The 64-bit counters come from here too, for targets without 64-bit atomics.
+//! `pcp->lock`, both spinlocks, and takes them with `spin_lock_irqsave` where an interrupt
+//! handler may take them too. The core's locks are [`lock_api::Mutex`]es over a raw lock
+//! the embedder chooses: [`PageAllocator`](crate::PageAllocator)'s type parameter `R`
+//! is any [`RawMutex`], so a kernel plugs in a lock that saves and disables interrupts
+//! (Linux's `spin_lock_irqsave`) or one that only disables preemption, and every zone
+//! lock, pageset lock and the settings lock of that allocator is one. The default,
+//! [`RawSpinLock`], is `spin`'s spinlock, the lock the core always used; the allocator's
+//! code is generic over `R` and compiled once per lock type, so the default costs what
+//! the hard-wired spinlock cost (callgrind's counts did not move).
+//!
+//! Keeping the types behind this one module means a model checker can be swapped in
+//! without touching the allocator (crossbeam's facade pattern): with the `shuttle`
+//! feature, [`RawSpinLock`] spins on shuttle's atomics and yields to shuttle's scheduler,
+//! and the drain mutex's atomic and spin-waits become shuttle's, so its scheduler can
+//! explore the interleavings of pageset try-locks and remote drains
+//! (`tests/shuttle_drain.rs`). The 64-bit counters come from here too, for targets
+//! without 64-bit atomics.
+
+/// The interface of a raw lock (`lock_api`'s): what an embedder implements to choose the
+/// core's lock. Its `lock` and `unlock` bracket every critical section of the allocator;
+/// an IRQ-saving lock keeps the saved interrupt state in itself between the two, as
+/// `spin_lock_irqsave` keeps it in the caller's `flags`.
+pub use lock_api::RawMutex;
+
+/// Whether a [`RawMutex`]'s guard may move to another thread ([`RawMutex::GuardMarker`]):
+/// `GuardSend` for a plain spinlock, `GuardNoSend` for a lock whose unlock must run on
+/// the CPU that locked it (one that restores that CPU's interrupt state).
+pub use lock_api::{GuardNoSend, GuardSend};
+
+/// A lock around a `T`, taken through the raw lock `R`.
+pub type Lock<R, T> = lock_api::Mutex<R, T>;
+
+/// The guard of a [`Lock`]: the lock is released when it drops.
+pub type LockGuard<'a, R, T> = lock_api::MutexGuard<'a, R, T>;
 
 #[cfg(not(feature = "shuttle"))]
 mod imp {
-    /// A spinlock, the counterpart of Linux's `spinlock_t`.
-    pub type SpinLock<T> = spin::mutex::SpinMutex<T>;
-
-    /// The guard of a [`SpinLock`].
-    pub type SpinLockGuard<'a, T> = spin::mutex::SpinMutexGuard<'a, T>;
+    /// The default raw lock: `spin`'s spinlock, the counterpart of Linux's `spinlock_t`
+    /// taken without touching interrupts (a user-space process, or a kernel whose
+    /// interrupt handlers never allocate).
+    pub type RawSpinLock = spin::mutex::SpinMutex<()>;
 
     /// Atomics used by lock protocols.
     pub use core::sync::atomic;
@@ -30,39 +57,49 @@ mod imp {
 mod imp {
     extern crate std;
 
-    /// A lock whose every acquisition is a shuttle scheduling point.
-    pub struct SpinLock<T>(shuttle::sync::Mutex<T>);
+    use shuttle::sync::atomic::{AtomicBool, Ordering};
 
-    /// The guard of a [`SpinLock`].
-    pub type SpinLockGuard<'a, T> = shuttle::sync::MutexGuard<'a, T>;
+    /// A spinlock on shuttle's atomics: every attempt is a shuttle scheduling point, and a
+    /// waiter yields to shuttle's scheduler between attempts.
+    #[derive(Debug)]
+    pub struct RawSpinLock(AtomicBool);
+
+    #[expect(
+        unsafe_code,
+        reason = "lock_api's RawMutex is an unsafe trait; model checking only"
+    )]
+    // SAFETY: `try_lock` succeeds only for the caller whose compare-and-swap turned the
+    // flag from false to true, and only `unlock` (which the holder alone may call) turns
+    // it back, so at most one holder exists at a time; Acquire on taking and Release on
+    // giving back order the critical sections.
+    unsafe impl lock_api::RawMutex for RawSpinLock {
+        const INIT: RawSpinLock = RawSpinLock(AtomicBool::new(false));
+
+        type GuardMarker = lock_api::GuardSend;
+
+        fn lock(&self) {
+            while !self.try_lock() {
+                spin_loop();
+            }
+        }
+
+        fn try_lock(&self) -> bool {
+            self.0
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        }
+
+        #[expect(
+            unsafe_code,
+            reason = "lock_api's RawMutex::unlock is an unsafe fn; model checking only"
+        )]
+        unsafe fn unlock(&self) {
+            self.0.store(false, Ordering::Release);
+        }
+    }
 
     /// Atomics used by lock protocols.
     pub use shuttle::sync::atomic;
-
-    impl<T> SpinLock<T> {
-        /// A new unlocked lock.
-        pub fn new(value: T) -> SpinLock<T> {
-            SpinLock(shuttle::sync::Mutex::new(value))
-        }
-
-        /// Lock, waiting as long as it takes.
-        pub fn lock(&self) -> SpinLockGuard<'_, T> {
-            self.0
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-        }
-
-        /// Lock if free.
-        pub fn try_lock(&self) -> Option<SpinLockGuard<'_, T>> {
-            self.0.try_lock().ok()
-        }
-    }
-
-    impl<T: core::fmt::Debug> core::fmt::Debug for SpinLock<T> {
-        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-            f.write_str("SpinLock")
-        }
-    }
 
     /// Wait a moment in a spin loop: let another shuttle thread run.
     pub fn spin_loop() {

@@ -3,6 +3,7 @@
 //! DMA 3840, DMA32 772915, Normal 196608 pages, `min_free_kbytes` 67584, 2 CPUs; Normal
 //! batch 63, high_min 2132, LLC 266240 KiB shared by 2 (FREE_HIGH_BATCH set).
 
+use mmkit_core::internals;
 use mmkit_core::page_alloc::{Caller, DrainReason, Zone};
 use mmkit_core::settings::MinFreeKbytes;
 use mmkit_core::topology::{CacheInfo, ZoneSize};
@@ -84,7 +85,8 @@ fn drain_pages_zone_drains_in_chunks_of_2016() {
         let allocator = spec_machine(policy);
         let zone = normal(&allocator);
         assert_eq!(
-            allocator.seed_pageset(
+            internals::seed_pageset(
+                &allocator,
                 0,
                 zone.id(),
                 (Order::ZERO, MigrateType::Movable),

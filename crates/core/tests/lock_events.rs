@@ -21,6 +21,7 @@
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 
+use mmkit_core::internals;
 use mmkit_core::page_alloc::pcp::NR_PCP_LISTS;
 use mmkit_core::page_alloc::{
     Caller, CpuId, DrainReason, HoldKind, LockEvents, ZoneId, ZoneLockHold,
@@ -564,7 +565,7 @@ fn large_machine(policy: Policy) -> PageAllocator {
 fn pageset_holding(policy: Policy, pages: u64) -> PageAllocator {
     let allocator = large_machine(policy);
     let list = (Order::ZERO, mmkit_core::MigrateType::Movable);
-    let placed = allocator.seed_pageset(1, NORMAL, list, pages, pages + 1);
+    let placed = internals::seed_pageset(&allocator, 1, NORMAL, list, pages, pages + 1);
     assert_eq!(placed, Some(pages));
     allocator
 }
@@ -757,7 +758,7 @@ fn each_decay_trim_of_the_vmstat_tick_is_one_record() {
     let zone = normal_index(&allocator);
     let list = (Order::ZERO, mmkit_core::MigrateType::Movable);
     assert_eq!(
-        allocator.seed_pageset(1, NORMAL, list, 8000, 8000),
+        internals::seed_pageset(&allocator, 1, NORMAL, list, 8000, 8000),
         Some(8000)
     );
     let lists = |a: &PageAllocator| list_blocks(a)[zone][1];

@@ -14,6 +14,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 
+use mmkit_core::internals;
 use mmkit_core::page_alloc::{AllocError, Caller, ZoneFlags, ZoneId};
 use mmkit_core::settings::MinFreeKbytes;
 use mmkit_core::topology::{CacheInfo, ZoneSize};
@@ -299,9 +300,9 @@ impl Run<'_> {
             .rng
             .pick(&[ZoneFlags::RECLAIM_ACTIVE, ZoneFlags::BELOW_HIGH]);
         if self.rng.below(2) == 0 {
-            zone.set_flag(flag);
+            internals::set_zone_flag(zone, flag);
         } else {
-            zone.clear_flag(flag);
+            internals::clear_zone_flag(zone, flag);
         }
     }
 

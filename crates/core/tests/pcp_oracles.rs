@@ -3,7 +3,7 @@
 //!
 //! Nothing here calls a sizing rule directly: pages are allocated and freed with
 //! `alloc_pages`/`free_pages` from a `Caller::task(cpu)`, time passes with `vmstat_tick`,
-//! kswapd and the zone watermark state are stood in for by `Zone::set_flag`, and the
+//! kswapd and the zone watermark state are stood in for by `internals::set_zone_flag`, and the
 //! results are read back from `Zone::pageset(cpu)` and the zone's event counters.
 //!
 //! A "fresh" pageset is one that only ever saw frees: the pages are allocated on CPU 1 and
@@ -22,6 +22,7 @@
 //!   192000 / 8 / 12 = 2000; batch: 192000 >> 10 = 187, / 4 = 46, rounddown_pow2(69) − 1
 //!   = 63.
 
+use mmkit_core::internals;
 use mmkit_core::page_alloc::pcp::PerCpuPages;
 use mmkit_core::page_alloc::{Caller, DrainReason, WatermarkKind, Zone, ZoneFlags, ZoneId};
 use mmkit_core::policy::PRESETS;
@@ -756,7 +757,7 @@ fn o3_below_high_stops_refill_growth_from_patch8() {
     for name in ["patch7", "patch8", "patch9", "v6.7"] {
         let policy = preset(name);
         let allocator = oracle_machine(policy, LLC_FHB_SET);
-        normal(&allocator).set_flag(ZoneFlags::BELOW_HIGH);
+        internals::set_zone_flag(normal(&allocator), ZoneFlags::BELOW_HIGH);
         let refills = alloc_stream(
             &allocator,
             ZoneType::Normal,
@@ -963,7 +964,7 @@ fn o7_below_high_shrinks_high_and_drains_from_patch8() {
         let policy = preset(name);
         let (allocator, spare) = o7_start(policy);
         let zone = normal(&allocator);
-        zone.set_flag(ZoneFlags::BELOW_HIGH);
+        internals::set_zone_flag(zone, ZoneFlags::BELOW_HIGH);
         let drains = free_stream(&allocator, 0, &[(spare[0], Order::ZERO)]);
         let end = pcp(&allocator, 0);
         if policy.pcp.below_high {
@@ -1025,7 +1026,7 @@ fn o7_refill_with_below_high_keeps_high_from_patch8() {
             "{name}"
         );
 
-        normal(&allocator).set_flag(ZoneFlags::BELOW_HIGH);
+        internals::set_zone_flag(normal(&allocator), ZoneFlags::BELOW_HIGH);
         let refills = alloc_stream(&allocator, ZoneType::Normal, MOVABLE, 0, Order::ZERO, 1);
         let expected_high = if policy.pcp.below_high { 1000 } else { 1063 };
         assert_eq!(refills.len(), 1);
@@ -1068,7 +1069,7 @@ fn o8_reclaim_active_lowers_threshold_and_shrinks_high() {
     for name in PRESETS {
         let policy = preset(name);
         let (allocator, spare) = o8_start(policy);
-        normal(&allocator).set_flag(ZoneFlags::RECLAIM_ACTIVE);
+        internals::set_zone_flag(normal(&allocator), ZoneFlags::RECLAIM_ACTIVE);
         let mut highs = Vec::new();
         let mut counts = Vec::new();
         let mut all = Vec::new();
@@ -1343,7 +1344,7 @@ fn reclaim_active_stops_refill_growth_only_in_patch7() {
     for name in ["patch7", "patch8", "patch9", "v6.7"] {
         let policy = preset(name);
         let allocator = oracle_machine(policy, LLC_FHB_SET);
-        normal(&allocator).set_flag(ZoneFlags::RECLAIM_ACTIVE);
+        internals::set_zone_flag(normal(&allocator), ZoneFlags::RECLAIM_ACTIVE);
         let refills = alloc_stream(
             &allocator,
             ZoneType::Normal,
@@ -1390,7 +1391,7 @@ fn below_high_is_set_by_an_allocation_from_a_full_list() {
         }
         let free = zone.free_pages();
         assert!(free > high_wmark - 16 && free > zone.wmark(WatermarkKind::Low) as i64);
-        zone.clear_flag(ZoneFlags::BELOW_HIGH);
+        internals::clear_zone_flag(zone, ZoneFlags::BELOW_HIGH);
         allocator
             .alloc_pages(Caller::task(0), MOVABLE, Order::ZERO)
             .expect("CPU 0's list has pages");

@@ -141,11 +141,13 @@ impl PagePool {
     /// # Safety
     ///
     /// The pool's memory safety rests on one owner per allocated page: the
-    /// [`PageBlock`] or the raw caller it was handed to. The core's API changes page
-    /// ownership without the pool knowing (allocating, freeing, splitting or taking pages,
-    /// a zone's lock, a descriptor's setters), and a page freed behind a live
-    /// [`PageBlock`] is handed out again while the block still reaches its memory. The
-    /// caller must only read through the returned allocator.
+    /// [`PageBlock`] or the raw caller it was handed to. The core's safe API keeps its own
+    /// books consistent (its descriptor setters, zone locks and replay hooks are not
+    /// public, so `verify()` holds whatever safe code does), but its allocation, free and
+    /// split calls change page ownership without the pool knowing, and a page freed behind
+    /// a live [`PageBlock`] is handed out again while the block still reaches its memory.
+    /// That is why this stays `unsafe`; reading needs none of it ([`PagePool::zones`]).
+    /// The caller must only read through the returned allocator.
     ///
     /// Safe code cannot free a handle's page this way any more:
     ///

@@ -773,7 +773,8 @@ impl Sim {
     #[inline(always)]
     fn alloc_in(&mut self, cpu: u32, gfp: Gfp, order: Order) -> Result<(Pfn, usize), SimError> {
         debug_assert!(self.report.holds.is_empty());
-        let result = self.allocator.alloc_pages_peek_next_report(
+        let result = mmkit_core::internals::alloc_pages_peek_next_report(
+            &self.allocator,
             Caller::task(cpu),
             gfp,
             order,

@@ -9,6 +9,7 @@
 //! equals what the published machine had. `batch` (63) depends only on the zone being
 //! ≥ 688 MiB.
 
+use mmkit_core::internals;
 use mmkit_core::page_alloc::watermark;
 use mmkit_core::page_alloc::ZoneId;
 use mmkit_core::settings::MinFreeKbytes;
@@ -264,9 +265,15 @@ impl MachineSpec {
                     if order == Order::ZERO {
                         blocks += left / 3 + u64::from((i as u64) < left % 3);
                     }
-                    placed += allocator
-                        .seed_pageset(warm.cpu, id, (order, mt), blocks, warm.high)
-                        .unwrap_or(0);
+                    placed += internals::seed_pageset(
+                        allocator,
+                        warm.cpu,
+                        id,
+                        (order, mt),
+                        blocks,
+                        warm.high,
+                    )
+                    .unwrap_or(0);
                 }
             }
         }

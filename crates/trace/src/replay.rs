@@ -44,6 +44,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering::Relaxed;
 
+use mmkit_core::internals;
 use mmkit_core::page_alloc::{Caller, DrainReason, HoldKind, ZoneId, ZoneLockHold};
 use mmkit_core::topology::CacheInfo;
 use mmkit_core::views::zoneinfo::{self, ZoneInfo};
@@ -1197,7 +1198,7 @@ fn set_up(
         let exact = allocator
             .find_zone(Pfn(block.pfn))
             .is_some_and(|z| z.id() == block.zone)
-            && allocator.take_page_off_buddy(Pfn(block.pfn), order).is_ok();
+            && internals::take_page_off_buddy(allocator, Pfn(block.pfn), order).is_ok();
         if exact {
             setup.pretrace_exact += 1;
             placed
@@ -1210,7 +1211,7 @@ fn set_up(
     }
     for block in later {
         let order = Order::new(block.order).expect("parser bounds orders");
-        match allocator.take_free_block(block.zone, order) {
+        match internals::take_free_block(allocator, block.zone, order) {
             Some(pfn) => {
                 setup.pretrace_substituted += 1;
                 placed.entry(block.pfn).or_default().push((pfn, order));
@@ -1222,18 +1223,19 @@ fn set_up(
         for pageset in &info.pagesets {
             let plan = seed_plan(mix, rule, z, pageset.cpu, pageset.count);
             for ((order, mt), blocks) in plan {
-                setup.seeded_pcp_pages += allocator
-                    .seed_pageset(
-                        pageset.cpu,
-                        zone_id(info),
-                        (order, mt),
-                        blocks,
-                        pageset.high,
-                    )
-                    .unwrap_or(0);
+                setup.seeded_pcp_pages += internals::seed_pageset(
+                    allocator,
+                    pageset.cpu,
+                    zone_id(info),
+                    (order, mt),
+                    blocks,
+                    pageset.high,
+                )
+                .unwrap_or(0);
             }
             // `high` even for an empty pageset.
-            allocator.seed_pageset(
+            internals::seed_pageset(
+                allocator,
                 pageset.cpu,
                 zone_id(info),
                 (Order::ZERO, MigrateType::Movable),
@@ -1250,7 +1252,7 @@ fn set_up(
         // blocks that unmovable requests steal whole pageblocks from (ALLOC_NOFRAGMENT).
         let order = Order::new(mmkit_core::MAX_ORDER).expect("MAX_ORDER is an order");
         while zone.free_pages() - info.pages_free >= order.pages() as i64 {
-            if allocator.take_free_block(zone.id(), order).is_none() {
+            if internals::take_free_block(allocator, zone.id(), order).is_none() {
                 break;
             }
             setup.ballast_pages += order.pages();

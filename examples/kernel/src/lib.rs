@@ -8,9 +8,11 @@
 //!    The mem_map (16 bytes per spanned page, `Topology::mem_map_bytes`) is carved off
 //!    the top of node 0's highest usable range and reserved there too ([`mem_map_range`]),
 //!    as memblock allocates it top-down before any allocator exists.
-//! 2. A page allocator with its mem_map in that range (`PageAllocator::with_mem_map`) and
-//!    the small-kernel defaults (`Settings::default()`: no THP). The heap holds only the
-//!    small structures: zones, pagesets, zonelists.
+//! 2. A page allocator with its mem_map in that range
+//!    (`PageAllocator::with_lock_and_mem_map`), its zone and pageset locks the kernel's
+//!    interrupt-disabling spinlock ([`IrqSpinLock`]), and the small-kernel defaults
+//!    (`Settings::default()`: no THP). The heap holds only the small structures: zones,
+//!    pagesets, zonelists.
 //! 3. Page-table frames through the `x86_64` crate's `FrameAllocator` (4 KiB and 2 MiB)
 //!    on every CPU, a buffer by `Layout` through mmkit's own `FrameAllocator`, each frame
 //!    checked against the map: never a hole, never reserved.
@@ -24,6 +26,10 @@
 #![no_std]
 
 extern crate alloc;
+
+mod irq_lock;
+
+pub use irq_lock::IrqSpinLock;
 
 use alloc::vec::Vec;
 use core::alloc::Layout;
@@ -226,9 +232,13 @@ fn take_frames<S: PageSize, F: FrameAllocator<S>>(
 pub fn boot(mem_map: &'static mut [Page]) -> Result<Report, BootError> {
     let mem_map_pfns = mem_map_range().map_err(BootError::Topology)?;
     let topology = topology().map_err(BootError::Topology)?;
-    let allocator =
-        PageAllocator::with_mem_map(topology, Settings::default(), Policy::V6_7, mem_map)
-            .map_err(BootError::Init)?;
+    let allocator = PageAllocator::<IrqSpinLock>::with_lock_and_mem_map(
+        topology,
+        Settings::default(),
+        Policy::V6_7,
+        mem_map,
+    )
+    .map_err(BootError::Init)?;
     let mut tables: Vec<PhysFrame<Size4KiB>> = Vec::new();
     let mut huge: Vec<PhysFrame<Size2MiB>> = Vec::new();
     for cpu in 0..CPU_NODES.len() as u32 {
@@ -281,7 +291,7 @@ pub fn boot(mem_map: &'static mut [Page]) -> Result<Report, BootError> {
 }
 
 /// Pages allocated in every zone, as `verify()` counts them after checking every page.
-fn allocated(allocator: &PageAllocator) -> Result<u64, BootError> {
+fn allocated(allocator: &PageAllocator<IrqSpinLock>) -> Result<u64, BootError> {
     let census = allocator.verify().map_err(BootError::Verify)?;
     Ok(census.iter().map(|zone| zone.allocated).sum())
 }

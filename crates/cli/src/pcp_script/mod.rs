@@ -1169,10 +1169,11 @@ fn flag(allocator: &PageAllocator, zone: ZoneId, changes: &[(ZoneFlags, bool)]) 
         .zone(zone.node, zone.zone_type)
         .expect("zones were checked before the run");
     for &(flag, on) in changes {
+        // The script stands in for kswapd and the watermark checks, which own the flags.
         if on {
-            target.set_flag(flag);
+            mmkit_core::internals::set_zone_flag(target, flag);
         } else {
-            target.clear_flag(flag);
+            mmkit_core::internals::clear_zone_flag(target, flag);
         }
     }
     Outcome {

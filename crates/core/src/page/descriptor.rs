@@ -114,6 +114,46 @@ bitflags::bitflags! {
 /// The metadata of one 4 KiB frame. See the module documentation for the layout.
 /// `Zeroable` (the derive checks that every field is): an all-zero `Page` is valid, and is
 /// `Page::new(PageState::Tail)`, so the mem_map can be allocated zeroed.
+///
+/// Outside the core a descriptor can be read, never written: every setter is
+/// crate-private, so no sequence of safe calls can leave the mem_map in a state
+/// `verify()` refuses.
+///
+/// ```
+/// use mmkit_core::page::PageState;
+/// use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// use mmkit_core::{Order, PageAllocator, Policy, Settings, Topology, ZoneType};
+///
+/// let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
+/// let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+/// let zone = allocator.zone(0, ZoneType::Normal).unwrap();
+/// let (pfn, order, _) = zone.free_blocks()[0];
+/// let head = zone.mem_map().page(pfn);
+/// assert_eq!((head.state(), head.order()), (PageState::Buddy, order));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// Writing one no longer compiles. These two calls once made `verify()` fail with "pfn …
+/// belongs to no block":
+///
+/// ```compile_fail,E0624
+/// use mmkit_core::page::PageState;
+/// use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// use mmkit_core::{Order, PageAllocator, Policy, Settings, Topology, ZoneType};
+///
+/// let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
+/// let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+/// let zone = allocator.zone(0, ZoneType::Normal).unwrap();
+/// let (pfn, order, _) = zone.free_blocks()[0];
+/// zone.mem_map().page(pfn).set_state(PageState::Allocated, Order::ZERO);
+/// zone.mem_map().page(pfn).set_next(pfn.0 as u32);
+/// allocator.verify()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(bytemuck::Zeroable)]
 pub struct Page {
     flags: AtomicU32,
@@ -177,7 +217,7 @@ impl Page {
     /// `free_pages_prepare` leaves): one store, where [`Page::set_state`] must read the
     /// word to keep them.
     #[inline(always)]
-    pub fn set_state_of_bare(&self, state: PageState, order: Order) {
+    pub(crate) fn set_state_of_bare(&self, state: PageState, order: Order) {
         debug_assert_eq!(
             self.flags.load(Relaxed) & !(STATE_MASK | ORDER_MASK),
             0,
@@ -189,7 +229,7 @@ impl Page {
     /// Set state and order and clear the page flags and the memcg id, in one store: what
     /// [`Page::clear_flags_and_memcg`] then [`Page::set_state_of_bare`] leave.
     #[inline(always)]
-    pub fn set_state_clearing_flags(&self, state: PageState, order: Order) {
+    pub(crate) fn set_state_clearing_flags(&self, state: PageState, order: Order) {
         self.flags.store(Self::with_state(0, state, order), Relaxed);
     }
 
@@ -197,7 +237,7 @@ impl Page {
     /// state and order: one read-modify-write where `set_flags` and `set_memcg_id` take
     /// two.
     #[inline(always)]
-    pub fn clear_flags_and_memcg(&self) {
+    pub(crate) fn clear_flags_and_memcg(&self) {
         let bits = self.flags.load(Relaxed);
         self.flags.store(bits & (STATE_MASK | ORDER_MASK), Relaxed);
     }
@@ -213,7 +253,7 @@ impl Page {
     }
 
     /// Set state and order, keeping the page flags and memcg id.
-    pub fn set_state(&self, state: PageState, order: Order) {
+    pub(crate) fn set_state(&self, state: PageState, order: Order) {
         let bits = self.flags.load(Relaxed);
         self.flags
             .store(Self::with_state(bits, state, order), Relaxed);
@@ -222,7 +262,7 @@ impl Page {
     /// Move from (`from`, `order`) to `to` atomically; fails, returning what the page holds
     /// instead, when the page is not in `from` at `order`. This is what makes a racing double
     /// free lose cleanly.
-    pub fn transition(
+    pub(crate) fn transition(
         &self,
         from: PageState,
         order: Order,
@@ -242,7 +282,7 @@ impl Page {
     /// Sequentially it succeeds and fails exactly as `transition` does, with the same
     /// result; two racing calls may both succeed.
     #[inline(always)]
-    pub fn transition_exclusive(
+    pub(crate) fn transition_exclusive(
         &self,
         from: PageState,
         order: Order,
@@ -260,7 +300,7 @@ impl Page {
 
     /// Change the order of a block in `state` from `from` to `to` atomically; fails,
     /// returning what the page holds instead, when it is not in `state` at `from`.
-    pub fn transition_order(
+    pub(crate) fn transition_order(
         &self,
         state: PageState,
         from: Order,
@@ -287,7 +327,7 @@ impl Page {
     }
 
     /// Replace the page flags.
-    pub fn set_flags(&self, flags: PageFlags) {
+    pub(crate) fn set_flags(&self, flags: PageFlags) {
         let bits = self.flags.load(Relaxed);
         let new = (bits & !FLAGS_MASK) | ((flags.bits() as u32) << FLAGS_SHIFT);
         self.flags.store(new, Relaxed);
@@ -299,7 +339,7 @@ impl Page {
     }
 
     /// Charge the page to memcg `id`.
-    pub fn set_memcg_id(&self, id: u16) {
+    pub(crate) fn set_memcg_id(&self, id: u16) {
         let bits = self.flags.load(Relaxed);
         let new = (bits & !(0xffff << MEMCG_SHIFT)) | ((id as u32) << MEMCG_SHIFT);
         self.flags.store(new, Relaxed);
@@ -316,12 +356,12 @@ impl Page {
     }
 
     /// Set the forward link.
-    pub fn set_next(&self, pfn: u32) {
+    pub(crate) fn set_next(&self, pfn: u32) {
         self.next.store(pfn.wrapping_add(1), Relaxed)
     }
 
     /// Set the backward link.
-    pub fn set_prev(&self, pfn: u32) {
+    pub(crate) fn set_prev(&self, pfn: u32) {
         self.prev.store(pfn.wrapping_add(1), Relaxed)
     }
 
@@ -332,7 +372,7 @@ impl Page {
     }
 
     /// Cache the migratetype of a free block.
-    pub fn set_cached_migratetype(&self, migratetype: u8) {
+    pub(crate) fn set_cached_migratetype(&self, migratetype: u8) {
         self.private.store(migratetype as u32, Relaxed)
     }
 
@@ -343,7 +383,7 @@ impl Page {
 
     /// Set the reference count; clears the map count (Linux `set_page_refcounted` on a
     /// freshly allocated page, whose `_mapcount` is −1).
-    pub fn init_refcount(&self, count: u16) {
+    pub(crate) fn init_refcount(&self, count: u16) {
         self.private.store(count as u32, Relaxed)
     }
 
@@ -354,14 +394,14 @@ impl Page {
 
     /// Set the reference count of a block head, keeping its map count (after a split,
     /// each new head gets the references its mappings hold).
-    pub fn set_refcount(&self, count: u16) {
+    pub(crate) fn set_refcount(&self, count: u16) {
         let bits = self.private.load(Relaxed);
         self.private
             .store((bits & 0xffff_0000) | count as u32, Relaxed)
     }
 
     /// Add `n` references; `None` (and no change) if the 16-bit count would overflow.
-    pub fn ref_add(&self, n: u16) -> Option<u16> {
+    pub(crate) fn ref_add(&self, n: u16) -> Option<u16> {
         self.private
             .fetch_update(Relaxed, Relaxed, |bits| {
                 let count = (bits as u16).checked_add(n)?;
@@ -373,7 +413,7 @@ impl Page {
 
     /// Drop `n` references and return how many are left; `None` (and no change) if fewer
     /// than `n` are held.
-    pub fn ref_sub(&self, n: u16) -> Option<u16> {
+    pub(crate) fn ref_sub(&self, n: u16) -> Option<u16> {
         self.private
             .fetch_update(Relaxed, Relaxed, |bits| {
                 let count = (bits as u16).checked_sub(n)?;
@@ -386,7 +426,7 @@ impl Page {
     /// One more page-table entry maps this page; returns the new map count, or `None`
     /// (and no change) at the 16-bit limit. Mappings of different address spaces can race,
     /// so this is a read-modify-write (Linux `atomic_inc_and_test(&page->_mapcount)`).
-    pub fn mapcount_inc(&self) -> Option<u16> {
+    pub(crate) fn mapcount_inc(&self) -> Option<u16> {
         self.private
             .fetch_update(Relaxed, Relaxed, |bits| {
                 let count = ((bits >> 16) as u16).checked_add(1)?;
@@ -398,7 +438,7 @@ impl Page {
 
     /// One page-table entry less maps this page; returns the new map count, or `None`
     /// (and no change) if the page was not mapped.
-    pub fn mapcount_dec(&self) -> Option<u16> {
+    pub(crate) fn mapcount_dec(&self) -> Option<u16> {
         self.private
             .fetch_update(Relaxed, Relaxed, |bits| {
                 let count = ((bits >> 16) as u16).checked_sub(1)?;
@@ -415,7 +455,7 @@ impl Page {
     }
 
     /// Set the low half of `private` on a tail page (see [`Page::tail_counter`]).
-    pub fn set_tail_counter(&self, value: u16) {
+    pub(crate) fn set_tail_counter(&self, value: u16) {
         let bits = self.private.load(Relaxed);
         self.private
             .store((bits & 0xffff_0000) | value as u32, Relaxed)
@@ -423,7 +463,7 @@ impl Page {
 
     /// Clear `private` and the links: what a tail page of a freed folio must look like
     /// (Linux `free_tail_page_prepare`).
-    pub fn clear_tail(&self) {
+    pub(crate) fn clear_tail(&self) {
         self.private.store(0, Relaxed);
         self.set_next(NO_PFN);
         self.set_prev(NO_PFN);

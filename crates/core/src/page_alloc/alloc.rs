@@ -31,6 +31,7 @@ use super::types::{Caller, CpuId, MigrateType, NodeId, ZoneType};
 use super::watermark::{self, WatermarkKind};
 use super::zone::{Zone, ZoneFlags};
 use crate::page::{Order, Page, PageState, Pfn};
+use crate::sync::RawMutex;
 
 /// What [`PageAllocator::alloc_pages_may_wait_report`] got: a block, or drain work the
 /// request waits for.
@@ -64,7 +65,7 @@ impl AllocContext<'_> {
     }
 }
 
-impl PageAllocator {
+impl<R: RawMutex> PageAllocator<R> {
     /// Allocate a block of 2^`order` pages for `caller`, preferring the caller's node
     /// (`alloc_pages`). The block's first page is marked allocated with a reference
     /// count of 1.
@@ -104,7 +105,8 @@ impl PageAllocator {
     /// same pageset lock hold, after the pop that wrote it, so the hint costs no second
     /// lock (a separate peek's try-lock waited for the allocation's stores to drain).
     #[inline(always)]
-    pub fn alloc_pages_peek_next(
+    #[cfg(any(test, feature = "internals"))]
+    pub(crate) fn alloc_pages_peek_next(
         &self,
         caller: Caller,
         gfp: Gfp,
@@ -116,7 +118,8 @@ impl PageAllocator {
     /// [`PageAllocator::alloc_pages_peek_next`], telling `events` what the call did, as
     /// [`PageAllocator::alloc_pages_report`] does.
     #[inline(always)]
-    pub fn alloc_pages_peek_next_report(
+    #[cfg(any(test, feature = "internals"))]
+    pub(crate) fn alloc_pages_peek_next_report(
         &self,
         caller: Caller,
         gfp: Gfp,
@@ -455,7 +458,7 @@ impl PageAllocator {
     pub(crate) fn eligible_zones<'a>(
         &'a self,
         ac: &'a AllocContext<'_>,
-    ) -> impl Iterator<Item = (usize, &'a Zone)> + 'a {
+    ) -> impl Iterator<Item = (usize, &'a Zone<R>)> + 'a {
         let this_node = self.zones[ac.preferred].node;
         ac.zonelist
             .iter()
@@ -510,7 +513,7 @@ impl PageAllocator {
     }
 
     /// The watermark part of `get_page_from_freelist` for one zone.
-    fn zone_allows(&self, zone: &Zone, ac: &AllocContext<'_>, flags: AllocFlags) -> bool {
+    fn zone_allows(&self, zone: &Zone<R>, ac: &AllocContext<'_>, flags: AllocFlags) -> bool {
         if !zone.is_managed() {
             return false;
         }
@@ -529,7 +532,7 @@ impl PageAllocator {
     #[inline(always)]
     pub(crate) fn zone_watermark_fast(
         &self,
-        zone: &Zone,
+        zone: &Zone<R>,
         ac: &AllocContext<'_>,
         mark: u64,
         flags: AllocFlags,
@@ -549,7 +552,7 @@ impl PageAllocator {
     /// serve) the buddy lists; then wake kswapd if a fallback boosted the watermarks.
     fn rmqueue<E: LockEvents>(
         &self,
-        zone: &Zone,
+        zone: &Zone<R>,
         ac: &AllocContext<'_>,
         flags: AllocFlags,
         events: &mut E,
@@ -576,7 +579,7 @@ impl PageAllocator {
     /// Test before clearing, as Linux does: an atomic read-modify-write on every
     /// allocation would cost more than the rest of the fast path.
     #[inline(always)]
-    fn wake_if_boosted(&self, zone: &Zone) {
+    fn wake_if_boosted(&self, zone: &Zone<R>) {
         if zone.flags().contains(ZoneFlags::BOOSTED_WATERMARK)
             && zone.clear_flag(ZoneFlags::BOOSTED_WATERMARK)
         {
@@ -590,7 +593,7 @@ impl PageAllocator {
     /// the zone instead.
     fn rmqueue_pcplist<E: LockEvents>(
         &self,
-        zone: &Zone,
+        zone: &Zone<R>,
         ac: &AllocContext<'_>,
         flags: AllocFlags,
         events: &mut E,
@@ -622,7 +625,7 @@ impl PageAllocator {
     #[inline(always)]
     pub(crate) fn rmqueue_pcplist_locked<E: LockEvents>(
         &self,
-        zone: &Zone,
+        zone: &Zone<R>,
         pcp: &mut PerCpuPages,
         order: Order,
         mt: MigrateType,
@@ -653,7 +656,7 @@ impl PageAllocator {
     /// first for high-order atomic requests and last for any request that cannot block.
     fn rmqueue_buddy<E: LockEvents>(
         &self,
-        zone: &Zone,
+        zone: &Zone<R>,
         ac: &AllocContext<'_>,
         flags: AllocFlags,
         events: &mut E,
@@ -804,7 +807,7 @@ impl PageAllocator {
         self.kswapd[node as usize].request(order, highest_zoneidx);
     }
 
-    fn node_zones(&self, node: NodeId, highest_zoneidx: ZoneType) -> &[Zone] {
+    fn node_zones(&self, node: NodeId, highest_zoneidx: ZoneType) -> &[Zone<R>] {
         let first = node as usize * self.nr_zone_types;
         let count = (highest_zoneidx.index() + 1).min(self.nr_zone_types);
         &self.zones[first..first + count]
@@ -850,7 +853,7 @@ pub(super) fn block_allocated(page: &Page, order: Order) {
     page.init_refcount(1);
 }
 
-impl ZoneLocked<'_> {
+impl<R: RawMutex> ZoneLocked<'_, R> {
     /// `rmqueue_bulk`: move up to `blocks` blocks of `order` from the buddy lists to the
     /// tail of pageset list `pindex`, keeping them in the order the buddy hands them out.
     /// Stops early when the zone runs dry. Returns the blocks moved.
@@ -1134,8 +1137,8 @@ mod tests {
         pcp.count += pages;
         pcp.zone_touched = true;
         let events = &locked.zone().events;
-        ZoneLocked::count_locked(&events.pcp_refills, 1);
-        ZoneLocked::count_locked(&events.pcp_refill_pages, pages);
+        <ZoneLocked>::count_locked(&events.pcp_refills, 1);
+        <ZoneLocked>::count_locked(&events.pcp_refill_pages, pages);
         got
     }
 
@@ -1257,8 +1260,8 @@ mod tests {
         }
         pcp.zone_touched = true;
         let events = &locked.zone().events;
-        ZoneLocked::count_locked(&events.pcp_drains[DrainReason::Free as usize], 1);
-        ZoneLocked::count_locked(&events.pcp_drain_pages[DrainReason::Free as usize], freed);
+        <ZoneLocked>::count_locked(&events.pcp_drains[DrainReason::Free as usize], 1);
+        <ZoneLocked>::count_locked(&events.pcp_drain_pages[DrainReason::Free as usize], freed);
         freed
     }
 

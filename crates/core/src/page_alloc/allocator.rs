@@ -22,7 +22,7 @@ use super::zone::{PagesetSlot, Zone, ZoneFlags};
 use crate::page::{Order, Page, Pfn};
 use crate::policy::Policy;
 use crate::settings::{MinFreeKbytes, Settings, SettingsError};
-use crate::sync::{AtomicU64, CachePadded, SpinLock};
+use crate::sync::{AtomicU64, CachePadded, Lock, RawMutex, RawSpinLock};
 use crate::topology::{Topology, ZoneSpec};
 
 /// kswapd wake-ups requested for a node. The core only records them; a runtime or
@@ -111,7 +111,7 @@ pub(crate) struct PcpFastTarget {
 
 impl Zonelist {
     /// The zonelist of `zones` (indices in fallback order) with its lookup tables.
-    fn new(all: &[Zone], zones: Vec<usize>, group_by_mobility: bool) -> Zonelist {
+    fn new<R: RawMutex>(all: &[Zone<R>], zones: Vec<usize>, group_by_mobility: bool) -> Zonelist {
         let first: [Option<usize>; MAX_NR_ZONES] = core::array::from_fn(|highest| {
             zones
                 .iter()
@@ -185,11 +185,15 @@ struct CpuState {
 /// allocator.verify()?; // every page accounted for: free, on a pageset or allocated
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// `R` is the raw lock of every zone lock, pageset lock and the settings lock
+/// ([`crate::sync`]): `spin`'s spinlock unless the embedder picks another with
+/// [`PageAllocator::with_lock`], such as one that saves and disables interrupts.
 #[derive(Debug)]
-pub struct PageAllocator {
+pub struct PageAllocator<R: RawMutex = RawSpinLock> {
     pub(crate) topology: Topology,
     /// Node-major: node n's zone of type t is at `n * nr_zone_types + t`.
-    pub(crate) zones: Vec<Zone>,
+    pub(crate) zones: Vec<Zone<R>>,
     pub(crate) nr_zone_types: usize,
     /// Per node: its zonelist and the first entry of it each request may use.
     pub(crate) zonelists: Vec<Zonelist>,
@@ -201,7 +205,7 @@ pub struct PageAllocator {
     pfn_ranges: Vec<(u64, u64, usize)>,
     /// pfn → zone in one load for most pfns (Linux keeps the zone in `page->flags`).
     section_zones: SectionZones,
-    settings: SpinLock<Settings>,
+    settings: Lock<R, Settings>,
     pub(crate) policy: Policy,
     min_free_kbytes: AtomicU64,
     /// `CONFIG_PCP_BATCH_SCALE_MAX`, copied from the settings for the hot paths.
@@ -254,13 +258,14 @@ impl PageAllocator {
     /// compute watermarks, reserves and PCP limits as boot does.
     /// `policy` selects the behaviour of each patch thread (see [`crate::policy`]).
     /// The mem_map comes from the heap, zeroed (see [`MemMap`](super::mem_map::MemMap));
-    /// [`PageAllocator::with_mem_map`] takes it from the caller instead.
+    /// [`PageAllocator::with_mem_map`] takes it from the caller instead. The locks are
+    /// `spin`'s spinlocks; [`PageAllocator::with_lock`] takes another lock type.
     pub fn new(
         topology: Topology,
         settings: Settings,
         policy: Policy,
     ) -> Result<PageAllocator, SettingsError> {
-        Self::build(topology, settings, policy, None)
+        Self::with_lock(topology, settings, policy)
     }
 
     /// [`PageAllocator::new`] with the mem_map in `mem_map`, storage the caller carved out
@@ -301,6 +306,112 @@ impl PageAllocator {
         policy: Policy,
         mem_map: &'static mut [Page],
     ) -> Result<PageAllocator, InitError> {
+        Self::with_lock_and_mem_map(topology, settings, policy, mem_map)
+    }
+
+    /// The memory [`PageAllocator::new`] allocates for `topology`, in bytes (saturating):
+    /// every zone's mem_map (16 bytes per spanned page) and pageblock migratetypes (a byte
+    /// per pageblock), a cache-line-padded pageset slot per CPU in every zone of every node,
+    /// the zones themselves, and each node's zonelist of every node's managed zones. Most of
+    /// the mem_map is reserved but never touched (see [`MemMap`](super::mem_map::MemMap)),
+    /// so this is the address space the machine takes, an upper bound of what it uses. An
+    /// embedder or a command line checks it against the memory it has before building a
+    /// machine it cannot hold. The zones and pagesets are counted with the default lock;
+    /// another lock type adds its size beyond `spin`'s one byte per lock.
+    pub fn boot_bytes(topology: &Topology) -> u64 {
+        let mem_map: u64 = topology
+            .zones()
+            .iter()
+            .map(|z| {
+                let descriptors = z.spanned.saturating_mul(size_of::<Page>() as u64);
+                descriptors.saturating_add(z.spanned / PAGEBLOCK_PAGES + 1)
+            })
+            .fold(0, u64::saturating_add);
+        let nr_nodes = topology.nr_nodes() as u64;
+        let nr_zones = nr_nodes.saturating_mul(topology.nr_zone_types() as u64);
+        let pageset = size_of::<CachePadded<PagesetSlot>>() as u64;
+        let zones = nr_zones.saturating_mul(
+            (size_of::<Zone>() as u64)
+                .saturating_add(pageset.saturating_mul(u64::from(topology.nr_cpus()))),
+        );
+        let managed_zones = topology.zones().iter().filter(|z| z.managed > 0).count() as u64;
+        let zonelists =
+            nr_nodes.saturating_mul(
+                (size_of::<Zonelist>() as u64)
+                    .saturating_add(managed_zones.saturating_mul(size_of::<usize>() as u64)),
+            );
+        mem_map.saturating_add(zones).saturating_add(zonelists)
+    }
+}
+
+impl<R: RawMutex> PageAllocator<R> {
+    /// [`PageAllocator::new`] with the raw lock `R` for every zone lock, pageset lock and
+    /// the settings lock, named by the caller: a kernel passes a lock that saves and
+    /// disables interrupts, as Linux takes `zone->lock` with `spin_lock_irqsave`.
+    ///
+    /// ```
+    /// use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    /// use mmkit_core::page_alloc::Caller;
+    /// use mmkit_core::sync::{GuardSend, RawMutex, RawSpinLock};
+    /// use mmkit_core::topology::{CacheInfo, ZoneSize};
+    /// use mmkit_core::{Gfp, Order, PageAllocator, Policy, Settings, Topology, ZoneType};
+    ///
+    /// /// The default spinlock, counting acquisitions (a kernel would save and disable
+    /// /// interrupts here: `examples/kernel`'s `IrqSpinLock`).
+    /// struct Counted(RawSpinLock);
+    /// static TAKEN: AtomicU64 = AtomicU64::new(0);
+    ///
+    /// // SAFETY: every operation is the inner lock's, itself a `RawMutex` (named as one:
+    /// // `spin`'s own methods of the same names return guards).
+    /// unsafe impl RawMutex for Counted {
+    ///     const INIT: Counted = Counted(RawSpinLock::INIT);
+    ///     type GuardMarker = GuardSend;
+    ///
+    ///     fn lock(&self) {
+    ///         RawMutex::lock(&self.0);
+    ///         TAKEN.fetch_add(1, Relaxed);
+    ///     }
+    ///
+    ///     fn try_lock(&self) -> bool {
+    ///         let taken = RawMutex::try_lock(&self.0);
+    ///         TAKEN.fetch_add(u64::from(taken), Relaxed);
+    ///         taken
+    ///     }
+    ///
+    ///     unsafe fn unlock(&self) {
+    ///         // SAFETY: our caller holds the lock, so it holds the inner one.
+    ///         unsafe { RawMutex::unlock(&self.0) }
+    ///     }
+    /// }
+    ///
+    /// let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+    /// let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 2 };
+    /// let topology = Topology::x86_64(&zones, vec![2], llc, false)?;
+    /// let allocator =
+    ///     PageAllocator::<Counted>::with_lock(topology, Settings::default(), Policy::V6_7)?;
+    /// let booted = TAKEN.load(Relaxed);
+    /// let pfn = allocator.alloc_pages(Caller::task(0), Gfp::KERNEL, Order::ZERO)?;
+    /// allocator.free_pages(Caller::task(0), pfn, Order::ZERO)?;
+    /// assert!(TAKEN.load(Relaxed) > booted); // the pageset lock, at least
+    /// allocator.verify()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_lock(
+        topology: Topology,
+        settings: Settings,
+        policy: Policy,
+    ) -> Result<PageAllocator<R>, SettingsError> {
+        Self::build(topology, settings, policy, None)
+    }
+
+    /// [`PageAllocator::with_mem_map`] with the raw lock `R`
+    /// ([`PageAllocator::with_lock`]).
+    pub fn with_lock_and_mem_map(
+        topology: Topology,
+        settings: Settings,
+        policy: Policy,
+        mem_map: &'static mut [Page],
+    ) -> Result<PageAllocator<R>, InitError> {
         settings.validate()?;
         let needed = topology.mem_map_pages();
         let given = mem_map.len() as u64;
@@ -317,7 +428,7 @@ impl PageAllocator {
         settings: Settings,
         policy: Policy,
         mut mem_map: Option<&'static mut [Page]>,
-    ) -> Result<PageAllocator, SettingsError> {
+    ) -> Result<PageAllocator<R>, SettingsError> {
         settings.validate()?;
         let nr_zone_types = topology.nr_zone_types();
         let nr_cpus = topology.nr_cpus();
@@ -380,7 +491,7 @@ impl PageAllocator {
             pfn_ranges,
             section_zones,
             scale_max: AtomicU8::new(settings.pcp_batch_scale_max),
-            settings: SpinLock::new(settings),
+            settings: Lock::new(settings),
             policy,
             min_free_kbytes: AtomicU64::new(0),
             nr_online: AtomicU32::new(nr_cpus),
@@ -389,39 +500,6 @@ impl PageAllocator {
         allocator.check_min_free_kbytes(allocator.settings.lock().min_free_kbytes)?;
         allocator.boot();
         Ok(allocator)
-    }
-
-    /// The memory [`PageAllocator::new`] allocates for `topology`, in bytes (saturating):
-    /// every zone's mem_map (16 bytes per spanned page) and pageblock migratetypes (a byte
-    /// per pageblock), a cache-line-padded pageset slot per CPU in every zone of every node,
-    /// the zones themselves, and each node's zonelist of every node's managed zones. Most of
-    /// the mem_map is reserved but never touched (see [`MemMap`](super::mem_map::MemMap)),
-    /// so this is the address space the machine takes, an upper bound of what it uses. An
-    /// embedder or a command line checks it against the memory it has before building a
-    /// machine it cannot hold.
-    pub fn boot_bytes(topology: &Topology) -> u64 {
-        let mem_map: u64 = topology
-            .zones()
-            .iter()
-            .map(|z| {
-                let descriptors = z.spanned.saturating_mul(size_of::<Page>() as u64);
-                descriptors.saturating_add(z.spanned / PAGEBLOCK_PAGES + 1)
-            })
-            .fold(0, u64::saturating_add);
-        let nr_nodes = topology.nr_nodes() as u64;
-        let nr_zones = nr_nodes.saturating_mul(topology.nr_zone_types() as u64);
-        let pageset = size_of::<CachePadded<PagesetSlot>>() as u64;
-        let zones = nr_zones.saturating_mul(
-            (size_of::<Zone>() as u64)
-                .saturating_add(pageset.saturating_mul(u64::from(topology.nr_cpus()))),
-        );
-        let managed_zones = topology.zones().iter().filter(|z| z.managed > 0).count() as u64;
-        let zonelists =
-            nr_nodes.saturating_mul(
-                (size_of::<Zonelist>() as u64)
-                    .saturating_add(managed_zones.saturating_mul(size_of::<usize>() as u64)),
-            );
-        mem_map.saturating_add(zones).saturating_add(zonelists)
     }
 
     /// `init_per_zone_wmark_min` and khugepaged's start: choose `min_free_kbytes`, then set
@@ -583,7 +661,7 @@ impl PageAllocator {
     }
 
     /// `__zone_set_pageset_high_and_batch`: write the limits into every pageset.
-    pub(crate) fn set_pagesets(&self, zone: &Zone, limits: PcpLimits) {
+    pub(crate) fn set_pagesets(&self, zone: &Zone<R>, limits: PcpLimits) {
         for pageset in zone.pagesets.iter() {
             // LOCK ORDER: settings → pcp lock (Linux: pcp_batch_high_lock → pcp->lock).
             let mut pcp = pageset.pcp.lock();
@@ -691,7 +769,7 @@ impl PageAllocator {
     }
 
     /// Every zone, node by node, each node's zone types in order (empty zones included).
-    pub fn zones(&self) -> &[Zone] {
+    pub fn zones(&self) -> &[Zone<R>] {
         &self.zones
     }
 
@@ -704,14 +782,14 @@ impl PageAllocator {
     /// For a replay of a trace, whose blocks show where the kernel served each request:
     /// the kernel's zone may have failed the test where this allocator's, with another
     /// free-block layout, would pass it (a high-order request in a fragmented zone).
-    pub fn zone_passed_over(&self, zone: &Zone) {
+    pub fn zone_passed_over(&self, zone: &Zone<R>) {
         if self.policy.pcp.below_high && zone.is_managed() {
             zone.set_flag(ZoneFlags::BELOW_HIGH);
         }
     }
 
     /// The zone of `node` of type `zone_type`.
-    pub fn zone(&self, node: NodeId, zone_type: ZoneType) -> Option<&Zone> {
+    pub fn zone(&self, node: NodeId, zone_type: ZoneType) -> Option<&Zone<R>> {
         if zone_type.index() >= self.nr_zone_types {
             return None;
         }
@@ -721,7 +799,7 @@ impl PageAllocator {
 
     /// The zone spanning `pfn` (`page_zone`).
     #[inline(always)]
-    pub fn find_zone(&self, pfn: Pfn) -> Option<&Zone> {
+    pub fn find_zone(&self, pfn: Pfn) -> Option<&Zone<R>> {
         match self.section_zones.zone(pfn) {
             Some(zone) => Some(&self.zones[zone]),
             None => self.find_zone_search(pfn),
@@ -731,7 +809,7 @@ impl PageAllocator {
     /// [`PageAllocator::find_zone`] for a pfn whose section the table does not settle: a
     /// binary search over the zones' spans.
     #[inline(never)]
-    fn find_zone_search(&self, pfn: Pfn) -> Option<&Zone> {
+    fn find_zone_search(&self, pfn: Pfn) -> Option<&Zone<R>> {
         search_zone(&self.pfn_ranges, pfn.0).map(|zone| &self.zones[zone])
     }
 
@@ -808,7 +886,7 @@ fn search_zone(ranges: &[(u64, u64, usize)], pfn: u64) -> Option<usize> {
 
 /// `!page_group_by_mobility_disabled` (`build_all_zonelists`): false under one pageblock
 /// per migratetype.
-fn page_group_by_mobility(zones: &[Zone]) -> bool {
+fn page_group_by_mobility<R: RawMutex>(zones: &[Zone<R>]) -> bool {
     let total: u64 = zones
         .iter()
         .filter(|z| z.zone_type <= ZoneType::Movable)
@@ -819,7 +897,11 @@ fn page_group_by_mobility(zones: &[Zone]) -> bool {
 
 /// `build_zonelists`: for each node, its own zones from the highest type down, then each
 /// other node's in turn (nearest first; with no distance table, by id after this node).
-fn build_zonelists(zones: &[Zone], nr_zone_types: usize, nr_nodes: usize) -> Vec<Vec<usize>> {
+fn build_zonelists<R: RawMutex>(
+    zones: &[Zone<R>],
+    nr_zone_types: usize,
+    nr_nodes: usize,
+) -> Vec<Vec<usize>> {
     (0..nr_nodes)
         .map(|node| {
             (0..nr_nodes)

@@ -11,14 +11,14 @@
 use core::sync::atomic::Ordering::Relaxed;
 
 use super::events::{HoldKind, LockEvents, ZoneLockHold};
-use super::free_area::{self, FreeArea, ListEnd};
+use super::free_area::{FreeArea, ListEnd};
 use super::gfp::AllocFlags;
 use super::list::PfnList;
 use super::types::{CpuId, MigrateType};
 use super::watermark::{self, PAGEBLOCK_ORDER, PAGEBLOCK_PAGES};
 use super::zone::{Zone, ZoneFlags};
 use crate::page::{Order, Page, PageFlags, PageState, Pfn, MAX_ORDER};
-use crate::sync::{AtomicU64, SpinLockGuard};
+use crate::sync::{AtomicU64, LockGuard, RawMutex, RawSpinLock};
 
 const PAGEBLOCK: Order = match Order::new(PAGEBLOCK_ORDER) {
     Some(order) => order,
@@ -27,9 +27,9 @@ const PAGEBLOCK: Order = match Order::new(PAGEBLOCK_ORDER) {
 
 /// A zone with its lock held: the calling context of every free-list operation
 /// (Linux's "zone->lock held" comments, as a type).
-pub struct ZoneLocked<'a> {
-    zone: &'a Zone,
-    area: SpinLockGuard<'a, FreeArea>,
+pub(crate) struct ZoneLocked<'a, R: RawMutex = RawSpinLock> {
+    zone: &'a Zone<R>,
+    area: LockGuard<'a, R, FreeArea>,
     /// Split levels done since the last [`ZoneLocked::report`] of this hold: the report
     /// says them. A plain field of the guard: when no sink reads it, nothing does.
     splits: core::cell::Cell<u64>,
@@ -39,7 +39,7 @@ pub struct ZoneLocked<'a> {
 /// the lock is released (the guard field drops after this runs, so still under the lock).
 /// The free area keeps the bits as its lists fill and empty; the store is skipped when
 /// they did not change.
-impl Drop for ZoneLocked<'_> {
+impl<R: RawMutex> Drop for ZoneLocked<'_, R> {
     fn drop(&mut self) {
         let bits = self.area.free_block_bits();
         if self.zone.free_block_bits.load(Relaxed) != bits {
@@ -48,8 +48,8 @@ impl Drop for ZoneLocked<'_> {
     }
 }
 
-impl<'a> ZoneLocked<'a> {
-    pub(crate) fn new(zone: &'a Zone, area: SpinLockGuard<'a, FreeArea>) -> ZoneLocked<'a> {
+impl<'a, R: RawMutex> ZoneLocked<'a, R> {
+    pub(crate) fn new(zone: &'a Zone<R>, area: LockGuard<'a, R, FreeArea>) -> ZoneLocked<'a, R> {
         ZoneLocked {
             zone,
             area,
@@ -58,7 +58,7 @@ impl<'a> ZoneLocked<'a> {
     }
 
     /// The zone.
-    pub fn zone(&self) -> &'a Zone {
+    pub(crate) fn zone(&self) -> &'a Zone<R> {
         self.zone
     }
 
@@ -582,12 +582,13 @@ pub(crate) struct PageblockMove {
     pub(crate) movable_pages: u64,
 }
 
-impl ZoneLocked<'_> {
+impl<R: RawMutex> ZoneLocked<'_, R> {
     /// Take exactly the block (`pfn`, `order`) off the free lists, splitting the free block
     /// that holds it and returning the other parts to their lists (Linux's
     /// `take_page_off_buddy` with `break_down_buddy_pages`, for any order). Returns the
     /// block's migratetype list, or `None` (and changes nothing) if no free block covers it.
     /// `NR_FREE_PAGES` is updated; the caller decides what the block becomes.
+    #[cfg(any(test, feature = "internals"))]
     pub(crate) fn take_block(&mut self, pfn: Pfn, order: Order) -> Option<MigrateType> {
         let (mut head, mut high) = order.up_to_max().find_map(|o| {
             let head = pfn.align_down(o);
@@ -603,13 +604,8 @@ impl ZoneLocked<'_> {
             } else {
                 (head, upper)
             };
-            self.area.add(
-                &self.zone.mem_map,
-                spare,
-                high,
-                mt,
-                free_area::ListEnd::Head,
-            );
+            self.area
+                .add(&self.zone.mem_map, spare, high, mt, ListEnd::Head);
             head = keep;
         }
         debug_assert_eq!(head, pfn);

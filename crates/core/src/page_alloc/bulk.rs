@@ -19,6 +19,7 @@ use super::types::{Caller, CpuId, MigrateType, NodeId};
 use super::watermark::WatermarkKind;
 use super::zone::Zone;
 use crate::page::{Order, Pfn};
+use crate::sync::RawMutex;
 
 /// Where bulk-allocated pages go.
 enum Sink<'a> {
@@ -66,7 +67,7 @@ impl Sink<'_> {
     }
 }
 
-impl PageAllocator {
+impl<R: RawMutex> PageAllocator<R> {
     /// Fill the `None` slots of `array` with order-0 pages (`alloc_pages_bulk_array`).
     /// Returns the number of populated slots, old and new.
     pub fn alloc_pages_bulk_array(
@@ -217,7 +218,7 @@ impl PageAllocator {
     #[inline(always)]
     fn rmqueue_pcplist_run<E: LockEvents>(
         &self,
-        zone: &Zone,
+        zone: &Zone<R>,
         pcp: &mut PerCpuPages,
         mt: MigrateType,
         flags: AllocFlags,
@@ -265,7 +266,7 @@ impl PageAllocator {
         ac: &AllocContext<'_>,
         wanted: usize,
         flags: AllocFlags,
-    ) -> Option<&Zone> {
+    ) -> Option<&Zone<R>> {
         let preferred = &self.zones[ac.preferred];
         for (index, zone) in self.eligible_zones(ac) {
             if self.topology.nr_nodes() > 1 && index != ac.preferred && zone.node != preferred.node

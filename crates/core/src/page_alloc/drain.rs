@@ -39,6 +39,7 @@ use super::pcp_sizing::PcpLimits;
 use super::types::CpuId;
 use super::zone::{DrainReason, Zone, ZoneId};
 use crate::policy::DrainMode;
+use crate::sync::RawMutex;
 
 /// `pcpu_drain_mutex`, the CPUs the drain holding it chose (`cpus_with_pcps`), and the
 /// per-CPU drain work items (`pcpu_drain`): whether each CPU's work is queued. The work
@@ -143,14 +144,19 @@ impl Drop for DrainMutexGuard<'_> {
     }
 }
 
-impl PageAllocator {
+impl<R: RawMutex> PageAllocator<R> {
     /// `drain_pages_zone`: return all of `cpu`'s pages of `zone` to the buddy lists.
-    pub fn drain_pages_zone(&self, cpu: CpuId, zone: &Zone) -> u64 {
+    pub fn drain_pages_zone(&self, cpu: CpuId, zone: &Zone<R>) -> u64 {
         self.drain_pages_zone_in(cpu, zone, &mut ())
     }
 
     /// [`PageAllocator::drain_pages_zone`], reporting each drain to `events`.
-    fn drain_pages_zone_in<E: LockEvents>(&self, cpu: CpuId, zone: &Zone, events: &mut E) -> u64 {
+    fn drain_pages_zone_in<E: LockEvents>(
+        &self,
+        cpu: CpuId,
+        zone: &Zone<R>,
+        events: &mut E,
+    ) -> u64 {
         let Some(pageset) = zone.pagesets.get(cpu as usize).map(|slot| &slot.pcp) else {
             return 0;
         };
@@ -162,17 +168,21 @@ impl PageAllocator {
             return 0;
         }
         let count = pcp.count;
-        // LOCK ORDER: pcp lock → zone lock.
-        zone.lock()
-            .free_pcppages_bulk(&mut pcp, count, 0, DrainReason::Explicit, cpu, events)
+        // LOCK ORDER: pcp lock → zone lock. Bound, not the block's value: a tail
+        // expression's temporary (the zone lock) would outlive `pcp`, releasing the locks
+        // in the order they were taken, which an IRQ-saving lock cannot restore.
+        let drained =
+            zone.lock()
+                .free_pcppages_bulk(&mut pcp, count, 0, DrainReason::Explicit, cpu, events);
+        drained
     }
 
     /// `drain_pages_zone` since ≈ 6.9: at most `batch << S` pages per pageset lock hold,
     /// until the pageset is empty.
     fn drain_pages_zone_in_chunks<E: LockEvents>(
         &self,
-        pageset: &crate::sync::SpinLock<super::pcp::PerCpuPages>,
-        zone: &Zone,
+        pageset: &crate::sync::Lock<R, super::pcp::PerCpuPages>,
+        zone: &Zone<R>,
         cpu: CpuId,
         events: &mut E,
     ) -> u64 {
@@ -278,7 +288,7 @@ impl PageAllocator {
             }
         }
         events.drain_all(false);
-        let zones: &[Zone] = match zone.and_then(|id| self.zone(id.node, id.zone_type)) {
+        let zones: &[Zone<R>] = match zone.and_then(|id| self.zone(id.node, id.zone_type)) {
             Some(zone) => core::slice::from_ref(zone),
             None => &self.zones,
         };

@@ -27,6 +27,7 @@ use super::watermark::{self, WatermarkKind, PAGEBLOCK_ORDER};
 use super::zone::{DrainReason, PcpLocked, Zone, ZoneFlags};
 use crate::page::{Order, Page, PageState, Pfn};
 use crate::policy::PcpPolicy;
+use crate::sync::RawMutex;
 
 /// Pages freed under one pageset lock hold in a batched free (`SWAP_CLUSTER_MAX`).
 const FREE_BATCH_RELOCK: usize = 32;
@@ -64,7 +65,7 @@ impl Claim for Exclusive {
     }
 }
 
-impl PageAllocator {
+impl<R: RawMutex> PageAllocator<R> {
     /// Free a block allocated with [`PageAllocator::alloc_pages`], from `caller`'s CPU
     /// (`__free_pages`). Cheap orders and THP go to the caller's pageset (the zone if the
     /// pageset is busy); other orders go straight to the zone. A bad free (never
@@ -182,7 +183,7 @@ impl PageAllocator {
         caller: Caller,
         pfn: Pfn,
         order: Order,
-    ) -> Result<(&Zone, &Page), FreeError> {
+    ) -> Result<(&Zone<R>, &Page), FreeError> {
         if !self.is_cpu_online(caller.cpu) {
             return Err(FreeError::InvalidCpu(caller.cpu));
         }
@@ -195,9 +196,9 @@ impl PageAllocator {
         &self,
         pfn: Pfn,
         order: Order,
-    ) -> Result<(&Zone, &Page), FreeError> {
+    ) -> Result<(&Zone<R>, &Page), FreeError> {
         let zone = self.find_zone(pfn).ok_or(FreeError::OutsideZones { pfn })?;
-        claim_in_zone::<C>(zone, zone.mem_map.page(pfn), pfn, order)
+        claim_in_zone::<C, R>(zone, zone.mem_map.page(pfn), pfn, order)
     }
 
     /// `free_unref_page` for a claimed block.
@@ -205,7 +206,7 @@ impl PageAllocator {
     pub(super) fn free_unref_page<E: LockEvents>(
         &self,
         caller: Caller,
-        zone: &Zone,
+        zone: &Zone<R>,
         pfn: Pfn,
         page: &Page,
         order: Order,
@@ -247,8 +248,8 @@ impl PageAllocator {
     #[inline(always)]
     fn free_unref_page_commit<E: LockEvents>(
         &self,
-        zone: &Zone,
-        pcp: &mut PcpLocked<'_>,
+        zone: &Zone<R>,
+        pcp: &mut PcpLocked<'_, R>,
         (pfn, page, order): (Pfn, &Page, Order),
         mt: MigrateType,
         pcp_mt: MigrateType,
@@ -348,7 +349,7 @@ impl PageAllocator {
             }
             return Ok(());
         }
-        let mut held: Option<BatchHold<'_>> = None;
+        let mut held: Option<BatchHold<'_, R>> = None;
         let mut rest = pfns;
         loop {
             if let Some(hold) = held.as_mut() {
@@ -413,7 +414,7 @@ impl PageAllocator {
     /// state are owed, paid together by [`PageAllocator::pay_owed`]. Returns how many
     /// pages were committed.
     #[inline(always)]
-    fn commit_quiet_run(&self, hold: &mut BatchHold<'_>, pfns: &[Pfn]) -> usize {
+    fn commit_quiet_run(&self, hold: &mut BatchHold<'_, R>, pfns: &[Pfn]) -> usize {
         let zone = hold.zone;
         let budget = FREE_BATCH_RELOCK - hold.pages;
         let limit = usize::try_from(hold.room).map_or(budget, |room| room.min(budget));
@@ -505,7 +506,7 @@ impl PageAllocator {
             let zone = self.find_zone(pfn).ok_or_else(|| {
                 self.refuse_batch(&pfns[..claimed], FreeError::OutsideZones { pfn })
             })?;
-            let span = claim_in_span::<C>(zone, &pfns[claimed..])
+            let span = claim_in_span::<C, R>(zone, &pfns[claimed..])
                 .map_err(|(index, err)| self.refuse_batch(&pfns[..claimed + index], err))?;
             assert!(span > 0, "{pfn:?} is in the zone find_zone gave");
             claimed += span;
@@ -537,7 +538,7 @@ impl PageAllocator {
 
     /// Account the frees a hold owes: `PGFREE` and the policy state of
     /// [`PerCpuPages::on_order0_frees`].
-    fn pay_owed(&self, hold: &mut BatchHold<'_>) {
+    fn pay_owed(&self, hold: &mut BatchHold<'_, R>) {
         if hold.owed > 0 {
             hold.pcp.count_free(hold.owed);
             let scale_max = self.scale_max.load(Relaxed);
@@ -548,15 +549,15 @@ impl PageAllocator {
     }
 
     /// Pay what `hold` owes, then drop its pageset lock (`pcp_spin_unlock`).
-    fn release(&self, mut hold: BatchHold<'_>) {
+    fn release(&self, mut hold: BatchHold<'_, R>) {
         self.pay_owed(&mut hold);
     }
 }
 
 /// A pageset lock held by [`PageAllocator::free_pages_batch`] across a run of pages.
-struct BatchHold<'a> {
-    zone: &'a Zone,
-    pcp: PcpLocked<'a>,
+struct BatchHold<'a, R: RawMutex> {
+    zone: &'a Zone<R>,
+    pcp: PcpLocked<'a, R>,
     /// Pages committed under this hold, for the relock every `FREE_BATCH_RELOCK`.
     pages: usize,
     /// Further frees that cannot reach the drain threshold
@@ -566,9 +567,9 @@ struct BatchHold<'a> {
     owed: u64,
 }
 
-impl<'a> BatchHold<'a> {
+impl<'a, R: RawMutex> BatchHold<'a, R> {
     /// A hold of `zone`'s pageset, just locked.
-    fn new(policy: &PcpPolicy, zone: &'a Zone, pcp: PcpLocked<'a>) -> BatchHold<'a> {
+    fn new(policy: &PcpPolicy, zone: &'a Zone<R>, pcp: PcpLocked<'a, R>) -> BatchHold<'a, R> {
         let room = pcp.order0_free_room(policy, zone.flags());
         BatchHold {
             zone,
@@ -584,8 +585,8 @@ impl<'a> BatchHold<'a> {
 /// (`free_pages_prepare` cleared its flags and memcg id) and push it on list `pindex`.
 /// The caller counts it.
 #[inline(always)]
-fn pcp_add_block(
-    zone: &Zone,
+fn pcp_add_block<R: RawMutex>(
+    zone: &Zone<R>,
     pcp: &mut PerCpuPages,
     pfn: Pfn,
     page: &Page,
@@ -618,12 +619,12 @@ fn pcp_prepare_and_mark_page(page: &Page, mt: MigrateType) {
 /// The checks of [`PageAllocator::claim_block`] once `pfn`'s zone and descriptor are
 /// found.
 #[inline(always)]
-fn claim_in_zone<'a, C: Claim>(
-    zone: &'a Zone,
+fn claim_in_zone<'a, C: Claim, R: RawMutex>(
+    zone: &'a Zone<R>,
     page: &'a Page,
     pfn: Pfn,
     order: Order,
-) -> Result<(&'a Zone, &'a Page), FreeError> {
+) -> Result<(&'a Zone<R>, &'a Page), FreeError> {
     if !pfn.is_aligned(order) {
         return Err(FreeError::Misaligned { pfn, order });
     }
@@ -638,13 +639,16 @@ fn claim_in_zone<'a, C: Claim>(
 /// [`PageAllocator::claim_batch`]: per page one bounds check, one load, one compare and
 /// one store.
 #[inline(always)]
-fn claim_in_span<C: Claim>(zone: &Zone, pfns: &[Pfn]) -> Result<usize, (usize, FreeError)> {
+fn claim_in_span<C: Claim, R: RawMutex>(
+    zone: &Zone<R>,
+    pfns: &[Pfn],
+) -> Result<usize, (usize, FreeError)> {
     let mem_map = zone.mem_map.window();
     for (index, &pfn) in pfns.iter().enumerate() {
         let Some(page) = mem_map.get(pfn) else {
             return Ok(index);
         };
-        claim_in_zone::<C>(zone, page, pfn, Order::ZERO).map_err(|err| (index, err))?;
+        claim_in_zone::<C, R>(zone, page, pfn, Order::ZERO).map_err(|err| (index, err))?;
     }
     Ok(pfns.len())
 }
@@ -666,7 +670,13 @@ fn pcp_migratetype(mt: MigrateType) -> Option<MigrateType> {
 
 /// `__free_pages_ok`: straight to the buddy lists, counted in `PGFREE`; the hold is
 /// reported to `events` as `cpu`'s.
-fn free_pages_ok<E: LockEvents>(zone: &Zone, pfn: Pfn, order: Order, cpu: CpuId, events: &mut E) {
+fn free_pages_ok<E: LockEvents, R: RawMutex>(
+    zone: &Zone<R>,
+    pfn: Pfn,
+    order: Order,
+    cpu: CpuId,
+    events: &mut E,
+) {
     let mut locked = zone.lock();
     let mt = zone.mem_map.pageblock_migratetype(pfn);
     let merges = locked.free_one_page(pfn, order, mt, ListEnd::Head);
@@ -677,8 +687,8 @@ fn free_pages_ok<E: LockEvents>(zone: &Zone, pfn: Pfn, order: Order, cpu: CpuId,
 
 /// `free_one_page`: straight to the buddy lists; v6.7 does not count these in `PGFREE`.
 /// The hold is reported to `events` as `cpu`'s.
-fn free_one_page<E: LockEvents>(
-    zone: &Zone,
+fn free_one_page<E: LockEvents, R: RawMutex>(
+    zone: &Zone<R>,
     pfn: Pfn,
     order: Order,
     mt: MigrateType,
@@ -692,7 +702,7 @@ fn free_one_page<E: LockEvents>(
 
 /// The check that clears `BELOW_HIGH`: order 0 at the high watermark, classzone Movable,
 /// no alloc flags.
-fn above_high_watermark(zone: &Zone) -> bool {
+fn above_high_watermark<R: RawMutex>(zone: &Zone<R>) -> bool {
     let input = zone.watermark_input(ZoneType::Movable, &[]);
     watermark::watermark_ok(
         Order::ZERO,
@@ -702,7 +712,7 @@ fn above_high_watermark(zone: &Zone) -> bool {
     )
 }
 
-impl ZoneLocked<'_> {
+impl<R: RawMutex> ZoneLocked<'_, R> {
     /// `free_pcppages_bulk`: return up to `pages` pages from `cpu`'s pageset to the buddy
     /// lists, visiting the lists round-robin from `start` and taking the oldest (tail)
     /// blocks of each until it is empty or enough pages went back. A high-order block can
@@ -769,8 +779,8 @@ impl ZoneLocked<'_> {
 }
 
 /// Name the mistake of a refused free, looking at the block that holds `pfn`.
-fn diagnose_bad_free(
-    zone: &Zone,
+fn diagnose_bad_free<R: RawMutex>(
+    zone: &Zone<R>,
     pfn: Pfn,
     order: Order,
     state: PageState,
@@ -800,7 +810,7 @@ fn diagnose_bad_free(
     }
 }
 
-impl PageAllocator {
+impl<R: RawMutex> PageAllocator<R> {
     /// `split_page`: turn the allocated block of `order` at `pfn` into 2^order allocated
     /// order-0 blocks, each freed on its own from now on. Page flags, memcg ids and map
     /// counts stay; each new head's reference count is left for the caller to set (the

@@ -39,7 +39,8 @@ mod list;
 mod mem_map;
 pub mod pcp;
 pub mod pcp_sizing;
-mod take;
+#[cfg(any(test, feature = "internals"))]
+pub(crate) mod take;
 mod types;
 pub mod verify;
 pub mod watermark;
@@ -75,13 +76,11 @@ pub(crate) fn test_allocator() -> PageAllocator {
 
 pub use self::alloc::AllocAttempt;
 pub use allocator::{InitError, KswapdState, PageAllocator};
-pub use buddy::ZoneLocked;
 pub use drain::{DrainAll, DrainCaller, DrainMutexGuard, DrainWork};
 pub use error::{AllocError, BatchFreeError, FreeError};
 pub use events::{HoldKind, LockEvents, ZoneLockHold};
 pub use gfp::{AllocFlags, Gfp};
 pub use mem_map::MemMap;
-pub use take::TakeError;
 pub use types::{
     Caller, Context, CpuId, MigrateType, NodeId, ZoneType, MAX_NR_ZONES, MIGRATE_PCPTYPES,
     MIGRATE_TYPES,

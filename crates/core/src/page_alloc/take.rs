@@ -9,7 +9,9 @@
 //! [`PageAllocator::seed_pageset`]; it stands for "the pageset held `count` pages and its
 //! `high` was `high` when the snapshot was taken".
 //!
-//! Neither function counts `PGALLOC`; both move pages under the zone lock, so the zone's
+//! These are the trace replayer's and the simulator's set-up, not a kernel's or a
+//! service's: crate-private, and outside the crate only through [`crate::internals`]
+//! (feature `internals`). Neither function counts `PGALLOC`; both move pages under the zone lock, so the zone's
 //! event counters (`alloc_zone_locked`, refills) see them. Callers that measure take
 //! counter deltas after set-up.
 
@@ -19,6 +21,7 @@ use super::pcp::{order_to_pindex, pcp_allowed_order};
 use super::types::{CpuId, MigrateType, MIGRATE_PCPTYPES};
 use super::zone::ZoneId;
 use crate::page::{Order, PageState, Pfn};
+use crate::sync::RawMutex;
 
 /// Why a block could not be taken off the buddy allocator.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -62,12 +65,14 @@ impl core::fmt::Display for TakeError {
     }
 }
 
-impl PageAllocator {
+impl core::error::Error for TakeError {}
+
+impl<R: RawMutex> PageAllocator<R> {
     /// Take exactly the block (`pfn`, `order`) out of the buddy allocator and mark it
     /// allocated (reference count 1), splitting the free block that holds it
     /// (`take_page_off_buddy`). Fails, changing nothing, when the block is not wholly free
     /// in the buddy lists: allocated, cached on a pageset, reserved, or outside every zone.
-    pub fn take_page_off_buddy(&self, pfn: Pfn, order: Order) -> Result<(), TakeError> {
+    pub(crate) fn take_page_off_buddy(&self, pfn: Pfn, order: Order) -> Result<(), TakeError> {
         let zone = self.find_zone(pfn).ok_or(TakeError::OutsideZones { pfn })?;
         if !pfn.is_aligned(order) {
             return Err(TakeError::Misaligned { pfn, order });
@@ -85,7 +90,7 @@ impl PageAllocator {
     /// Take the first free block of `order` the buddy lists of zone `id` offer (any
     /// migratetype, as `__rmqueue_smallest` picks it) and mark it allocated. `None` if the
     /// zone has no free block of at least that order.
-    pub fn take_free_block(&self, id: ZoneId, order: Order) -> Option<Pfn> {
+    pub(crate) fn take_free_block(&self, id: ZoneId, order: Order) -> Option<Pfn> {
         let zone = self.zone(id.node, id.zone_type)?;
         let mut locked = zone.lock();
         let pfn = [
@@ -109,7 +114,7 @@ impl PageAllocator {
     /// `high_min`). Returns the pages placed, fewer if the zone runs short; `None` for an
     /// unknown zone or CPU, an order the pagesets do not cache, or a migratetype without a
     /// pageset list.
-    pub fn seed_pageset(
+    pub(crate) fn seed_pageset(
         &self,
         cpu: CpuId,
         id: ZoneId,

@@ -16,6 +16,7 @@ use super::watermark::PAGEBLOCK_ORDER;
 use super::zone::Zone;
 use super::PageAllocator;
 use crate::page::{Order, PageState, Pfn, MAX_ORDER, NO_PFN};
+use crate::sync::RawMutex;
 use crate::topology::PresentRange;
 
 /// Pages of a zone by owner, as the walk found them.
@@ -51,7 +52,26 @@ macro_rules! ensure {
     };
 }
 
-impl Zone {
+/// Lock guards released in the reverse order of taking them (a `Vec` drops its elements
+/// first to last), as nested `spin_unlock_irqrestore`s must be: each IRQ-saving lock
+/// restores the interrupt state from before it was taken.
+struct LastTakenFirstReleased<G>(alloc::vec::Vec<G>);
+
+impl<G> Drop for LastTakenFirstReleased<G> {
+    fn drop(&mut self) {
+        while self.0.pop().is_some() {}
+    }
+}
+
+impl<G> core::ops::Deref for LastTakenFirstReleased<G> {
+    type Target = [G];
+
+    fn deref(&self) -> &[G] {
+        &self.0
+    }
+}
+
+impl<R: RawMutex> Zone<R> {
     /// Walk the whole zone under its lock. Checks: each page lies in exactly one block or is
     /// reserved or a hole, holes and reserved pages exactly where the memory map put them; every block is aligned and inside the zone; the free lists are
     /// well linked, hold only free blocks of their order that cache their list's type, and
@@ -60,7 +80,7 @@ impl Zone {
     /// order are left unmerged.
     pub fn verify(&self) -> Result<ZoneCensus, VerifyError> {
         // LOCK ORDER: every pcp lock of the zone, then the zone lock.
-        let pagesets: alloc::vec::Vec<_> = self.pagesets.iter().map(|p| p.pcp.lock()).collect();
+        let pagesets = LastTakenFirstReleased(self.pagesets.iter().map(|p| p.pcp.lock()).collect());
         let locked = self.lock();
         let area = locked.area();
         let mem_map = &self.mem_map;
@@ -365,7 +385,7 @@ fn verify_pageset(
     Ok(pages)
 }
 
-impl PageAllocator {
+impl<R: RawMutex> PageAllocator<R> {
     /// [`Zone::verify`] on every zone; returns the census of each.
     pub fn verify(&self) -> Result<alloc::vec::Vec<ZoneCensus>, VerifyError> {
         let mut all = vec![];
@@ -377,7 +397,9 @@ impl PageAllocator {
 }
 
 /// The pfns of a zone with their owner state, for tests that compare layouts.
-pub fn block_heads(zone: &Zone) -> impl Iterator<Item = (Pfn, PageState, Order)> + '_ {
+pub fn block_heads<R: RawMutex>(
+    zone: &Zone<R>,
+) -> impl Iterator<Item = (Pfn, PageState, Order)> + '_ {
     zone.mem_map()
         .iter()
         .map(|(pfn, page)| (pfn, page.state(), page.order()))

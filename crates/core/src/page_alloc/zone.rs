@@ -17,7 +17,7 @@ use super::pcp_sizing::PcpLimits;
 use super::types::{CpuId, MigrateType, NodeId, ZoneType, MAX_NR_ZONES};
 use super::watermark::{WatermarkInput, WatermarkKind, Watermarks};
 use crate::page::{Order, Page, Pfn, NR_PAGE_ORDERS};
-use crate::sync::{AtomicI64, AtomicU64, CachePadded, SpinLock, SpinLockGuard};
+use crate::sync::{AtomicI64, AtomicU64, CachePadded, Lock, LockGuard, RawMutex, RawSpinLock};
 use crate::topology::{PresentRange, ZoneSpec};
 
 bitflags::bitflags! {
@@ -89,21 +89,21 @@ pub(crate) struct PcpVmEvents {
 /// cache lines that no other CPU writes. Kept in a [`CachePadded`] slot, so CPUs do not
 /// share a line.
 #[derive(Debug)]
-pub(crate) struct PagesetSlot {
+pub(crate) struct PagesetSlot<R: RawMutex = RawSpinLock> {
     /// The pageset and its lock (`pcp->lock`).
-    pub(crate) pcp: SpinLock<PerCpuPages>,
+    pub(crate) pcp: Lock<R, PerCpuPages>,
     /// The CPU's `PGALLOC`/`PGFREE` of the pageset paths.
     pub(crate) vm_events: PcpVmEvents,
 }
 
 /// A pageset taken with [`Zone::pcp_trylock`]: the lock guard, and the CPU's vm events,
 /// which only the lock's holder may count (so counting needs this token).
-pub(crate) struct PcpLocked<'a> {
-    pcp: SpinLockGuard<'a, PerCpuPages>,
+pub(crate) struct PcpLocked<'a, R: RawMutex> {
+    pcp: LockGuard<'a, R, PerCpuPages>,
     vm_events: &'a PcpVmEvents,
 }
 
-impl PcpLocked<'_> {
+impl<R: RawMutex> PcpLocked<'_, R> {
     /// Count `pages` allocated from this pageset (`PGALLOC`).
     #[inline(always)]
     pub(crate) fn count_alloc(&self, pages: u64) {
@@ -119,7 +119,7 @@ impl PcpLocked<'_> {
     }
 }
 
-impl core::ops::Deref for PcpLocked<'_> {
+impl<R: RawMutex> core::ops::Deref for PcpLocked<'_, R> {
     type Target = PerCpuPages;
 
     #[inline(always)]
@@ -128,7 +128,7 @@ impl core::ops::Deref for PcpLocked<'_> {
     }
 }
 
-impl core::ops::DerefMut for PcpLocked<'_> {
+impl<R: RawMutex> core::ops::DerefMut for PcpLocked<'_, R> {
     #[inline(always)]
     fn deref_mut(&mut self) -> &mut PerCpuPages {
         &mut self.pcp
@@ -185,9 +185,37 @@ pub struct ZoneId {
     pub zone_type: ZoneType,
 }
 
-/// A zone.
+/// A zone. `R` is the raw lock of its zone lock and pagesets' locks (see [`crate::sync`]).
+///
+/// A user reads a zone (sizes, watermarks, `NR_FREE_PAGES`, its free blocks, a copy of a
+/// pageset) and changes it only through [`PageAllocator`](super::PageAllocator)'s calls.
+/// The zone lock and the free lists it guards are the core's alone:
+///
+/// ```
+/// use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// use mmkit_core::{PageAllocator, Policy, Settings, Topology, ZoneType};
+///
+/// let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
+/// let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+/// let zone = allocator.zone(0, ZoneType::Normal).unwrap();
+/// assert_eq!(zone.free_pages() as u64, zone.buddyinfo().iter().enumerate().map(|(o, n)| n << o).sum());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// ```compile_fail,E0624
+/// # use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// # use mmkit_core::{PageAllocator, Policy, Settings, Topology, ZoneType};
+/// # let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// # let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// # let topology = Topology::x86_64(&zones, vec![1], llc, false).unwrap();
+/// # let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7).unwrap();
+/// let zone = allocator.zone(0, ZoneType::Normal).unwrap();
+/// let locked = zone.lock(); // crate-private
+/// ```
 #[derive(Debug)]
-pub struct Zone {
+pub struct Zone<R: RawMutex = RawSpinLock> {
     /// This zone's index in the allocator's zones (`PageAllocator::zones`), which names it
     /// in [`ZoneLockHold`](super::ZoneLockHold) records.
     pub(crate) index: usize,
@@ -201,7 +229,7 @@ pub struct Zone {
     pub(crate) present_ranges: Box<[PresentRange]>,
     pub(crate) mem_map: MemMap,
     /// `zone->lock` and what it protects.
-    pub(crate) free_area: SpinLock<FreeArea>,
+    pub(crate) free_area: Lock<R, FreeArea>,
     /// [`FreeArea::free_block_bits`] as the last holder of the zone lock left the lists,
     /// stored by [`ZoneLocked`] as it releases the lock: the free-area walk of a
     /// higher-order watermark check reads this instead of taking the lock (Linux reads
@@ -221,9 +249,9 @@ pub struct Zone {
     pub(crate) group_by_mobility: AtomicBool,
     pub(crate) events: ZoneEvents,
     /// One pageset per CPU (`zone->per_cpu_pageset`), each with the CPU's vm events.
-    pub(crate) pagesets: Box<[CachePadded<PagesetSlot>]>,
+    pub(crate) pagesets: Box<[CachePadded<PagesetSlot<R>>]>,
     /// The limits every pageset gets (`pageset_batch`, `pageset_high_min/max`).
-    pub(crate) pcp_limits: SpinLock<PcpLimits>,
+    pub(crate) pcp_limits: Lock<R, PcpLimits>,
     /// Nesting depth of `zone_pcp_disable`.
     pub(crate) pcp_disabled: AtomicU32,
 }
@@ -241,14 +269,14 @@ pub(crate) enum PcpRefused {
 impl PcpRefused {
     /// Count a busy pageset; an offline one is not contention.
     #[inline(always)]
-    pub(crate) fn count(self, zone: &Zone) {
+    pub(crate) fn count<R: RawMutex>(self, zone: &Zone<R>) {
         if self == PcpRefused::Busy {
             zone.events.pcp_lock_contended.fetch_add(1, Relaxed);
         }
     }
 }
 
-impl Zone {
+impl<R: RawMutex> Zone<R> {
     /// Build the zone of `spec`, whose present pages are `present` (in pfn order, inside
     /// the span), the allocator's zone number `index`, with `nr_cpus` pagesets, and free
     /// its managed pages into the buddy lists in maximal aligned blocks, at the list tails,
@@ -261,7 +289,7 @@ impl Zone {
         index: usize,
         nr_cpus: u32,
         mem_map: Option<&'static mut [Page]>,
-    ) -> Zone {
+    ) -> Zone<R> {
         let zone = Zone {
             index,
             node: spec.node,
@@ -272,7 +300,7 @@ impl Zone {
             managed: spec.managed,
             present_ranges: present.into(),
             mem_map: MemMap::new(spec.start_pfn.0, spec.spanned, present, mem_map),
-            free_area: SpinLock::new(FreeArea::new()),
+            free_area: Lock::new(FreeArea::new()),
             free_block_bits: AtomicU32::new(0),
             watermarks: Watermarks::default(),
             lowmem_reserve: Default::default(),
@@ -286,12 +314,12 @@ impl Zone {
             pagesets: (0..nr_cpus)
                 .map(|_| {
                     CachePadded(PagesetSlot {
-                        pcp: SpinLock::new(PerCpuPages::default()),
+                        pcp: Lock::new(PerCpuPages::default()),
                         vm_events: PcpVmEvents::default(),
                     })
                 })
                 .collect(),
-            pcp_limits: SpinLock::new(PcpLimits::default()),
+            pcp_limits: Lock::new(PcpLimits::default()),
             pcp_disabled: AtomicU32::new(0),
         };
         zone.free_boot_memory();
@@ -315,8 +343,9 @@ impl Zone {
         }
     }
 
-    /// Take the zone lock.
-    pub fn lock(&self) -> ZoneLocked<'_> {
+    /// Take the zone lock. Crate-private: the free lists are the core's alone, so no
+    /// caller outside it can unlink a block `verify()` would then miss.
+    pub(crate) fn lock(&self) -> ZoneLocked<'_, R> {
         ZoneLocked::new(self, self.free_area.lock())
     }
 
@@ -340,7 +369,7 @@ impl Zone {
     /// back. `cpu_down` sets the flag under this lock before it drains, so a task that
     /// takes the lock later sees it; one that took it earlier is drained.
     #[inline(always)]
-    pub(crate) fn pcp_trylock(&self, cpu: CpuId) -> Result<PcpLocked<'_>, PcpRefused> {
+    pub(crate) fn pcp_trylock(&self, cpu: CpuId) -> Result<PcpLocked<'_, R>, PcpRefused> {
         let slot = &self.pagesets[cpu as usize];
         let pcp = slot.pcp.try_lock().ok_or(PcpRefused::Busy)?;
         if pcp.offline {
@@ -429,12 +458,12 @@ impl Zone {
     }
 
     /// Set `flag`; true if it was clear (`test_and_set_bit`).
-    pub fn set_flag(&self, flag: ZoneFlags) -> bool {
+    pub(crate) fn set_flag(&self, flag: ZoneFlags) -> bool {
         self.flags.fetch_or(flag.bits(), Relaxed) & flag.bits() == 0
     }
 
     /// Clear `flag`; true if it was set.
-    pub fn clear_flag(&self, flag: ZoneFlags) -> bool {
+    pub(crate) fn clear_flag(&self, flag: ZoneFlags) -> bool {
         self.flags.fetch_and(!flag.bits(), Relaxed) & flag.bits() != 0
     }
 

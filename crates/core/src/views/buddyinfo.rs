@@ -7,9 +7,10 @@ use alloc::string::String;
 use core::fmt::Write;
 
 use crate::page_alloc::PageAllocator;
+use crate::sync::RawMutex;
 
 /// Render `/proc/buddyinfo`.
-pub fn render(allocator: &PageAllocator) -> String {
+pub fn render<R: RawMutex>(allocator: &PageAllocator<R>) -> String {
     let mut out = String::new();
     for zone in allocator.zones().iter().filter(|z| z.present() > 0) {
         let _ = write!(

@@ -7,9 +7,10 @@ use alloc::string::String;
 use core::fmt::Write;
 
 use crate::page_alloc::{PageAllocator, ZoneType};
+use crate::sync::RawMutex;
 
 /// Render the vmstat lines.
-pub fn render(allocator: &PageAllocator) -> String {
+pub fn render<R: RawMutex>(allocator: &PageAllocator<R>) -> String {
     let zones = allocator.zones();
     let nr_free: i64 = zones.iter().map(|z| z.free_pages()).sum();
     let mut out = String::new();

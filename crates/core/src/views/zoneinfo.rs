@@ -13,6 +13,7 @@ use alloc::vec::Vec;
 use core::fmt::Write;
 
 use crate::page_alloc::{NodeId, PageAllocator, WatermarkKind, ZoneType};
+use crate::sync::RawMutex;
 
 /// Which kernel's pageset lines `/proc/zoneinfo` has.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -85,7 +86,7 @@ pub struct ZoneInfo {
 }
 
 /// Gather zoneinfo for every zone of every node.
-pub fn collect(allocator: &PageAllocator) -> Vec<ZoneInfo> {
+pub fn collect<R: RawMutex>(allocator: &PageAllocator<R>) -> Vec<ZoneInfo> {
     let nr_zone_types = allocator.topology().nr_zone_types();
     allocator
         .zones()

@@ -1,0 +1,117 @@
+//! Hooks for mmkit's own simulator and trace replayer. **Not a stable API**: present
+//! only with the cargo feature `internals`, which `mmkit-sim` and `mmkit-trace` enable;
+//! names and signatures change whenever those crates need them to, without notice in the
+//! version number. A kernel or a service needs none of it.
+//!
+//! Each hook keeps every invariant [`PageAllocator::verify`] checks (they move whole
+//! blocks under the zone and pageset locks, as allocation and refill do), but they do
+//! what no kernel path does: take a block a caller names out of the buddy lists, preset
+//! a pageset from a snapshot, set zone flags that kswapd and the watermark checks own,
+//! or report the next block an allocation would take. They are here, and not on
+//! [`PageAllocator`], so the allocator's documented surface is what a user calls.
+//!
+//! ```
+//! use mmkit_core::internals::{seed_pageset, take_page_off_buddy};
+//! use mmkit_core::page_alloc::{Caller, MigrateType, ZoneId};
+//! use mmkit_core::topology::{CacheInfo, ZoneSize};
+//! use mmkit_core::{Order, PageAllocator, Policy, Settings, Topology, ZoneType};
+//!
+//! let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+//! let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 2 };
+//! let topology = Topology::x86_64(&zones, vec![2], llc, false)?;
+//! let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+//! let normal = ZoneId { node: 0, zone_type: ZoneType::Normal };
+//!
+//! // A replay starts from a snapshot: CPU 1's pageset held 64 movable pages.
+//! let placed = seed_pageset(&allocator, 1, normal, (Order::ZERO, MigrateType::Movable), 64, 200);
+//! assert_eq!(placed, Some(64));
+//! // The recording freed a block the replay must first hold: take exactly it.
+//! let pfn = allocator.zone(0, ZoneType::Normal).unwrap().free_blocks()[0].0;
+//! take_page_off_buddy(&allocator, pfn, Order::ZERO)?;
+//! allocator.free_pages(Caller::task(0), pfn, Order::ZERO)?;
+//! allocator.verify()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use crate::page::{Order, Pfn};
+use crate::page_alloc::{
+    AllocError, Caller, CpuId, Gfp, LockEvents, MigrateType, PageAllocator, Zone, ZoneFlags, ZoneId,
+};
+use crate::sync::RawMutex;
+
+pub use crate::page_alloc::take::TakeError;
+
+/// Take exactly the block (`pfn`, `order`) out of the buddy allocator and mark it
+/// allocated (reference count 1), splitting the free block that holds it (Linux's
+/// `take_page_off_buddy`, for a block of any order). Fails, changing nothing, when the
+/// block is not wholly free in the buddy lists. A later `free_pages` of it is an ordinary
+/// free.
+pub fn take_page_off_buddy<R: RawMutex>(
+    allocator: &PageAllocator<R>,
+    pfn: Pfn,
+    order: Order,
+) -> Result<(), TakeError> {
+    allocator.take_page_off_buddy(pfn, order)
+}
+
+/// Take the first free block of `order` the buddy lists of zone `id` offer and mark it
+/// allocated; `None` if the zone has none of at least that order.
+pub fn take_free_block<R: RawMutex>(
+    allocator: &PageAllocator<R>,
+    id: ZoneId,
+    order: Order,
+) -> Option<Pfn> {
+    allocator.take_free_block(id, order)
+}
+
+/// Preset `cpu`'s pageset of zone `id`: move `blocks` blocks of `order` and type `mt` from
+/// the buddy lists onto it and set its `high` (auto-tuning policies only). Returns the
+/// pages placed; `None` for an unknown zone or CPU, or an order or type the pagesets do
+/// not cache.
+pub fn seed_pageset<R: RawMutex>(
+    allocator: &PageAllocator<R>,
+    cpu: CpuId,
+    id: ZoneId,
+    (order, mt): (Order, MigrateType),
+    blocks: u64,
+    high: u64,
+) -> Option<u64> {
+    allocator.seed_pageset(cpu, id, (order, mt), blocks, high)
+}
+
+/// `alloc_pages`, and the block now at the head of the pageset list the allocation came
+/// from (what the caller's next allocation of this order and `gfp` takes if nothing
+/// changes the list first): the simulator's prefetch hint.
+#[inline(always)]
+pub fn alloc_pages_peek_next<R: RawMutex>(
+    allocator: &PageAllocator<R>,
+    caller: Caller,
+    gfp: Gfp,
+    order: Order,
+) -> Result<(Pfn, Option<Pfn>), AllocError> {
+    allocator.alloc_pages_peek_next(caller, gfp, order)
+}
+
+/// [`alloc_pages_peek_next`], telling `events` what the call did under the zone lock.
+#[inline(always)]
+pub fn alloc_pages_peek_next_report<R: RawMutex>(
+    allocator: &PageAllocator<R>,
+    caller: Caller,
+    gfp: Gfp,
+    order: Order,
+    events: &mut impl LockEvents,
+) -> Result<(Pfn, Option<Pfn>), AllocError> {
+    allocator.alloc_pages_peek_next_report(caller, gfp, order, events)
+}
+
+/// Set a zone flag kswapd or the watermark checks own (`BELOW_HIGH`, `RECLAIM_ACTIVE`,
+/// `BOOSTED_WATERMARK`), for a test or replay that stands in for them; true if it was
+/// clear.
+pub fn set_zone_flag<R: RawMutex>(zone: &Zone<R>, flag: ZoneFlags) -> bool {
+    zone.set_flag(flag)
+}
+
+/// Clear a zone flag; true if it was set.
+pub fn clear_zone_flag<R: RawMutex>(zone: &Zone<R>, flag: ZoneFlags) -> bool {
+    zone.clear_flag(flag)
+}
