@@ -750,6 +750,39 @@ fn an_atomic_high_order_allocation_in_the_slow_path_reports_the_reserve() {
     assert_eq!(kinds.last(), Some(&HoldKind::HighAtomic), "{:?}", rec.holds);
 }
 
+/// A request that fails in the slow path gives back high-atomic reserves only where a
+/// zone holds more than one pageblock of them, and checks that before it takes the zone
+/// lock (`unreserve_highatomic_pageblock`'s "preserve at least one pageblock" test); only
+/// the forced pass at the end of the retries locks every eligible zone, once.
+#[test]
+fn a_failing_request_locks_a_zone_for_its_reserve_only_in_the_forced_pass() {
+    let allocator = machine(Policy::V6_7);
+    let caller = Caller::task(0);
+    while allocator
+        .alloc_pages(caller, Gfp::KERNEL, Order::new(1).unwrap())
+        .is_ok()
+    {}
+    let mut rec = Recorder::default();
+    allocator
+        .alloc_pages_report(caller, Gfp::KERNEL, Order::new(1).unwrap(), &mut rec)
+        .expect_err("nothing of order 1 is left");
+    let zones: Vec<usize> = rec
+        .holds
+        .iter()
+        .filter(|h| h.kind == HoldKind::HighAtomic)
+        .map(|h| h.zone)
+        .collect();
+    assert!(
+        !zones.is_empty(),
+        "the forced pass locks each zone: {:?}",
+        rec.holds
+    );
+    let mut distinct = zones.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(zones.len(), distinct.len(), "{:?}", rec.holds);
+}
+
 /// The vmstat tick's decay (patch 7 on) trims a pageset above its decayed `high` in one
 /// hold per tick, named for the ticking CPU, with reason `Decay`.
 #[test]

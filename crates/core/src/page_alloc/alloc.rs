@@ -28,7 +28,7 @@ use super::events::{HoldKind, LockEvents};
 use super::gfp::{AllocFlags, Gfp, GFP_NOT_FAST};
 use super::pcp::{order_to_pindex, pcp_allowed_order, PerCpuPages};
 use super::types::{Caller, CpuId, MigrateType, NodeId, ZoneType};
-use super::watermark::{self, WatermarkKind};
+use super::watermark::{self, WatermarkKind, PAGEBLOCK_PAGES};
 use super::zone::{Zone, ZoneFlags};
 use crate::page::{Order, Page, PageState, Pfn};
 use crate::sync::RawMutex;
@@ -767,7 +767,8 @@ impl<R: RawMutex> PageAllocator<R> {
     }
 
     /// Give back one high-atomic pageblock of the first eligible zone that has one to give
-    /// (each zone tried is a zone-lock hold). True if one was given back.
+    /// (each zone tried under the lock is a zone-lock hold; unforced, only a zone with more
+    /// than one pageblock reserved is tried). True if one was given back.
     fn unreserve_highatomic_pageblock<E: LockEvents>(
         &self,
         ac: &AllocContext<'_>,
@@ -775,6 +776,11 @@ impl<R: RawMutex> PageAllocator<R> {
         events: &mut E,
     ) -> bool {
         self.eligible_zones(ac).any(|(_, zone)| {
+            // Preserve at least one pageblock unless the pressure is high: Linux tests this
+            // before it takes the zone lock, so a zone without reserves costs no hold.
+            if !force && zone.nr_reserved_highatomic() <= PAGEBLOCK_PAGES {
+                return false;
+            }
             let mut locked = zone.lock();
             let (blocks, pages) = locked.unreserve_highatomic_pageblock(ac.migratetype, force);
             let kind = HoldKind::HighAtomic;
