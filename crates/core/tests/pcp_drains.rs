@@ -545,6 +545,44 @@ fn workqueue_allocation_that_cannot_wait_runs_the_drain_work_at_once() {
 }
 
 #[test]
+fn a_workqueue_workers_allocation_neither_queues_drain_work_nor_waits() {
+    // A kworker (`PF_WQ_WORKER`) whose allocation reaches direct reclaim's
+    // `drain_all_pages(NULL)` returns from it at once in 4.11–5.19 ("workqueues cannot
+    // recurse"): the retry finds CPU 1's pages still stranded, and the request fails.
+    let (allocator, _held) = stranded_on_cpu1(workqueue(), 20);
+    let attempt = allocator.alloc_pages_may_wait_from_report(
+        Caller::task(0),
+        DrainCaller::WorkqueueWorker,
+        MOVABLE,
+        Order::ZERO,
+        &mut (),
+    );
+    assert!(
+        matches!(attempt, Err(AllocError::OutOfMemory { .. })),
+        "{attempt:?}"
+    );
+    assert!(!allocator.drain_work_pending(1), "no work was queued");
+    assert_eq!(count(&allocator, NORMAL, 1), 20, "nothing drained");
+    assert!(
+        allocator.hold_drain_mutex().is_some(),
+        "the mutex was not taken"
+    );
+    // In direct mode (Linux >= 6.0) there is no such check: a worker drains like a task.
+    let (allocator, _held) = stranded_on_cpu1(Policy::V6_7, 20);
+    let attempt = allocator.alloc_pages_may_wait_from_report(
+        Caller::task(0),
+        DrainCaller::WorkqueueWorker,
+        MOVABLE,
+        Order::ZERO,
+        &mut (),
+    );
+    assert!(
+        matches!(attempt, Ok(AllocAttempt::Allocated(_))),
+        "{attempt:?}"
+    );
+}
+
+#[test]
 fn direct_allocation_drains_other_cpus_itself_and_never_waits() {
     let (allocator, _held) = stranded_on_cpu1(Policy::V6_7, 20);
     let attempt = allocator

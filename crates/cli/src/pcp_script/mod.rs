@@ -385,6 +385,9 @@ struct AllocRequest {
     count: u64,
     name: Option<String>,
     later: bool,
+    /// The task is a workqueue worker (`worker:`): in workqueue mode its slow path's
+    /// drain returns at once and queues nothing.
+    worker: bool,
 }
 
 /// An allocation asleep in `flush_work`: which of its line's blocks, and the ones before.
@@ -462,6 +465,7 @@ impl<'a> Runner<'a> {
                     count: *count,
                     name: name.clone(),
                     later: *later,
+                    worker: line.worker,
                 };
                 self.alloc(request, 0, Vec::new(), holds)
             }
@@ -715,7 +719,12 @@ impl<'a> Runner<'a> {
         let (caller, gfp, order) = (request.caller, request.gfp, request.order);
         let mut at_once = DrainsAtOnce::default();
         for n in done..request.count {
-            let mut attempt = allocator.alloc_pages_may_wait_report(caller, gfp, order, holds);
+            let drain_caller = match request.worker {
+                true => DrainCaller::WorkqueueWorker,
+                false => DrainCaller::Task,
+            };
+            let mut attempt =
+                allocator.alloc_pages_may_wait_from_report(caller, drain_caller, gfp, order, holds);
             if let Ok(AllocAttempt::DrainQueued(work)) = attempt {
                 let cpus: Vec<CpuId> = allocator.drain_work_cpus(&work).collect();
                 if request.later {

@@ -22,7 +22,7 @@ use core::sync::atomic::Ordering::Relaxed;
 
 use super::allocator::PageAllocator;
 use super::buddy::ZoneLocked;
-use super::drain::{DrainAll, DrainWork};
+use super::drain::{DrainAll, DrainCaller, DrainWork};
 use super::error::AllocError;
 use super::events::{HoldKind, LockEvents};
 use super::gfp::{AllocFlags, Gfp, GFP_NOT_FAST};
@@ -56,6 +56,9 @@ pub(crate) struct AllocContext<'a> {
     pub(crate) highest_zoneidx: ZoneType,
     pub(crate) zonelist: &'a [usize],
     pub(crate) preferred: usize,
+    /// Who the slow path's `drain_all_pages` runs as: a workqueue worker's returns at once
+    /// in workqueue mode (`PF_WQ_WORKER`).
+    pub(crate) drain_caller: DrainCaller,
 }
 
 impl AllocContext<'_> {
@@ -200,7 +203,7 @@ impl<R: RawMutex> PageAllocator<R> {
         node: NodeId,
         events: &mut E,
     ) -> Result<Pfn, AllocError> {
-        match self.alloc_pages_may_wait_in(caller, gfp, order, node, events)? {
+        match self.alloc_pages_may_wait_in(caller, DrainCaller::Task, gfp, order, node, events)? {
             AllocAttempt::Allocated(pfn) => Ok(pfn),
             AllocAttempt::DrainQueued(work) => {
                 self.run_queued_drain_at_once(&work, events);
@@ -238,7 +241,30 @@ impl<R: RawMutex> PageAllocator<R> {
                 return Ok(AllocAttempt::Allocated(pfn));
             }
         }
-        self.alloc_pages_may_wait_in(caller, gfp, order, node, events)
+        self.alloc_pages_may_wait_in(caller, DrainCaller::Task, gfp, order, node, events)
+    }
+
+    /// [`PageAllocator::alloc_pages_may_wait_report`] for a task that may be a workqueue
+    /// worker (`drain_caller`): in workqueue mode a worker's slow path does not queue drain
+    /// work nor wait for it — `drain_all_pages` returns at once ("workqueues cannot
+    /// recurse") and the request retries with nothing drained, as Linux's does.
+    pub fn alloc_pages_may_wait_from_report(
+        &self,
+        caller: Caller,
+        drain_caller: DrainCaller,
+        gfp: Gfp,
+        order: Order,
+        events: &mut impl LockEvents,
+    ) -> Result<AllocAttempt, AllocError> {
+        let node = self
+            .online_cpu_node(caller.cpu)
+            .ok_or(AllocError::InvalidCpu(caller.cpu))?;
+        if order == Order::ZERO {
+            if let Some((pfn, _)) = self.alloc_pcp_fast::<false, _>(caller, gfp, node, events) {
+                return Ok(AllocAttempt::Allocated(pfn));
+            }
+        }
+        self.alloc_pages_may_wait_in(caller, drain_caller, gfp, order, node, events)
     }
 
     /// The rest of an allocation that [`PageAllocator::alloc_pages_may_wait_report`] left
@@ -291,13 +317,17 @@ impl<R: RawMutex> PageAllocator<R> {
     fn alloc_pages_may_wait_in<E: LockEvents>(
         &self,
         caller: Caller,
+        drain_caller: DrainCaller,
         gfp: Gfp,
         order: Order,
         node: NodeId,
         events: &mut E,
     ) -> Result<AllocAttempt, AllocError> {
         gfp.refused()?;
-        let ac = self.alloc_context(caller, gfp, order, node)?;
+        let ac = AllocContext {
+            drain_caller,
+            ..self.alloc_context(caller, gfp, order, node)?
+        };
         let flags =
             AllocFlags::empty().with_wmark(WatermarkKind::Low) | self.alloc_flags_nofragment(&ac);
         if let Some(pfn) = self.get_page_from_freelist(&ac, flags, events) {
@@ -356,6 +386,7 @@ impl<R: RawMutex> PageAllocator<R> {
             highest_zoneidx,
             zonelist: &zonelist.zones,
             preferred,
+            drain_caller: DrainCaller::Task,
         })
     }
 
@@ -722,7 +753,9 @@ impl<R: RawMutex> PageAllocator<R> {
         // workqueue mode the drain is work queued on each CPU with pages, which the task
         // waits for before it retries: the caller's part.
         self.unreserve_highatomic_pageblock(ac, false, events);
-        if let DrainAll::Queued(work) = self.drain_all_pages_report(None, events) {
+        if let DrainAll::Queued(work) =
+            self.drain_all_pages_from_report(ac.drain_caller, None, events)
+        {
             return Ok(AllocAttempt::DrainQueued(work));
         }
         self.slowpath_after_drain(ac, with_reserve, events)
