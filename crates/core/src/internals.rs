@@ -111,6 +111,14 @@ pub fn set_zone_flag<R: RawMutex>(zone: &Zone<R>, flag: ZoneFlags) -> bool {
     zone.set_flag(flag)
 }
 
+/// A request's zonelist walk passed over `zone` and was served from a lower zone, as a
+/// trace shows the kernel did: under a policy with `BELOW_HIGH` the zone is flagged, as
+/// `get_page_from_freelist` leaves a zone that failed its high-watermark test (the
+/// replayer's stand-in for a test this allocator's free-block layout might pass).
+pub fn zone_passed_over<R: RawMutex>(allocator: &PageAllocator<R>, zone: &Zone<R>) {
+    allocator.zone_passed_over(zone);
+}
+
 /// Clear a zone flag; true if it was set.
 pub fn clear_zone_flag<R: RawMutex>(zone: &Zone<R>, flag: ZoneFlags) -> bool {
     zone.clear_flag(flag)

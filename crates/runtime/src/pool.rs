@@ -896,10 +896,10 @@ impl PagePool {
             stats.pgfree += zone.pgfree();
             stats.free_pages += zone.free_pages().max(0) as u64;
             stats.pcp_pages += zone.pcp_pages();
-            stats.alloc_zone += e.alloc_zone_locked.load(Relaxed);
-            stats.pcp_refills += e.pcp_refills.load(Relaxed);
+            stats.alloc_zone += e.alloc_zone_locked();
+            stats.pcp_refills += e.pcp_refills();
             stats.pcp_drains += e.pcp_drains_total();
-            stats.pcp_lock_contended += e.pcp_lock_contended.load(Relaxed);
+            stats.pcp_lock_contended += e.pcp_lock_contended();
         }
         stats.injected_failures = self.inner.fault.injected.load(Relaxed);
         stats.kswapd_runs = self.inner.kswapd_runs.load(Relaxed);

@@ -342,6 +342,8 @@ pub enum MmError {
     Free(FreeError),
 }
 
+impl core::error::Error for MmError {}
+
 impl From<CountOverflow> for MmError {
     fn from(_: CountOverflow) -> MmError {
         MmError::CountOverflow

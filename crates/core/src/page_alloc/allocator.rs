@@ -30,9 +30,9 @@ use crate::topology::{Topology, ZoneSpec};
 #[derive(Debug)]
 pub struct KswapdState {
     /// Wake-ups requested.
-    pub wakeups: AtomicU64,
+    wakeups: AtomicU64,
     /// A wake-up is pending.
-    pub pending: AtomicBool,
+    pending: AtomicBool,
     /// The highest order asked since kswapd last took its request (`pgdat->kswapd_order`).
     order: AtomicU32,
     /// The highest zone index asked since then, [`MAX_NR_ZONES`] for none
@@ -52,6 +52,16 @@ impl Default for KswapdState {
 }
 
 impl KswapdState {
+    /// Wake-ups requested so far (`wakeup_kswapd` calls that reached the node).
+    pub fn wakeups(&self) -> u64 {
+        self.wakeups.load(Relaxed)
+    }
+
+    /// Whether a wake-up waits for kswapd to take it ([`KswapdState::take_request`]).
+    pub fn pending(&self) -> bool {
+        self.pending.load(Relaxed)
+    }
+
     /// `wakeup_kswapd`'s part: raise the recorded order and highest zone to the request's
     /// and mark a wake-up pending.
     pub(crate) fn request(&self, order: Order, highest_zoneidx: ZoneType) {
@@ -782,7 +792,9 @@ impl<R: RawMutex> PageAllocator<R> {
     /// For a replay of a trace, whose blocks show where the kernel served each request:
     /// the kernel's zone may have failed the test where this allocator's, with another
     /// free-block layout, would pass it (a high-order request in a fragmented zone).
-    pub fn zone_passed_over(&self, zone: &Zone<R>) {
+    /// Reached through `internals::zone_passed_over`: it sets a flag the watermark checks
+    /// own.
+    pub(crate) fn zone_passed_over(&self, zone: &Zone<R>) {
         if self.policy.pcp.below_high && zone.is_managed() {
             zone.set_flag(ZoneFlags::BELOW_HIGH);
         }
