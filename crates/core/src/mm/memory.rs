@@ -402,6 +402,40 @@ impl AllocatorSource for PageAllocator {
 }
 
 /// The mapping layer of a machine. See the module documentation.
+///
+/// ```
+/// # use mmkit_core::mm::{FileId, PageIo, SwapEntry};
+/// # use mmkit_core::Pfn;
+/// # struct NoIo;
+/// # impl PageIo for NoIo {
+/// #     fn read_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
+/// #     fn write_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
+/// #     fn write_swap(&mut self, _: SwapEntry, _: Pfn) {}
+/// #     fn read_swap(&mut self, _: SwapEntry, _: Pfn) {}
+/// #     fn zero(&mut self, _: Pfn, _: u64) {}
+/// #     fn copy(&mut self, _: Pfn, _: Pfn) {}
+/// # }
+/// # use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// # use mmkit_core::{PageAllocator, Policy, Settings, Topology, ZoneType};
+/// # let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// # let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// # let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
+/// # let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+/// use mmkit_core::mm::{Memory, PteState};
+/// use mmkit_core::page_alloc::Caller;
+/// use mmkit_core::{MmPolicy, Order};
+/// use std::sync::Arc;
+///
+/// let mut memory = Memory::new(Arc::new(allocator), MmPolicy::V6_7, 0);
+/// let mm = memory.create_mm();
+/// memory.mmap_anon(mm, 0x4000, 16, Order::ZERO)?; // 16 pages at virtual page 0x4000
+/// let fault = memory.access(Caller::task(0), mm, 0x4005, true, &mut NoIo)?;
+/// assert_eq!(memory.mm(mm)?.pte(0x4005).pfn(), Some(fault.folio.pfn));
+/// memory.munmap(Caller::task(0), mm, 0x4000)?;
+/// assert_eq!(memory.stats().anon_mapped, 0);
+/// memory.verify()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Memory {
     pub(super) allocator: Arc<dyn AllocatorSource>,
     pub(super) policy: MmPolicy,

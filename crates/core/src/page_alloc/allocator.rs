@@ -27,6 +27,20 @@ use crate::topology::{Topology, ZoneSpec};
 
 /// kswapd wake-ups requested for a node. The core only records them; a runtime or
 /// simulator runs [`crate::mm::kswapd::balance_pgdat`] for the request it takes.
+///
+/// ```
+/// # use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// # use mmkit_core::{PageAllocator, Policy, Settings, Topology, ZoneType};
+/// # let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// # let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// # let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
+/// # let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+/// // Nothing has woken node 0's kswapd yet.
+/// let kswapd = allocator.kswapd(0).unwrap();
+/// assert_eq!((kswapd.wakeups(), kswapd.pending()), (0, false));
+/// assert_eq!(kswapd.take_request(), None);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct KswapdState {
     /// Wake-ups requested.
@@ -227,6 +241,23 @@ pub struct PageAllocator<R: RawMutex = RawSpinLock> {
 }
 
 /// Why [`PageAllocator::with_mem_map`] built nothing.
+///
+/// ```
+/// use mmkit_core::page::Page;
+/// use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// use mmkit_core::{InitError, PageAllocator, Policy, Settings, Topology, ZoneType};
+///
+/// let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
+/// // Storage for one descriptor too few: refused before anything is built.
+/// let short = topology.mem_map_pages() as usize - 1;
+/// let mem_map: &'static mut [Page] = Vec::leak((0..short).map(|_| Page::zeroed()).collect());
+/// let refused = PageAllocator::with_mem_map(topology, Settings::default(), Policy::V6_7, mem_map);
+/// let needed = 16_384;
+/// assert_eq!(refused.err(), Some(InitError::MemMapTooSmall { needed, given: needed - 1 }));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum InitError {
     /// The settings are invalid.
