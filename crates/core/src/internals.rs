@@ -35,7 +35,8 @@
 
 use crate::page::{Order, Pfn};
 use crate::page_alloc::{
-    AllocError, Caller, CpuId, Gfp, LockEvents, MigrateType, PageAllocator, Zone, ZoneFlags, ZoneId,
+    AllocError, BatchFreeError, Caller, CpuId, FreeError, Gfp, LockEvents, MigrateType,
+    PageAllocator, Zone, ZoneFlags, ZoneId,
 };
 use crate::sync::RawMutex;
 
@@ -102,6 +103,45 @@ pub fn alloc_pages_peek_next_report<R: RawMutex>(
     events: &mut impl LockEvents,
 ) -> Result<(Pfn, Option<Pfn>), AllocError> {
     allocator.alloc_pages_peek_next_report(caller, gfp, order, events)
+}
+
+/// `free_pages` for a caller that owns the block exclusively: the same checks, errors and
+/// results, with the double-free claim a load, a check and a store instead of a
+/// compare-and-swap. A free racing another free or `split_page` of the same block on
+/// another thread is not detected and corrupts the free lists (`verify()` fails), so
+/// the caller must own the block by construction: the runtime's `PageBlock` (not
+/// `Clone`, freed once on drop) and the single-threaded simulator do. Not on
+/// [`PageAllocator`]: safe code there cannot be trusted with that promise.
+#[inline(always)]
+pub fn free_pages_exclusive<R: RawMutex>(
+    allocator: &PageAllocator<R>,
+    caller: Caller,
+    pfn: Pfn,
+    order: Order,
+) -> Result<(), FreeError> {
+    allocator.free_pages_exclusive(caller, pfn, order)
+}
+
+/// [`free_pages_exclusive`], telling `events` what the call did under the zone lock.
+#[inline(always)]
+pub fn free_pages_exclusive_report<R: RawMutex>(
+    allocator: &PageAllocator<R>,
+    caller: Caller,
+    pfn: Pfn,
+    order: Order,
+    events: &mut impl LockEvents,
+) -> Result<(), FreeError> {
+    allocator.free_pages_exclusive_report(caller, pfn, order, events)
+}
+
+/// `free_pages_batch` with [`free_pages_exclusive`]'s claim: the same all-or-nothing
+/// refusal, and the same promise that no other thread frees or splits these pages.
+pub fn free_pages_batch_exclusive<R: RawMutex>(
+    allocator: &PageAllocator<R>,
+    caller: Caller,
+    pfns: &[Pfn],
+) -> Result<(), BatchFreeError> {
+    allocator.free_pages_batch_exclusive(caller, pfns)
 }
 
 /// Set a zone flag kswapd or the watermark checks own (`BELOW_HIGH`, `RECLAIM_ACTIVE`,

@@ -809,7 +809,8 @@ impl Sim {
     pub fn free(&mut self, cpu: u32, pfn: Pfn, order: Order) -> Result<(), SimError> {
         let slot = self.zone_slot(pfn);
         debug_assert!(self.report.holds.is_empty());
-        let result = self.allocator.free_pages_exclusive_report(
+        let result = mmkit_core::internals::free_pages_exclusive_report(
+            &self.allocator,
             Caller::task(cpu),
             pfn,
             order,

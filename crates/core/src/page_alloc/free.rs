@@ -103,9 +103,11 @@ impl<R: RawMutex> PageAllocator<R> {
     /// both may pass and corrupt the free lists (the core has no undefined behaviour, it
     /// owns no memory, but it would hand the pages out twice and its `verify()` fails).
     /// The caller guarantees there is no such race, as every caller of Linux's
-    /// `free_pages` does: its checks are not atomic either.
+    /// `free_pages` does: its checks are not atomic either. Since safe code cannot be
+    /// trusted with that promise, this is reached through `internals::free_pages_exclusive`
+    /// only (the runtime's owning `PageBlock` and the single-threaded simulator).
     #[inline(always)]
-    pub fn free_pages_exclusive(
+    pub(crate) fn free_pages_exclusive(
         &self,
         caller: Caller,
         pfn: Pfn,
@@ -117,7 +119,7 @@ impl<R: RawMutex> PageAllocator<R> {
     /// [`PageAllocator::free_pages_exclusive`], telling `events` what the call did, as
     /// [`PageAllocator::free_pages_report`] does.
     #[inline(always)]
-    pub fn free_pages_exclusive_report(
+    pub(crate) fn free_pages_exclusive_report(
         &self,
         caller: Caller,
         pfn: Pfn,
@@ -318,7 +320,7 @@ impl<R: RawMutex> PageAllocator<R> {
     /// [`PageAllocator::free_pages_exclusive`], a free or split of one of the pages racing
     /// it on another thread is not detected and corrupts the free lists: the caller
     /// guarantees there is none.
-    pub fn free_pages_batch_exclusive(
+    pub(crate) fn free_pages_batch_exclusive(
         &self,
         caller: Caller,
         pfns: &[Pfn],
