@@ -340,6 +340,9 @@ pub enum MmError {
     Busy(MemcgId),
     /// The allocator refused a free (accounting broken: a bug, reported not hidden).
     Free(FreeError),
+    /// No mapped or cached folio starts at this folio's pfn with its order: a folio
+    /// value the mapping layer did not hand out, or one it has since freed or split.
+    NotAFolio(Folio),
 }
 
 impl core::error::Error for MmError {}
@@ -373,6 +376,11 @@ impl core::fmt::Display for MmError {
             MmError::ReclaimStalled => f.write_str("reclaim made no progress (EAGAIN)"),
             MmError::Busy(id) => write!(f, "cgroup {} is in use (EBUSY)", id.0),
             MmError::Free(e) => write!(f, "the allocator refused a free: {e}"),
+            MmError::NotAFolio(folio) => write!(
+                f,
+                "no mapped or cached order-{} folio starts at pfn {}",
+                folio.order, folio.pfn
+            ),
         }
     }
 }
@@ -435,6 +443,19 @@ impl AllocatorSource for PageAllocator {
 /// assert_eq!(memory.stats().anon_mapped, 0);
 /// memory.verify()?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// A caller reclaims through [`Memory::reclaim_folio`], [`Memory::memory_reclaim`] or
+/// [`Memory::madvise_pageout`], which take the swap slots and the reference that
+/// unmapping needs; unmapping a folio with swap entries of its own choosing does not
+/// compile:
+///
+/// ```compile_fail,E0624
+/// # use mmkit_core::mm::{Folio, Memory, SwapEntry};
+/// # use mmkit_core::page_alloc::Caller;
+/// fn unmap(memory: &mut Memory, folio: Folio) {
+///     memory.try_to_unmap(Caller::task(0), folio, Some(&[SwapEntry(7)]));
+/// }
 /// ```
 pub struct Memory {
     pub(super) allocator: Arc<dyn AllocatorSource>,
@@ -737,6 +758,16 @@ impl Memory {
     /// The side-table entry of a mapped or cached folio.
     pub fn folio_info(&self, head: Pfn) -> Option<&FolioInfo> {
         self.folios.get(&head)
+    }
+
+    /// Whether `folio` is a mapped or cached folio as the side table holds it (head and
+    /// order): the calls that take a [`Folio`] from their caller check it first, since a
+    /// made-up value (a wrong order, a tail's pfn) would move counts of pages it does not
+    /// own.
+    pub(super) fn holds_folio(&self, folio: Folio) -> bool {
+        self.folios
+            .get(&folio.pfn)
+            .is_some_and(|info| info.folio == folio)
     }
 
     /// Every mapped or cached folio.
