@@ -1,14 +1,19 @@
-//! Hooks for mmkit's own simulator and trace replayer. **Not a stable API**: present
-//! only with the cargo feature `internals`, which `mmkit-sim` and `mmkit-trace` enable;
-//! names and signatures change whenever those crates need them to, without notice in the
-//! version number. A kernel or a service needs none of it.
+//! Hooks for mmkit's own simulator, trace replayer and runtime. **Not a stable API**:
+//! present only with the cargo feature `internals`, which `mmkit-sim`, `mmkit-trace`,
+//! `mmkit-runtime` and the CLI enable; names and signatures change whenever those crates
+//! need them to, without notice in the version number. A kernel or a service needs none
+//! of it.
 //!
-//! Each hook keeps every invariant [`PageAllocator::verify`] checks (they move whole
-//! blocks under the zone and pageset locks, as allocation and refill do), but they do
-//! what no kernel path does: take a block a caller names out of the buddy lists, preset
-//! a pageset from a snapshot, set zone flags that kswapd and the watermark checks own,
-//! or report the next block an allocation would take. They are here, and not on
-//! [`PageAllocator`], so the allocator's documented surface is what a user calls.
+//! Each hook keeps every invariant [`PageAllocator::verify`] checks when used as its
+//! documentation says (they move whole blocks under the zone and pageset locks, as
+//! allocation and refill do), but they do what no kernel path does: take a block a
+//! caller names out of the buddy lists, preset a pageset from a snapshot, set zone flags
+//! that kswapd and the watermark checks own, or report the next block an allocation
+//! would take. The exclusive frees ([`free_pages_exclusive`]) are here for another
+//! reason: they trust their caller to own the block, which only an owning handle (the
+//! runtime's `PageBlock`) or a single-threaded caller (the simulator) can promise. They
+//! are here, and not on [`PageAllocator`], so that no safe call sequence through the
+//! allocator's documented surface can make `verify()` fail.
 //!
 //! ```
 //! use mmkit_core::internals::{seed_pageset, take_page_off_buddy};
