@@ -18,7 +18,7 @@ use super::gfp::{Gfp, GFP_DECODE_COMBINATIONS};
 use super::pcp_sizing::{self, PcpLimits};
 use super::types::{CpuId, MigrateType, NodeId, ZoneType, MAX_NR_ZONES, MIGRATE_TYPES};
 use super::watermark::{self, WatermarkKind, PAGEBLOCK_PAGES};
-use super::zone::{PagesetSlot, Zone, ZoneFlags};
+use super::zone::{PagesetSlot, Zone};
 use crate::page::{Order, Page, Pfn};
 use crate::policy::Policy;
 use crate::settings::{MinFreeKbytes, Settings, SettingsError};
@@ -825,9 +825,10 @@ impl<R: RawMutex> PageAllocator<R> {
     /// free-block layout, would pass it (a high-order request in a fragmented zone).
     /// Reached through `internals::zone_passed_over`: it sets a flag the watermark checks
     /// own.
+    #[cfg(any(test, feature = "internals"))]
     pub(crate) fn zone_passed_over(&self, zone: &Zone<R>) {
         if self.policy.pcp.below_high && zone.is_managed() {
-            zone.set_flag(ZoneFlags::BELOW_HIGH);
+            zone.set_flag(super::zone::ZoneFlags::BELOW_HIGH);
         }
     }
 

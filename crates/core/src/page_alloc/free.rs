@@ -56,8 +56,10 @@ impl Claim for Atomic {
 /// The caller owns the block exclusively, so no other thread frees or splits it at the
 /// same time: the claim is a load, the same check and a plain store
 /// ([`Page::transition_exclusive`]), without the locked instruction.
+#[cfg(any(test, feature = "internals"))]
 pub(super) struct Exclusive;
 
+#[cfg(any(test, feature = "internals"))]
 impl Claim for Exclusive {
     #[inline(always)]
     fn take(page: &Page, order: Order) -> Result<(), (PageState, Order)> {
@@ -107,6 +109,7 @@ impl<R: RawMutex> PageAllocator<R> {
     /// trusted with that promise, this is reached through `internals::free_pages_exclusive`
     /// only (the runtime's owning `PageBlock` and the single-threaded simulator).
     #[inline(always)]
+    #[cfg(any(test, feature = "internals"))]
     pub(crate) fn free_pages_exclusive(
         &self,
         caller: Caller,
@@ -119,6 +122,7 @@ impl<R: RawMutex> PageAllocator<R> {
     /// [`PageAllocator::free_pages_exclusive`], telling `events` what the call did, as
     /// [`PageAllocator::free_pages_report`] does.
     #[inline(always)]
+    #[cfg(any(test, feature = "internals"))]
     pub(crate) fn free_pages_exclusive_report(
         &self,
         caller: Caller,
@@ -320,6 +324,7 @@ impl<R: RawMutex> PageAllocator<R> {
     /// [`PageAllocator::free_pages_exclusive`], a free or split of one of the pages racing
     /// it on another thread is not detected and corrupts the free lists: the caller
     /// guarantees there is none.
+    #[cfg(any(test, feature = "internals"))]
     pub(crate) fn free_pages_batch_exclusive(
         &self,
         caller: Caller,
