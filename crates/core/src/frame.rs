@@ -99,6 +99,25 @@ pub fn layout_order(layout: Layout) -> Option<Order> {
 /// A [`PageAllocator`] as one CPU sees it with one set of GFP flags: the
 /// [`FrameAllocator`] a kernel hands to code that wants frames. Cheap to make; make one
 /// per call site or per CPU.
+///
+/// ```
+/// # use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// # use mmkit_core::{PageAllocator, Policy, Settings, Topology, ZoneType};
+/// # let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// # let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// # let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
+/// # let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+/// use mmkit_core::frame::FrameAllocator;
+/// use mmkit_core::page_alloc::Caller;
+/// use mmkit_core::{Gfp, Order};
+///
+/// // What CPU 0's page-table code allocates through: kernel requests, one page at a time.
+/// let frames = allocator.frames(Caller::task(0), Gfp::KERNEL);
+/// let table = frames.alloc_frames(Order::ZERO)?;
+/// frames.free_frames(table, Order::ZERO)?;
+/// allocator.verify()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct Frames<'a, R: RawMutex = RawSpinLock> {
     allocator: &'a PageAllocator<R>,

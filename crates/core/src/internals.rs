@@ -1,14 +1,19 @@
-//! Hooks for mmkit's own simulator and trace replayer. **Not a stable API**: present
-//! only with the cargo feature `internals`, which `mmkit-sim` and `mmkit-trace` enable;
-//! names and signatures change whenever those crates need them to, without notice in the
-//! version number. A kernel or a service needs none of it.
+//! Hooks for mmkit's own simulator, trace replayer and runtime. **Not a stable API**:
+//! present only with the cargo feature `internals`, which `mmkit-sim`, `mmkit-trace`,
+//! `mmkit-runtime` and the CLI enable; names and signatures change whenever those crates
+//! need them to, without notice in the version number. A kernel or a service needs none
+//! of it.
 //!
-//! Each hook keeps every invariant [`PageAllocator::verify`] checks (they move whole
-//! blocks under the zone and pageset locks, as allocation and refill do), but they do
-//! what no kernel path does: take a block a caller names out of the buddy lists, preset
-//! a pageset from a snapshot, set zone flags that kswapd and the watermark checks own,
-//! or report the next block an allocation would take. They are here, and not on
-//! [`PageAllocator`], so the allocator's documented surface is what a user calls.
+//! Each hook keeps every invariant [`PageAllocator::verify`] checks when used as its
+//! documentation says (they move whole blocks under the zone and pageset locks, as
+//! allocation and refill do), but they do what no kernel path does: take a block a
+//! caller names out of the buddy lists, preset a pageset from a snapshot, set zone flags
+//! that kswapd and the watermark checks own, or report the next block an allocation
+//! would take. The exclusive frees ([`free_pages_exclusive`]) are here for another
+//! reason: they trust their caller to own the block, which only an owning handle (the
+//! runtime's `PageBlock`) or a single-threaded caller (the simulator) can promise. They
+//! are here, and not on [`PageAllocator`], so that no safe call sequence through the
+//! allocator's documented surface can make `verify()` fail.
 //!
 //! ```
 //! use mmkit_core::internals::{seed_pageset, take_page_off_buddy};
@@ -35,7 +40,8 @@
 
 use crate::page::{Order, Pfn};
 use crate::page_alloc::{
-    AllocError, Caller, CpuId, Gfp, LockEvents, MigrateType, PageAllocator, Zone, ZoneFlags, ZoneId,
+    AllocError, BatchFreeError, Caller, CpuId, FreeError, Gfp, LockEvents, MigrateType,
+    PageAllocator, Zone, ZoneFlags, ZoneId,
 };
 use crate::sync::RawMutex;
 
@@ -104,11 +110,58 @@ pub fn alloc_pages_peek_next_report<R: RawMutex>(
     allocator.alloc_pages_peek_next_report(caller, gfp, order, events)
 }
 
+/// `free_pages` for a caller that owns the block exclusively: the same checks, errors and
+/// results, with the double-free claim a load, a check and a store instead of a
+/// compare-and-swap. A free racing another free or `split_page` of the same block on
+/// another thread is not detected and corrupts the free lists (`verify()` fails), so
+/// the caller must own the block by construction: the runtime's `PageBlock` (not
+/// `Clone`, freed once on drop) and the single-threaded simulator do. Not on
+/// [`PageAllocator`]: safe code there cannot be trusted with that promise.
+#[inline(always)]
+pub fn free_pages_exclusive<R: RawMutex>(
+    allocator: &PageAllocator<R>,
+    caller: Caller,
+    pfn: Pfn,
+    order: Order,
+) -> Result<(), FreeError> {
+    allocator.free_pages_exclusive(caller, pfn, order)
+}
+
+/// [`free_pages_exclusive`], telling `events` what the call did under the zone lock.
+#[inline(always)]
+pub fn free_pages_exclusive_report<R: RawMutex>(
+    allocator: &PageAllocator<R>,
+    caller: Caller,
+    pfn: Pfn,
+    order: Order,
+    events: &mut impl LockEvents,
+) -> Result<(), FreeError> {
+    allocator.free_pages_exclusive_report(caller, pfn, order, events)
+}
+
+/// `free_pages_batch` with [`free_pages_exclusive`]'s claim: the same all-or-nothing
+/// refusal, and the same promise that no other thread frees or splits these pages.
+pub fn free_pages_batch_exclusive<R: RawMutex>(
+    allocator: &PageAllocator<R>,
+    caller: Caller,
+    pfns: &[Pfn],
+) -> Result<(), BatchFreeError> {
+    allocator.free_pages_batch_exclusive(caller, pfns)
+}
+
 /// Set a zone flag kswapd or the watermark checks own (`BELOW_HIGH`, `RECLAIM_ACTIVE`,
 /// `BOOSTED_WATERMARK`), for a test or replay that stands in for them; true if it was
 /// clear.
 pub fn set_zone_flag<R: RawMutex>(zone: &Zone<R>, flag: ZoneFlags) -> bool {
     zone.set_flag(flag)
+}
+
+/// A request's zonelist walk passed over `zone` and was served from a lower zone, as a
+/// trace shows the kernel did: under a policy with `BELOW_HIGH` the zone is flagged, as
+/// `get_page_from_freelist` leaves a zone that failed its high-watermark test (the
+/// replayer's stand-in for a test this allocator's free-block layout might pass).
+pub fn zone_passed_over<R: RawMutex>(allocator: &PageAllocator<R>, zone: &Zone<R>) {
+    allocator.zone_passed_over(zone);
 }
 
 /// Clear a zone flag; true if it was set.

@@ -37,8 +37,8 @@
 //! - [`topology`]: the machine description: nodes, zones, CPUs and the last-level cache.
 //! - [`settings`]: the sysctls (`vm.min_free_kbytes` and friends) with Linux's validity rules.
 //! - [`views`]: Linux's text formats (`/proc/zoneinfo`) and the same data as plain structs.
-//! - `internals` (feature `internals`): the simulator's and replayer's hooks; not a stable
-//!   API.
+//! - `internals` (feature `internals`): the simulator's, replayer's and runtime's hooks;
+//!   not a stable API.
 //! - [`sync`]: the lock facade: the raw lock an embedder picks for every zone and pageset
 //!   lock ([`PageAllocator::with_lock`], e.g. one that disables interrupts), and the
 //!   model checker's.

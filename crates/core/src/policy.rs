@@ -24,6 +24,14 @@ use core::fmt;
 use crate::views::zoneinfo::ZoneinfoLayout;
 
 /// The PCP series, one switch per patch. Each preset turns on a prefix of them.
+///
+/// ```
+/// use mmkit_core::Policy;
+///
+/// // v6.7 has the whole series; the base kernel (v6.6) none of it.
+/// assert!(Policy::V6_7.pcp.auto_tune && Policy::V6_7.pcp.free_count);
+/// assert!(!Policy::BASE.pcp.auto_tune && !Policy::BASE.pcp.free_high_batch);
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct PcpPolicy {
@@ -66,6 +74,15 @@ pub struct PcpPolicy {
 /// `clamp(val, lo, hi)` of `include/linux/minmax.h`, as the PCP rules call it. The two
 /// definitions agree whenever `lo ≤ hi`; they differ only when `lo > hi`, which neither
 /// checks at run time (only constant arguments are checked, at build time).
+///
+/// ```
+/// use mmkit_core::ClampRule;
+///
+/// // The rules agree when lo <= hi and differ when lo > hi (here lo 8, hi 4).
+/// assert_eq!(ClampRule::HighFirst.clamp(5, 1, 9), ClampRule::MinOfMax.clamp(5, 1, 9));
+/// assert_eq!(ClampRule::HighFirst.clamp(2, 8, 4), 8);
+/// assert_eq!(ClampRule::MinOfMax.clamp(2, 8, 4), 4);
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum ClampRule {
@@ -96,6 +113,20 @@ impl ClampRule {
 }
 
 /// How `drain_all_pages` reaches other CPUs' pagesets.
+///
+/// ```
+/// use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// use mmkit_core::{DrainMode, PageAllocator, Policy, Settings, Topology, ZoneType};
+///
+/// // v6.7's pagesets with 4.11-5.19's workqueue drains.
+/// let policy = Policy { drain: DrainMode::Workqueue, ..Policy::V6_7 };
+/// let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 2 };
+/// let topology = Topology::x86_64(&zones, vec![2], llc, false)?;
+/// let allocator = PageAllocator::new(topology, Settings::default(), policy)?;
+/// assert_eq!(allocator.policy().drain, DrainMode::Workqueue);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum DrainMode {
@@ -108,6 +139,18 @@ pub enum DrainMode {
 }
 
 /// Everything switchable about the allocator's behaviour.
+///
+/// ```
+/// use mmkit_core::Policy;
+/// use mmkit_core::policy::PRESETS;
+///
+/// // Every preset by name, as `--policy` takes them.
+/// for name in PRESETS {
+///     assert_eq!(Policy::preset(name).map(|policy| policy.name), Some(name));
+/// }
+/// assert_eq!(Policy::preset("v6.7"), Some(Policy::V6_7));
+/// assert_eq!(Policy::default(), Policy::V6_7);
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Policy {
@@ -126,6 +169,14 @@ pub struct Policy {
 
 /// How `try_to_unmap` takes a large folio's pages out of the reverse map (Yin 2023:
 /// Yin Fengwei, "batched remove rmap in try_to_unmap_one()").
+///
+/// ```
+/// use mmkit_core::{MmPolicy, RmapRemoval};
+///
+/// let policy = MmPolicy { rmap_removal: RmapRemoval::Batched, ..MmPolicy::V6_7 };
+/// assert_ne!(policy, MmPolicy::V6_7);
+/// assert_eq!(MmPolicy::V6_7.rmap_removal, RmapRemoval::PerPage);
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum RmapRemoval {
@@ -140,6 +191,14 @@ pub enum RmapRemoval {
 }
 
 /// What `MADV_PAGEOUT` does with a PTE-mapped large folio (`docs/reference/linux-mm.md` §6).
+///
+/// ```
+/// use mmkit_core::{MmPolicy, PageoutSplit};
+///
+/// let policy = MmPolicy { pageout: PageoutSplit::KeepCovered, ..MmPolicy::V6_7 };
+/// assert_ne!(policy, MmPolicy::V6_7);
+/// assert_eq!(MmPolicy::V6_7.pageout, PageoutSplit::SplitLarge);
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum PageoutSplit {
@@ -152,6 +211,14 @@ pub enum PageoutSplit {
 }
 
 /// How reclaim sizes an LRU list (`lruvec_lru_size`, `docs/reference/linux-mm.md` §5.2, Wang 2019).
+///
+/// ```
+/// use mmkit_core::{MmPolicy, LruSizePolicy};
+///
+/// let policy = MmPolicy { lru_size: LruSizePolicy::PercpuCounters, ..MmPolicy::V6_7 };
+/// assert_ne!(policy, MmPolicy::V6_7);
+/// assert_eq!(MmPolicy::V6_7.lru_size, LruSizePolicy::ZoneSizes);
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum LruSizePolicy {
@@ -165,6 +232,14 @@ pub enum LruSizePolicy {
 }
 
 /// Which congestion bits reclaim sets and clears (`docs/reference/linux-mm.md` §5.4, Yosry Ahmed's congestion-bit fix).
+///
+/// ```
+/// use mmkit_core::{MmPolicy, CongestionBits};
+///
+/// let policy = MmPolicy { congestion: CongestionBits::Shared, ..MmPolicy::V6_7 };
+/// assert_ne!(policy, MmPolicy::V6_7);
+/// assert_eq!(MmPolicy::V6_7.congestion, CongestionBits::Separate);
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum CongestionBits {
@@ -179,6 +254,24 @@ pub enum CongestionBits {
 }
 
 /// The switches of the mapping layer ([`crate::mm`]).
+///
+/// ```
+/// # use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// # use mmkit_core::{PageAllocator, Policy, Settings, Topology, ZoneType};
+/// # let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// # let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// # let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
+/// # let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+/// use mmkit_core::mm::Memory;
+/// use mmkit_core::{MmPolicy, RmapRemoval};
+/// use std::sync::Arc;
+///
+/// // The mapping layer with Yin 2023's batched rmap removal.
+/// let policy = MmPolicy { rmap_removal: RmapRemoval::Batched, ..MmPolicy::V6_7 };
+/// let memory = Memory::new(Arc::new(allocator), policy, 0);
+/// assert_eq!(memory.policy(), policy);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct MmPolicy {

@@ -23,6 +23,24 @@ pub enum MinFreeKbytes {
 }
 
 /// The page allocator's settings.
+///
+/// ```
+/// # use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// # use mmkit_core::{PageAllocator, Policy, Settings, Topology, ZoneType};
+/// # let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// # let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// # let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
+/// # let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+/// use mmkit_core::settings::MinFreeKbytes;
+///
+/// // Boot with the defaults (no THP), then write vm.min_free_kbytes as a sysctl would.
+/// assert!(!allocator.settings().transparent_hugepage);
+/// let more = Settings { min_free_kbytes: MinFreeKbytes::Explicit(4096), ..allocator.settings() };
+/// allocator.set_settings(more)?;
+/// assert_eq!(allocator.min_free_kbytes(), 4096);
+/// assert!(Settings::DISTRIBUTION_KERNEL.transparent_hugepage);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, PartialEq, Eq, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Settings {
@@ -83,6 +101,23 @@ impl Default for Settings {
 }
 
 /// A setting outside what Linux accepts (the sysctl would return `EINVAL`).
+///
+/// ```
+/// # use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// # use mmkit_core::{PageAllocator, Policy, Settings, Topology, ZoneType};
+/// # let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// # let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// # let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
+/// # let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+/// use mmkit_core::SettingsError;
+///
+/// let bad = Settings { percpu_pagelist_high_fraction: 4, ..Settings::default() };
+/// assert_eq!(bad.validate(), Err(SettingsError::PercpuPagelistHighFraction(4)));
+/// // The allocator refuses it too, and keeps the settings in force.
+/// assert_eq!(allocator.set_settings(bad), Err(SettingsError::PercpuPagelistHighFraction(4)));
+/// assert_eq!(allocator.settings(), Settings::default());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum SettingsError {
     /// `watermark_scale_factor` outside 1..=3000.

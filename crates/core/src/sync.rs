@@ -45,10 +45,10 @@ mod imp {
     pub type RawSpinLock = spin::mutex::SpinMutex<()>;
 
     /// Atomics used by lock protocols.
-    pub use core::sync::atomic;
+    pub(crate) use core::sync::atomic;
 
     /// Wait a moment in a spin loop.
-    pub fn spin_loop() {
+    pub(crate) fn spin_loop() {
         core::hint::spin_loop();
     }
 }
@@ -99,10 +99,10 @@ mod imp {
     }
 
     /// Atomics used by lock protocols.
-    pub use shuttle::sync::atomic;
+    pub(crate) use shuttle::sync::atomic;
 
     /// Wait a moment in a spin loop: let another shuttle thread run.
-    pub fn spin_loop() {
+    pub(crate) fn spin_loop() {
         shuttle::thread::yield_now();
     }
 }

@@ -25,6 +25,26 @@ use crate::page::Pfn;
 use crate::page_alloc::{NodeId, ZoneType};
 
 /// One zone: where it lies and how much of it the allocator manages.
+///
+/// ```
+/// use mmkit_core::topology::CacheInfo;
+/// use mmkit_core::{Pfn, Topology, ZoneSpec, ZoneType};
+///
+/// // A 64 MiB Normal zone at 4 GiB whose last 1 MiB is a hole and 1 MiB more is reserved.
+/// let spec = ZoneSpec {
+///     node: 0,
+///     zone_type: ZoneType::Normal,
+///     start_pfn: Pfn(0x10_0000),
+///     spanned: 16_384,
+///     present: 16_128,
+///     managed: 15_872,
+/// };
+/// assert_eq!(spec.end_pfn(), Pfn(0x10_4000));
+/// let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// let topology = Topology::new(vec![spec], vec![1], llc, false)?;
+/// assert_eq!(topology.zones(), &[spec]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ZoneSpec {
@@ -263,6 +283,16 @@ const X86_SECTION_PAGES: u64 = (128 << 20) >> 12;
 pub const MAX_NUMNODES: usize = 1 << 10;
 
 /// A machine description that cannot be built.
+///
+/// ```
+/// use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// use mmkit_core::{Topology, TopologyError, ZoneType};
+///
+/// let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// assert_eq!(Topology::x86_64(&[], vec![1], llc, false).map(|_| ()), Err(TopologyError::NoZones));
+/// let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// assert_eq!(Topology::x86_64(&zones, vec![], llc, false).map(|_| ()), Err(TopologyError::NoCpus));
+/// ```
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum TopologyError {
     /// No zone at all.

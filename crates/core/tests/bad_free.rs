@@ -14,6 +14,7 @@
 
 use std::sync::Barrier;
 
+use mmkit_core::internals;
 use mmkit_core::page::PageState;
 use mmkit_core::page_alloc::pcp::NR_PCP_LISTS;
 use mmkit_core::page_alloc::verify::ZoneCensus;
@@ -80,7 +81,7 @@ impl Entry {
     ) -> Result<(), FreeError> {
         match self {
             Entry::Atomic => allocator.free_pages(caller, pfn, o),
-            Entry::Exclusive => allocator.free_pages_exclusive(caller, pfn, o),
+            Entry::Exclusive => internals::free_pages_exclusive(allocator, caller, pfn, o),
         }
     }
 }
@@ -591,7 +592,7 @@ fn exclusive_batch_with_a_freed_page_is_refused_as_the_atomic_one_is() {
         .map(|_| alloc(&allocator, Gfp::KERNEL, order(0)))
         .collect();
     assert_eq!(
-        allocator.free_pages_batch_exclusive(CPU0, &pfns[2..]),
+        internals::free_pages_batch_exclusive(&allocator, CPU0, &pfns[2..]),
         Ok(())
     );
     let before = Snapshot::take(&allocator, &pfns);
@@ -610,10 +611,13 @@ fn exclusive_batch_with_a_freed_page_is_refused_as_the_atomic_one_is() {
     );
     // An error a caller can box and chain.
     let _: &dyn std::error::Error = &refused;
-    assert_eq!(allocator.free_pages_batch_exclusive(CPU0, &pfns), atomic);
+    assert_eq!(
+        internals::free_pages_batch_exclusive(&allocator, CPU0, &pfns),
+        atomic
+    );
     assert_eq!(before, Snapshot::take(&allocator, &pfns));
     assert_eq!(
-        allocator.free_pages_batch_exclusive(CPU0, &pfns[..2]),
+        internals::free_pages_batch_exclusive(&allocator, CPU0, &pfns[..2]),
         Ok(())
     );
     allocator.verify().expect("every page accounted for");

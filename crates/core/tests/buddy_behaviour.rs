@@ -9,8 +9,6 @@
 //! small (one to eight thousand pages) and start on pageblock boundaries unless a test
 //! says otherwise.
 
-use std::sync::atomic::Ordering::Relaxed;
-
 use mmkit_core::page::PageState;
 use mmkit_core::page_alloc::{Caller, WatermarkKind, ZoneFlags, PAGEBLOCK_PAGES};
 use mmkit_core::settings::MinFreeKbytes;
@@ -128,7 +126,7 @@ fn free_merges_with_free_buddy() {
     let p = alloc(&allocator, Gfp::KERNEL, order(0));
     let q = alloc(&allocator, Gfp::KERNEL, order(0));
     assert_eq!((p, q), (START, START.add(1)));
-    let merges = || zone.events().buddy_merges.load(Relaxed);
+    let merges = || zone.events().buddy_merges();
     let boot_merges = merges();
     // p's buddy q is in use: p stays an order-0 block.
     free(&allocator, p, order(0));
@@ -339,14 +337,14 @@ fn unmovable_request_claims_every_pageblock_of_a_max_order_block() {
     let mut expected = vec![MigrateType::Movable; 8];
     expected[..2].fill(MigrateType::Unmovable);
     assert_eq!(types, expected);
-    assert_eq!(zone.events().extfrag_events.load(Relaxed), 1);
+    assert_eq!(zone.events().extfrag_events(), 1);
     assert_eq!(zone.watermarks().boost(), 0);
-    assert_eq!(zone.events().watermark_boosts.load(Relaxed), 0);
+    assert_eq!(zone.events().watermark_boosts(), 0);
     // The split halves sit on the Unmovable lists; the next request needs no fallback.
     assert_eq!(list(zone, 9, MigrateType::Unmovable), [512]);
     let q = alloc(&allocator, Gfp::KERNEL, order(0));
     assert_eq!(q, START.add(1));
-    assert_eq!(zone.events().extfrag_events.load(Relaxed), 1);
+    assert_eq!(zone.events().extfrag_events(), 1);
 }
 
 /// A 4096-page zone (min 256, low 320, high 384) whose free memory is eight order-8
@@ -370,7 +368,7 @@ fn order8_checkerboard() -> PageAllocator {
     }
     assert_eq!(zone.buddyinfo()[8..], [8, 0, 0]);
     assert_eq!(zone.free_pages(), 2048);
-    assert_eq!(zone.events().extfrag_events.load(Relaxed), 0);
+    assert_eq!(zone.events().extfrag_events(), 0);
     allocator
 }
 
@@ -379,7 +377,7 @@ fn unmovable_fallback_below_pageblock_order_boosts_the_watermark() {
     let allocator = order8_checkerboard();
     let zone = normal(&allocator);
     let high = zone.watermarks().stored(WatermarkKind::High);
-    let wakeups = allocator.kswapd(0).unwrap().wakeups.load(Relaxed);
+    let wakeups = allocator.kswapd(0).unwrap().wakeups();
     let p = alloc(&allocator, Gfp::KERNEL, order(0));
     // The fallback took an order-8 Movable block. Its pageblock has 256 free pages and 256
     // in use that are not movable (no LRU flag): 256 + 256 ≥ 256, so the whole pageblock
@@ -392,7 +390,7 @@ fn unmovable_fallback_below_pageblock_order_boosts_the_watermark() {
         })
         .count();
     assert_eq!(movable, 7);
-    assert_eq!(zone.events().extfrag_events.load(Relaxed), 1);
+    assert_eq!(zone.events().extfrag_events(), 1);
     // §1.5: boost = min(0 + 512, max(512, high × 15000 / 10000)).
     let max_boost = (high * 15_000 / 10_000).max(PAGEBLOCK_PAGES);
     assert_eq!(zone.watermarks().boost(), PAGEBLOCK_PAGES.min(max_boost));
@@ -402,18 +400,15 @@ fn unmovable_fallback_below_pageblock_order_boosts_the_watermark() {
         320 + 512,
         "the effective marks include the boost"
     );
-    assert_eq!(zone.events().watermark_boosts.load(Relaxed), 1);
+    assert_eq!(zone.events().watermark_boosts(), 1);
     // GFP_KERNEL may wake kswapd: the boost flag was set and cleared, and kswapd woken.
     assert!(!zone.flags().contains(ZoneFlags::BOOSTED_WATERMARK));
-    assert_eq!(
-        allocator.kswapd(0).unwrap().wakeups.load(Relaxed),
-        wakeups + 1
-    );
+    assert_eq!(allocator.kswapd(0).unwrap().wakeups(), wakeups + 1);
 
     // A second fragmenting fallback grows the boost up to high × 1.5 = 576.
     let r = alloc(&allocator, Gfp::KERNEL | Gfp::RECLAIMABLE, order(0));
     assert_eq!(mem_map.pageblock_migratetype(r), MigrateType::Reclaimable);
-    assert_eq!(zone.events().extfrag_events.load(Relaxed), 2);
+    assert_eq!(zone.events().extfrag_events(), 2);
     assert_eq!(
         zone.watermarks().boost(),
         (2 * PAGEBLOCK_PAGES).min(max_boost)
@@ -426,7 +421,7 @@ fn unmovable_fallback_below_pageblock_order_boosts_the_watermark() {
         p.0 >> 9,
         "same pageblock as the first Unmovable page"
     );
-    assert_eq!(zone.events().extfrag_events.load(Relaxed), 2);
+    assert_eq!(zone.events().extfrag_events(), 2);
     allocator.verify().unwrap();
 }
 
@@ -457,7 +452,7 @@ fn movable_request_that_cannot_claim_takes_the_smallest_fallback_block() {
         alloc(&allocator, Gfp::HIGHUSER_MOVABLE, order(10));
     }
     assert_eq!(zone.buddyinfo(), [0, 128, 0, 32, 0, 0, 0, 0, 0, 0, 0]);
-    let extfrag = zone.events().extfrag_events.load(Relaxed);
+    let extfrag = zone.events().extfrag_events();
     // A Movable order-0 request: the largest fallback is order 3, which a Movable request
     // may not claim (3 < pageblock_order / 2), so it takes the smallest suitable block,
     // an order-1 one, moves only that block, and leaves the pageblock Unmovable.
@@ -470,7 +465,7 @@ fn movable_request_that_cannot_claim_takes_the_smallest_fallback_block() {
         zone.mem_map().pageblock_migratetype(p),
         MigrateType::Unmovable
     );
-    assert_eq!(zone.events().extfrag_events.load(Relaxed), extfrag + 1);
+    assert_eq!(zone.events().extfrag_events(), extfrag + 1);
     assert_eq!(zone.buddyinfo(), [1, 127, 0, 32, 0, 0, 0, 0, 0, 0, 0]);
     assert_eq!(list(zone, 0, MigrateType::Movable), [p.0 + 1 - START.0]);
     allocator.verify().unwrap();
@@ -490,9 +485,9 @@ fn no_boost_in_a_zone_under_four_pageblocks() {
     assert_eq!(dma.buddyinfo()[7..], [2, 0, 0, 0]);
     let p = alloc(&allocator, Gfp::KERNEL | Gfp::DMA, order(0));
     assert!(dma.spans(p));
-    assert_eq!(dma.events().extfrag_events.load(Relaxed), 1);
+    assert_eq!(dma.events().extfrag_events(), 1);
     assert_eq!(dma.watermarks().boost(), 0);
-    assert_eq!(dma.events().watermark_boosts.load(Relaxed), 0);
+    assert_eq!(dma.events().watermark_boosts(), 0);
     allocator.verify().unwrap();
 }
 

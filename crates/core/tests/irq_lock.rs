@@ -174,7 +174,7 @@ fn every_allocator_path_takes_the_embedders_lock_and_restores_interrupts() {
     })
     .expect("a good free");
     through_the_lock("an order-3 free", || {
-        allocator.free_pages_exclusive(cpu0, block, order3)
+        mmkit_core::internals::free_pages_exclusive(&allocator, cpu0, block, order3)
     })
     .expect("a good free");
     through_the_lock("a batched free", || allocator.free_pages_batch(cpu1, &bulk))

@@ -8,7 +8,6 @@ mod common;
 
 use common::NoIo;
 use std::convert::Infallible;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use mmkit_core::mm::kswapd::{self, ScanControl, ShrinkOutcome};
@@ -241,7 +240,7 @@ fn an_allocation_records_its_order_and_zone_for_kswapd() {
     // the later order-0 Normal wake-up of the boosting fallback did not lower the request.
     assert_eq!(state.take_request(), Some((order(8), ZoneType::Movable)));
     assert_eq!(state.take_request(), None, "taken once");
-    assert!(state.wakeups.load(Relaxed) > 0);
+    assert!(state.wakeups() > 0);
 }
 
 /// The mapping layer's kswapd used to balance without ever dropping the boost (only the

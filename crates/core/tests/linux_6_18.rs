@@ -33,10 +33,6 @@ fn normal(allocator: &PageAllocator) -> &Zone {
     allocator.zone(0, ZoneType::Normal).expect("Normal exists")
 }
 
-fn load(counter: &mmkit_core::sync::AtomicU64) -> u64 {
-    counter.load(std::sync::atomic::Ordering::Relaxed)
-}
-
 /// (free number, pages) of every `free_high` drain while CPU 0 frees `n` order-1 blocks
 /// that CPU 1 allocated.
 fn order1_free_high_drains(policy: Policy, n: usize) -> Vec<(usize, u64)> {
@@ -53,9 +49,9 @@ fn order1_free_high_drains(policy: Policy, n: usize) -> Vec<(usize, u64)> {
     let reason = DrainReason::FreeHigh as usize;
     let mut drains = Vec::new();
     for (i, pfn) in blocks.into_iter().enumerate() {
-        let before = load(&events.pcp_drain_pages[reason]);
+        let before = events.pcp_drain_pages(DrainReason::ALL[reason]);
         allocator.free_pages(Caller::task(0), pfn, order).unwrap();
-        let pages = load(&events.pcp_drain_pages[reason]) - before;
+        let pages = events.pcp_drain_pages(DrainReason::ALL[reason]) - before;
         if pages > 0 {
             drains.push((i + 1, pages));
         }
@@ -96,9 +92,12 @@ fn drain_pages_zone_drains_in_chunks_of_2016() {
             Some(5000)
         );
         let explicit = DrainReason::Explicit as usize;
-        let before = load(&zone.events().pcp_drains[explicit]);
+        let before = zone.events().pcp_drains(DrainReason::ALL[explicit]);
         assert_eq!(allocator.drain_pages_zone(0, zone), 5000);
-        assert_eq!(load(&zone.events().pcp_drains[explicit]) - before, drains);
+        assert_eq!(
+            zone.events().pcp_drains(DrainReason::ALL[explicit]) - before,
+            drains
+        );
         assert_eq!(zone.pcp_pages(), 0);
         allocator.verify().unwrap();
     }

@@ -83,16 +83,15 @@ struct Counters {
 impl Counters {
     fn read(zone: &Zone) -> Counters {
         let e = zone.events();
-        let load = |c: &mmkit_core::sync::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
         Counters {
-            zone_locked_pages: load(&e.alloc_zone_locked),
-            zone_locked_blocks: load(&e.alloc_zone_locked_events),
-            refills: load(&e.pcp_refills),
-            refill_pages: load(&e.pcp_refill_pages),
-            drains: std::array::from_fn(|r| load(&e.pcp_drains[r])),
-            drain_pages: std::array::from_fn(|r| load(&e.pcp_drain_pages[r])),
-            merges: load(&e.buddy_merges),
-            splits: load(&e.buddy_splits),
+            zone_locked_pages: e.alloc_zone_locked(),
+            zone_locked_blocks: e.alloc_zone_locked_events(),
+            refills: e.pcp_refills(),
+            refill_pages: e.pcp_refill_pages(),
+            drains: DrainReason::ALL.map(|reason| e.pcp_drains(reason)),
+            drain_pages: DrainReason::ALL.map(|reason| e.pcp_drain_pages(reason)),
+            merges: e.buddy_merges(),
+            splits: e.buddy_splits(),
             free_pages: zone.free_pages(),
         }
     }

@@ -9,7 +9,7 @@ use common::NoIo;
 use mmkit_core::mm::lru::LruList;
 use mmkit_core::mm::memcg::{MemcgHierarchy, MemcgId, MEMCG_CHARGE_BATCH};
 use mmkit_core::mm::vmscan::MAX_RECLAIM_RETRIES;
-use mmkit_core::mm::{FileId, Memory, MmError, PteState, ReclaimResult};
+use mmkit_core::mm::{FileId, Folio, Memory, MmError, PteState, ReclaimResult};
 use mmkit_core::page_alloc::Caller;
 use mmkit_core::{
     CongestionBits, LruSizePolicy, MmPolicy, Order, PageoutSplit, RmapRemoval, ZoneType,
@@ -47,6 +47,37 @@ fn anonymous_fault_maps_a_whole_large_folio() {
             .unwrap()
             .was_present
     );
+    m.verify().unwrap();
+}
+
+#[test]
+fn a_folio_the_mapping_layer_did_not_hand_out_is_refused_without_change() {
+    let mut m = memory(4096, MmPolicy::V6_7, 16);
+    let mm = m.create_mm();
+    m.mmap_anon(mm, 0x100, 32, order(4)).unwrap();
+    let folio = m.access(CALLER, mm, 0x105, true, &mut NoIo).unwrap().folio;
+    // The same head with a larger order would reach the neighbouring pages' counts; a
+    // tail's pfn names no folio at all.
+    let wider = Folio {
+        order: order(5),
+        ..folio
+    };
+    let tail = Folio {
+        pfn: folio.pfn.add(1),
+        order: Order::ZERO,
+    };
+    for forged in [wider, tail] {
+        assert_eq!(
+            m.reclaim_folio(CALLER, forged, &mut NoIo),
+            Err(MmError::NotAFolio(forged))
+        );
+        assert!(!m.end_writeback(CALLER, forged));
+        assert_eq!(m.folio_referenced(forged), 0);
+        assert!(m.rmap_walk(forged).is_empty());
+    }
+    assert_eq!(m.split_folio(CALLER, wider), Err(MmError::NotAFolio(wider)));
+    assert_eq!(m.rmap_walk(folio).len(), 16, "the real folio is untouched");
+    assert_eq!(m.stats().anon_mapped, 16);
     m.verify().unwrap();
 }
 

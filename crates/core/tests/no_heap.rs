@@ -153,8 +153,7 @@ fn allocation_free_drain_and_hotplug_paths_never_call_the_heap() {
         let pfn = allocator
             .alloc_pages(cpu0, Gfp::KERNEL | Gfp::DMA, Order::ZERO)
             .expect("DMA memory");
-        allocator
-            .free_pages_exclusive(cpu1, pfn, Order::ZERO)
+        mmkit_core::internals::free_pages_exclusive(&allocator, cpu1, pfn, Order::ZERO)
             .expect("a good free");
     });
     without_heap("bulk allocation and batched free", || {

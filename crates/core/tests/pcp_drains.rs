@@ -85,16 +85,12 @@ fn limits(allocator: &PageAllocator, id: ZoneId, cpu: u32) -> (u64, u64, u64) {
     (pcp.batch, pcp.high_min, pcp.high_max)
 }
 
-fn load(counter: &mmkit_core::sync::AtomicU64) -> u64 {
-    counter.load(Relaxed)
-}
-
 fn explicit_drains(allocator: &PageAllocator, id: ZoneId) -> (u64, u64) {
     let events = zone(allocator, id).events();
     let reason = DrainReason::Explicit as usize;
     (
-        load(&events.pcp_drains[reason]),
-        load(&events.pcp_drain_pages[reason]),
+        events.pcp_drains(DrainReason::ALL[reason]),
+        events.pcp_drain_pages(DrainReason::ALL[reason]),
     )
 }
 
@@ -631,9 +627,9 @@ fn zone_pcp_disable_sends_every_free_straight_back() {
             assert_eq!(normal.free_pages(), free + 1, "{policy}");
         }
         // An allocation refills a single page and takes it.
-        let refill_pages = load(&normal.events().pcp_refill_pages);
+        let refill_pages = normal.events().pcp_refill_pages();
         alloc_many(&allocator, Caller::task(0), MOVABLE, Order::ZERO, 1);
-        assert_eq!(load(&normal.events().pcp_refill_pages) - refill_pages, 1);
+        assert_eq!(normal.events().pcp_refill_pages() - refill_pages, 1);
         assert_eq!(count(&allocator, NORMAL, 0), 0);
 
         assert_eq!(allocator.zone_pcp_enable(NORMAL), Some(()));
@@ -957,16 +953,13 @@ fn bulk_fast_path_refills_by_the_pcp_rule_and_keeps_free_count() {
     allocator.drain_local_pages(0, None);
     let start = pageset(&allocator, NORMAL, 0);
     assert_eq!((start.count, start.free_count, start.high), (0, 100, 2132));
-    let refills = load(&zone(&allocator, NORMAL).events().pcp_refills);
+    let refills = zone(&allocator, NORMAL).events().pcp_refills();
     let mut list = Vec::new();
     let added = allocator
         .alloc_pages_bulk_list(Caller::task(0), MOVABLE, None, 200, &mut list)
         .expect("bulk allocation");
     assert_eq!(added, 200);
-    assert_eq!(
-        load(&zone(&allocator, NORMAL).events().pcp_refills) - refills,
-        3
-    );
+    assert_eq!(zone(&allocator, NORMAL).events().pcp_refills() - refills, 3);
     let after = pageset(&allocator, NORMAL, 0);
     assert_eq!(
         (after.high, after.alloc_factor, after.count),
@@ -1126,9 +1119,9 @@ fn irq_bypass_sends_softirq_requests_to_the_zone() {
     let normal = zone(&allocator, NORMAL);
     let events = normal.events();
     let pages = alloc_many(&allocator, Caller::softirq(0), MOVABLE, Order::ZERO, 5);
-    assert_eq!(load(&events.pcp_irq_bypass), 5);
+    assert_eq!(events.pcp_irq_bypass(), 5);
     assert_eq!(
-        (load(&events.pcp_refills), count(&allocator, NORMAL, 0)),
+        (events.pcp_refills(), count(&allocator, NORMAL, 0)),
         (0, 0),
         "no refill"
     );
@@ -1148,7 +1141,7 @@ fn irq_bypass_sends_softirq_requests_to_the_zone() {
         Order::new(4).expect("4"),
         1,
     );
-    assert_eq!(load(&events.pcp_irq_bypass), 6);
+    assert_eq!(events.pcp_irq_bypass(), 6);
 
     let free = normal.free_pages();
     for &pfn in &pages {
@@ -1158,7 +1151,7 @@ fn irq_bypass_sends_softirq_requests_to_the_zone() {
     }
     assert_eq!(count(&allocator, NORMAL, 0), 0);
     assert_eq!(normal.free_pages(), free + 5);
-    assert_eq!(load(&events.pcp_irq_bypass), 11);
+    assert_eq!(events.pcp_irq_bypass(), 11);
     assert_eq!(normal.pgfree(), 5, "__free_pages_ok counts PGFREE");
     allocator
         .free_pages(Caller::softirq(0), order2[0], Order::new(2).expect("2"))
@@ -1166,12 +1159,12 @@ fn irq_bypass_sends_softirq_requests_to_the_zone() {
     allocator
         .free_pages(Caller::softirq(0), order4[0], Order::new(4).expect("4"))
         .expect("valid");
-    assert_eq!(load(&events.pcp_irq_bypass), 12);
+    assert_eq!(events.pcp_irq_bypass(), 12);
 
     // Task context on the same machine still uses the pageset.
     alloc_many(&allocator, Caller::task(0), MOVABLE, Order::ZERO, 1);
     assert_eq!(count(&allocator, NORMAL, 0), 62);
-    assert_eq!(load(&events.pcp_irq_bypass), 12);
+    assert_eq!(events.pcp_irq_bypass(), 12);
     census(&allocator);
 }
 
@@ -1180,16 +1173,13 @@ fn irq_bypass_batched_free_from_softirq_goes_to_the_zone() {
     let allocator = machine(irq_bypass(), 2);
     let events = zone(&allocator, NORMAL).events();
     let pages = alloc_many(&allocator, Caller::task(1), MOVABLE, Order::ZERO, 10);
-    let (bypass, pgfree) = (
-        load(&events.pcp_irq_bypass),
-        zone(&allocator, NORMAL).pgfree(),
-    );
+    let (bypass, pgfree) = (events.pcp_irq_bypass(), zone(&allocator, NORMAL).pgfree());
     assert_eq!(
         allocator.free_pages_batch(Caller::softirq(0), &pages),
         Ok(())
     );
     assert_eq!(count(&allocator, NORMAL, 0), 0);
-    assert_eq!(load(&events.pcp_irq_bypass) - bypass, 10);
+    assert_eq!(events.pcp_irq_bypass() - bypass, 10);
     assert_eq!(
         zone(&allocator, NORMAL).pgfree() - pgfree,
         10,
@@ -1204,7 +1194,7 @@ fn without_irq_bypass_softirq_requests_use_the_pageset() {
     let events = zone(&allocator, NORMAL).events();
     let pages = alloc_many(&allocator, Caller::softirq(0), MOVABLE, Order::ZERO, 5);
     assert_eq!(count(&allocator, NORMAL, 0), 58);
-    assert_eq!(load(&events.pcp_refills), 1);
+    assert_eq!(events.pcp_refills(), 1);
     for &pfn in &pages {
         allocator
             .free_pages(Caller::softirq(0), pfn, Order::ZERO)
@@ -1212,5 +1202,5 @@ fn without_irq_bypass_softirq_requests_use_the_pageset() {
     }
     assert_eq!(count(&allocator, NORMAL, 0), 63);
     assert_eq!(allocator.free_pages_batch(Caller::softirq(1), &[]), Ok(()));
-    assert_eq!(load(&events.pcp_irq_bypass), 0);
+    assert_eq!(events.pcp_irq_bypass(), 0);
 }

@@ -12,10 +12,9 @@
 //! The random source is xorshift64* seeded per run; no dependency.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering::Relaxed;
 
 use mmkit_core::internals;
-use mmkit_core::page_alloc::{AllocError, Caller, ZoneFlags, ZoneId};
+use mmkit_core::page_alloc::{AllocError, Caller, DrainReason, ZoneFlags, ZoneId};
 use mmkit_core::settings::MinFreeKbytes;
 use mmkit_core::topology::{CacheInfo, ZoneSize};
 use mmkit_core::{Gfp, Order, PageAllocator, Pfn, Policy, Settings, Topology, ZoneType};
@@ -422,26 +421,22 @@ impl Run<'_> {
 
 /// Every counter of every zone, and each pageset's count and high: the run's fingerprint.
 fn fingerprint(allocator: &PageAllocator) -> Vec<u64> {
-    let load = |c: &mmkit_core::sync::AtomicU64| c.load(Relaxed);
     let mut all = Vec::new();
     for zone in allocator.zones() {
         let e = zone.events();
         all.extend([zone.pgalloc(), zone.pgfree()]);
-        all.extend(
-            [
-                &e.alloc_zone_locked,
-                &e.alloc_zone_locked_events,
-                &e.extfrag_events,
-                &e.watermark_boosts,
-                &e.pcp_refills,
-                &e.pcp_refill_pages,
-                &e.pcp_lock_contended,
-                &e.pcp_irq_bypass,
-            ]
-            .map(load),
-        );
-        all.extend(e.pcp_drains.iter().map(load));
-        all.extend(e.pcp_drain_pages.iter().map(load));
+        all.extend([
+            e.alloc_zone_locked(),
+            e.alloc_zone_locked_events(),
+            e.extfrag_events(),
+            e.watermark_boosts(),
+            e.pcp_refills(),
+            e.pcp_refill_pages(),
+            e.pcp_lock_contended(),
+            e.pcp_irq_bypass(),
+        ]);
+        all.extend(DrainReason::ALL.map(|reason| e.pcp_drains(reason)));
+        all.extend(DrainReason::ALL.map(|reason| e.pcp_drain_pages(reason)));
         for cpu in 0..CPUS {
             let pcp = zone.pageset(cpu).expect("cpu");
             all.extend([pcp.count, pcp.high, pcp.high_min, pcp.high_max, pcp.batch]);
@@ -473,7 +468,7 @@ fn run(name: &'static str, policy: Policy, seed: u64) -> Vec<u64> {
     let total = fingerprint(&allocator);
     // The run must have exercised the pagesets: refills, frees, and drains of several kinds.
     let normal = allocator.zone(0, ZoneType::Normal).expect("normal");
-    assert!(normal.events().pcp_refills.load(Relaxed) > 50, "{name}");
+    assert!(normal.events().pcp_refills() > 50, "{name}");
     assert!(normal.events().pcp_drains_total() > 50, "{name}");
     assert!(
         run.model.failures > 0,

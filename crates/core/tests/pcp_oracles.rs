@@ -103,10 +103,6 @@ fn pcp(allocator: &PageAllocator, cpu: u32) -> PerCpuPages {
     normal(allocator).pageset(cpu).expect("cpu exists")
 }
 
-fn load(counter: &mmkit_core::sync::AtomicU64) -> u64 {
-    counter.load(std::sync::atomic::Ordering::Relaxed)
-}
-
 fn alloc_many(allocator: &PageAllocator, cpu: u32, gfp: Gfp, order: Order, n: usize) -> Vec<Pfn> {
     (0..n)
         .map(|i| {
@@ -157,10 +153,10 @@ impl Drain {
 fn drain_counters(zone: &Zone) -> [u64; 4] {
     let events = zone.events();
     [
-        load(&events.pcp_drains[DrainReason::Free as usize]),
-        load(&events.pcp_drain_pages[DrainReason::Free as usize]),
-        load(&events.pcp_drains[DrainReason::FreeHigh as usize]),
-        load(&events.pcp_drain_pages[DrainReason::FreeHigh as usize]),
+        events.pcp_drains(DrainReason::Free),
+        events.pcp_drain_pages(DrainReason::Free),
+        events.pcp_drains(DrainReason::FreeHigh),
+        events.pcp_drain_pages(DrainReason::FreeHigh),
     ]
 }
 
@@ -258,17 +254,17 @@ fn alloc_stream(
     let events = zone.events();
     let mut refills = Vec::new();
     for i in 0..n {
-        let (calls, pages) = (load(&events.pcp_refills), load(&events.pcp_refill_pages));
+        let (calls, pages) = (events.pcp_refills(), events.pcp_refill_pages());
         allocator
             .alloc_pages(Caller::task(cpu), gfp, order)
             .expect("allocation");
-        let calls = load(&events.pcp_refills) - calls;
+        let calls = events.pcp_refills() - calls;
         assert!(calls <= 1, "allocation #{} refilled twice", i + 1);
         if calls == 1 {
             let pcp = zone.pageset(cpu).expect("cpu exists");
             refills.push(Refill {
                 alloc: i + 1,
-                pages: load(&events.pcp_refill_pages) - pages,
+                pages: events.pcp_refill_pages() - pages,
                 high: pcp.high,
                 alloc_factor: pcp.alloc_factor,
             });
@@ -310,9 +306,9 @@ fn tick_and_read(
     cpu: u32,
 ) -> (bool, u64, u64, u64) {
     let zone = zone(allocator, zone_type);
-    let before = load(&zone.events().pcp_drain_pages[DrainReason::Decay as usize]);
+    let before = zone.events().pcp_drain_pages(DrainReason::Decay);
     let work = allocator.vmstat_tick(cpu);
-    let drained = load(&zone.events().pcp_drain_pages[DrainReason::Decay as usize]) - before;
+    let drained = zone.events().pcp_drain_pages(DrainReason::Decay) - before;
     let pcp = zone.pageset(cpu).expect("cpu exists");
     (work, pcp.high, drained, pcp.count)
 }
@@ -942,10 +938,10 @@ fn o7_start(policy: Policy) -> (PageAllocator, Vec<Pfn>) {
     let _pages = grow_high_to_max(&allocator, ZoneType::Normal, MOVABLE, 0);
     allocator.drain_local_pages(0, None);
     free_all(&allocator, 0, &spare[..1010], Order::ZERO);
-    let refills = load(&normal(&allocator).events().pcp_refills);
+    let refills = normal(&allocator).events().pcp_refills();
     let _back = alloc_many(&allocator, 0, MOVABLE, Order::ZERO, 10);
     assert_eq!(
-        load(&normal(&allocator).events().pcp_refills),
+        normal(&allocator).events().pcp_refills(),
         refills,
         "served from the list"
     );
@@ -1257,7 +1253,7 @@ fn o10_periodic_allocation_keeps_free_count_below_batch() {
                 assert_eq!(after_alloc.free_factor, 0, "{name} cycle {cycle}");
             }
         }
-        let counted = load(&zone.events().pcp_drains[DrainReason::FreeHigh as usize]);
+        let counted = zone.events().pcp_drains(DrainReason::FreeHigh);
         assert_eq!(counted, free_high_drains as u64);
         if policy.pcp.free_count {
             assert_eq!(free_high_drains, 0, "{name}");

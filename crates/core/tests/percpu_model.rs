@@ -272,7 +272,7 @@ fn step(
             prop_assert_eq!(before, snapshot(pcpu));
         }
         Op::Balance => pcpu.balance(),
-        Op::SetBackingFail(fail) => pcpu.backing_mut().fail = fail,
+        Op::SetBackingFail(fail) => pcpu.set_backing_fail(fail),
         Op::Free(_) | Op::FreeInside(_) => {}
     }
     Ok(())
@@ -325,7 +325,7 @@ proptest! {
         }
         // Free everything: with partial depopulation the balance work gives back all but
         // the spare free chunk's pages; in every policy at most one chunk stays.
-        pcpu.backing_mut().fail = false;
+        pcpu.set_backing_fail(false);
         for (ptr, bits) in std::mem::take(&mut model.live) {
             prop_assert_eq!(pcpu.free(ptr), Ok(bits * 4));
             model.bits.get_mut(&ptr.chunk).unwrap()[ptr.offset / 4..ptr.offset / 4 + bits].fill(false);

@@ -422,7 +422,7 @@ fn a_destroyed_chunk_refuses_stale_pointers() {
 fn populate_failure_fails_the_request_cleanly() {
     let mut pcpu = allocator(PercpuPolicy::V5_14);
     let kept = page(&mut pcpu);
-    pcpu.backing_mut().fail = true;
+    pcpu.set_backing_fail(true);
     // The chunk has unpopulated pages: a page-sized request needs one.
     assert!(matches!(
         pcpu.alloc(PAGE, PAGE, AllocKind::Kernel),
@@ -430,6 +430,6 @@ fn populate_failure_fails_the_request_cleanly() {
     ));
     let census = pcpu.verify().unwrap();
     assert_eq!(census.allocations, 1);
-    pcpu.backing_mut().fail = false;
+    pcpu.set_backing_fail(false);
     free(&mut pcpu, kept);
 }

@@ -79,7 +79,7 @@ fn owner_against_remote_drain() {
     let census = allocator.verify().unwrap();
     assert_eq!(census.iter().map(|c| c.allocated).sum::<u64>(), 0);
     let zone = allocator.zone(0, ZoneType::Normal).unwrap();
-    if zone.events().pcp_lock_contended.load(Relaxed) > 0 {
+    if zone.events().pcp_lock_contended() > 0 {
         FALLBACKS_SEEN.fetch_add(1, Relaxed);
     }
 }

@@ -289,17 +289,6 @@ fn pageout_keeps_a_covered_pmd_whole_and_splits_one_covered_in_part() {
 }
 
 #[test]
-fn verify_fails_on_an_entire_map_count_no_pmd_accounts_for() {
-    let (mut m, mm) = machine(MmPolicy::V6_7, 0);
-    let folio = m.access(CALLER, mm, START, false, &mut NoIo).unwrap().folio;
-    let map = mem_map(&m, folio);
-    folio.ref_add(map, 1).unwrap();
-    folio.add_rmap_pmd(map).unwrap();
-    let err = m.verify().unwrap_err();
-    assert!(err.contains("entire map count 2, 1 PMDs"), "{err}");
-}
-
-#[test]
 fn a_folio_larger_than_a_pmd_is_mapped_by_ptes() {
     // Only PMD-sized folios get a PMD: an order-10 folio spans two PMD ranges.
     let mut m = Memory::new(allocator(8192), MmPolicy::V6_7, 0);

@@ -117,15 +117,11 @@ fn hammer(policy: Policy) {
     let events = |f: fn(&mmkit_core::page_alloc::ZoneEvents) -> u64| -> u64 {
         allocator.zones().iter().map(|z| f(z.events())).sum()
     };
-    use std::sync::atomic::Ordering::Relaxed;
     assert!(
         allocator.zones().iter().map(|z| z.pgalloc()).sum::<u64>() > 10_000,
         "the threads really allocated"
     );
-    assert!(
-        events(|e| e.pcp_refills.load(Relaxed)) > 0,
-        "pagesets were refilled"
-    );
+    assert!(events(|e| e.pcp_refills()) > 0, "pagesets were refilled");
     assert!(
         events(|e| e.pcp_drains_total()) > 0,
         "pagesets were drained"

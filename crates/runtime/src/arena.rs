@@ -341,7 +341,7 @@ impl crate::PagePool {
     /// freed since, and no reference into its memory is used after this call. (A block
     /// owned by a live [`PageBlock`] must not be freed this way.) No other thread frees
     /// the block at the same time: the pool frees with the core's
-    /// [`free_pages_exclusive`](mmkit_core::PageAllocator::free_pages_exclusive), which
+    /// [`free_pages_exclusive`](mmkit_core::internals::free_pages_exclusive), which
     /// refuses a second free made after this one returned but does not detect one
     /// racing it, and two racing frees could both pass and hand the block out twice.
     pub unsafe fn free_raw(

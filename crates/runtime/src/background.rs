@@ -63,7 +63,7 @@ impl Background {
             let pending = inner
                 .allocator
                 .kswapd(node as NodeId)
-                .is_some_and(|k| k.pending.load(Relaxed));
+                .is_some_and(|k| k.pending());
             if pending {
                 handle.thread().unpark();
             }

@@ -612,11 +612,11 @@ impl PagePool {
     pub(crate) fn free_pfns_batch(&self, pfns: &[Pfn]) -> Result<(), PoolError> {
         let (mut caller, mut retries) = (self.caller(), 0);
         loop {
-            match self
-                .inner
-                .allocator
-                .free_pages_batch_exclusive(caller, pfns)
-            {
+            match mmkit_core::internals::free_pages_batch_exclusive(
+                &self.inner.allocator,
+                caller,
+                pfns,
+            ) {
                 Err(BatchFreeError {
                     error: FreeError::InvalidCpu(cpu),
                     ..
@@ -647,10 +647,7 @@ impl PagePool {
     #[inline(always)]
     fn free_pages_as_task(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
         let caller = Caller::task(self.this_cpu());
-        match self
-            .inner
-            .allocator
-            .free_pages_exclusive(caller, pfn, order)
+        match mmkit_core::internals::free_pages_exclusive(&self.inner.allocator, caller, pfn, order)
         {
             Err(FreeError::InvalidCpu(_)) => self.free_on_online_cpu(pfn, order),
             done => done,
@@ -663,10 +660,7 @@ impl PagePool {
     #[inline(never)]
     fn free_on_online_cpu(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
         let caller = self.caller();
-        match self
-            .inner
-            .allocator
-            .free_pages_exclusive(caller, pfn, order)
+        match mmkit_core::internals::free_pages_exclusive(&self.inner.allocator, caller, pfn, order)
         {
             Err(FreeError::InvalidCpu(cpu)) => self.free_after_hotplug(caller, cpu, pfn, order),
             done => done,
@@ -687,11 +681,12 @@ impl PagePool {
         let mut retries = 0;
         let mut refused = refused;
         while self.retry_after_hotplug(&mut caller, refused, &mut retries) {
-            match self
-                .inner
-                .allocator
-                .free_pages_exclusive(caller, pfn, order)
-            {
+            match mmkit_core::internals::free_pages_exclusive(
+                &self.inner.allocator,
+                caller,
+                pfn,
+                order,
+            ) {
                 Err(FreeError::InvalidCpu(cpu)) => refused = cpu,
                 done => return done,
             }
@@ -896,10 +891,10 @@ impl PagePool {
             stats.pgfree += zone.pgfree();
             stats.free_pages += zone.free_pages().max(0) as u64;
             stats.pcp_pages += zone.pcp_pages();
-            stats.alloc_zone += e.alloc_zone_locked.load(Relaxed);
-            stats.pcp_refills += e.pcp_refills.load(Relaxed);
+            stats.alloc_zone += e.alloc_zone_locked();
+            stats.pcp_refills += e.pcp_refills();
             stats.pcp_drains += e.pcp_drains_total();
-            stats.pcp_lock_contended += e.pcp_lock_contended.load(Relaxed);
+            stats.pcp_lock_contended += e.pcp_lock_contended();
         }
         stats.injected_failures = self.inner.fault.injected.load(Relaxed);
         stats.kswapd_runs = self.inner.kswapd_runs.load(Relaxed);

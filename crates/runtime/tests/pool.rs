@@ -259,7 +259,7 @@ fn the_vmstat_thread_decays_pageset_high() {
     let pcp = zone.pageset(0).unwrap();
     assert_eq!(pcp.high, high_min, "decayed to high_min");
     assert!(pcp.count <= pcp.high);
-    assert!(zone.events().pcp_drains[DrainReason::Decay as usize].load(Relaxed) > 0);
+    assert!(zone.events().pcp_drains(DrainReason::Decay) > 0);
 }
 
 /// Frees the blocks it holds when kswapd asks, and records what it saw.
@@ -458,7 +458,7 @@ fn allocation_failure_drains_other_cpus_pagesets_first() {
         0,
         "CPU 1's pageset was drained before OOM"
     );
-    assert!(zone.events().pcp_drains[DrainReason::Explicit as usize].load(Relaxed) > 0);
+    assert!(zone.events().pcp_drains(DrainReason::Explicit) > 0);
     // SAFETY: CPU 0 allocated these raw pages above and frees each once.
     unsafe { pool.free_batch(&held).unwrap() };
     pool.verify().unwrap();

@@ -28,8 +28,6 @@
 //! changes nothing in the order, only saves queue operations). Ties break by event kind,
 //! then CPU number, so a run is a pure function of its inputs.
 
-use std::sync::atomic::Ordering::Relaxed;
-
 use mmkit_core::page_alloc::pcp::pcp_allowed_order;
 use mmkit_core::page_alloc::{
     AllocAttempt, Caller, DrainAll, DrainReason, DrainWork, Gfp, HoldKind, LockEvents, Zone,
@@ -227,12 +225,12 @@ impl ZoneTotals {
     pub fn read(zone: &Zone) -> ZoneTotals {
         let e = zone.events();
         ZoneTotals {
-            pcp_drains: core::array::from_fn(|r| e.pcp_drains[r].load(Relaxed)),
-            pcp_drain_pages: core::array::from_fn(|r| e.pcp_drain_pages[r].load(Relaxed)),
-            alloc_zone: e.alloc_zone_locked.load(Relaxed),
+            pcp_drains: DrainReason::ALL.map(|reason| e.pcp_drains(reason)),
+            pcp_drain_pages: DrainReason::ALL.map(|reason| e.pcp_drain_pages(reason)),
+            alloc_zone: e.alloc_zone_locked(),
             pgalloc: zone.pgalloc(),
-            pcp_refills: e.pcp_refills.load(Relaxed),
-            pcp_refill_pages: e.pcp_refill_pages.load(Relaxed),
+            pcp_refills: e.pcp_refills(),
+            pcp_refill_pages: e.pcp_refill_pages(),
         }
     }
 
@@ -811,7 +809,8 @@ impl Sim {
     pub fn free(&mut self, cpu: u32, pfn: Pfn, order: Order) -> Result<(), SimError> {
         let slot = self.zone_slot(pfn);
         debug_assert!(self.report.holds.is_empty());
-        let result = self.allocator.free_pages_exclusive_report(
+        let result = mmkit_core::internals::free_pages_exclusive_report(
+            &self.allocator,
             Caller::task(cpu),
             pfn,
             order,

@@ -42,7 +42,6 @@
 //! one traced. The error names how many were skipped and why.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::Ordering::Relaxed;
 
 use mmkit_core::internals;
 use mmkit_core::page_alloc::{Caller, DrainReason, HoldKind, ZoneId, ZoneLockHold};
@@ -842,12 +841,12 @@ impl TickPlan {
 /// cannot get there by itself: its zones hold the same number of free pages in another
 /// layout, so a high-order request that failed for want of a large enough free block in
 /// the kernel's Normal zone finds one in the replay's. What the walk leaves behind is the
-/// core's rule ([`PageAllocator::zone_passed_over`]: `BELOW_HIGH`, which shrinks the
+/// core's rule ([`internals::zone_passed_over`]: `BELOW_HIGH`, which shrinks the
 /// pagesets on their next frees).
 fn pass_over_zones_above(allocator: &PageAllocator, traced: &ZoneInfo) {
     for zone in allocator.zones() {
         if zone.node() == traced.node && zone.zone_type() > traced.zone && zone.managed() > 0 {
-            allocator.zone_passed_over(zone);
+            internals::zone_passed_over(allocator, zone);
         }
     }
 }
@@ -1402,8 +1401,8 @@ fn run_policy(
             let e = z.events();
             (
                 format!("{:?}", z.zone_type()),
-                e.pcp_refills.load(Relaxed),
-                e.pcp_refill_pages.load(Relaxed),
+                e.pcp_refills(),
+                e.pcp_refill_pages(),
                 z.free_pages(),
                 z.pcp_pages(),
             )

@@ -11,7 +11,6 @@
 //! bypasses are counter changes.
 
 use std::fmt::Write as _;
-use std::sync::atomic::Ordering::Relaxed;
 
 use mmkit_core::page_alloc::pcp::PcpFlags;
 use mmkit_core::page_alloc::{
@@ -110,14 +109,13 @@ impl Events {
     /// left 0 ([`Events::of_holds`] fills them for a step).
     fn read(zone: &Zone) -> Events {
         let events = zone.events();
-        let load = |counter: &mmkit_core::sync::AtomicU64| counter.load(Relaxed);
         Events {
             pgalloc: zone.pgalloc(),
             pgfree: zone.pgfree(),
-            pcp_lock_contended_events: load(&events.pcp_lock_contended),
-            pcp_irq_bypass_events: load(&events.pcp_irq_bypass),
-            extfrag_events: load(&events.extfrag_events),
-            watermark_boost_events: load(&events.watermark_boosts),
+            pcp_lock_contended_events: events.pcp_lock_contended(),
+            pcp_irq_bypass_events: events.pcp_irq_bypass(),
+            extfrag_events: events.extfrag_events(),
+            watermark_boost_events: events.watermark_boosts(),
             ..Events::default()
         }
     }

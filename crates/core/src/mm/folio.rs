@@ -35,16 +35,66 @@ const ENTIRE_MAPCOUNT_PAGE: u64 = 2;
 
 /// What adding or removing a PMD map changed.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct PmdRmap {
+pub(crate) struct PmdRmap {
     /// The entire map count went from 0 to 1 or from 1 to 0 (`NR_ANON_THPS` changes).
-    pub first_or_last: bool,
+    pub(crate) first_or_last: bool,
     /// Pages that became mapped or unmapped: those no PTE maps (`NR_*_MAPPED` changes by
     /// this much).
-    pub pages: u64,
+    pub(crate) pages: u64,
 }
 
 /// A folio: its head pfn and order. A value, not a reference: the counts are read from
 /// and written to the mem_map of the zone that holds it.
+///
+/// Outside the core a folio's counts are read-only: references and map counts change
+/// only through [`Memory`](super::Memory)'s calls (faults, `munmap`, fork, reclaim),
+/// which keep them equal to what the page tables hold, as
+/// [`Memory::verify`](super::Memory::verify) checks.
+///
+/// ```
+/// use mmkit_core::mm::{Folio, Memory, PageIo, SwapEntry, FileId};
+/// use mmkit_core::page_alloc::Caller;
+/// use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// use mmkit_core::{MmPolicy, Order, PageAllocator, Pfn, Policy, Settings, Topology, ZoneType};
+/// use std::sync::Arc;
+///
+/// struct NoIo; // page contents are the embedder's; this test keeps none
+/// impl PageIo for NoIo {
+///     fn read_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
+///     fn write_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
+///     fn write_swap(&mut self, _: SwapEntry, _: Pfn) {}
+///     fn read_swap(&mut self, _: SwapEntry, _: Pfn) {}
+///     fn zero(&mut self, _: Pfn, _: u64) {}
+///     fn copy(&mut self, _: Pfn, _: Pfn) {}
+/// }
+///
+/// let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
+/// let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+/// let mut memory = Memory::new(Arc::new(allocator), MmPolicy::V6_7, 0);
+/// let mm = memory.create_mm();
+/// memory.mmap_anon(mm, 0x4000, 16, Order::ZERO)?;
+///
+/// // A write fault maps one order-0 folio: one reference, one PTE map.
+/// let folio = memory.access(Caller::task(0), mm, 0x4000, true, &mut NoIo)?.folio;
+/// let mem_map = memory.allocator().find_zone(folio.pfn).unwrap().mem_map();
+/// assert_eq!((folio.refcount(mem_map), folio.mapcount(mem_map)), (1, 1));
+/// assert_eq!(Folio::of_page(mem_map, folio.pfn), Some(folio));
+/// memory.verify()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// Taking a reference or a map count the page tables do not hold, which made `verify()`
+/// fail ("entire map count 2, 1 PMDs"), does not compile:
+///
+/// ```compile_fail,E0624
+/// # use mmkit_core::mm::Folio;
+/// # use mmkit_core::page_alloc::MemMap;
+/// fn forge(folio: Folio, mem_map: &MemMap) {
+///     folio.ref_sub(mem_map, 1); // private: only the mapping layer's paths drop references
+/// }
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug, Hash)]
 pub struct Folio {
     /// First page.
@@ -55,7 +105,7 @@ pub struct Folio {
 
 /// A 16-bit count would overflow: more mappings or references than the descriptor holds.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct CountOverflow;
+pub(crate) struct CountOverflow;
 
 impl Folio {
     /// Pages in the folio.
@@ -75,7 +125,7 @@ impl Folio {
 
     /// Make a freshly allocated block a folio: `PG_head` on a large one, every tail
     /// pointing at the head, no page mapped, `refs` references.
-    pub fn init(&self, mem_map: &MemMap, refs: u16) {
+    pub(crate) fn init(&self, mem_map: &MemMap, refs: u16) {
         let head = self.head(mem_map);
         head.init_refcount(refs);
         let mut flags = head.flags();
@@ -89,7 +139,7 @@ impl Folio {
     }
 
     /// Undo [`Folio::init`] before the block goes back to the allocator.
-    pub fn clear(&self, mem_map: &MemMap) {
+    pub(crate) fn clear(&self, mem_map: &MemMap) {
         let head = self.head(mem_map);
         let mut flags = head.flags();
         flags.remove(PageFlags::HEAD);
@@ -105,14 +155,14 @@ impl Folio {
     }
 
     /// `folio_ref_add`.
-    pub fn ref_add(&self, mem_map: &MemMap, n: u16) -> Result<u16, CountOverflow> {
+    pub(crate) fn ref_add(&self, mem_map: &MemMap, n: u16) -> Result<u16, CountOverflow> {
         self.head(mem_map).ref_add(n).ok_or(CountOverflow)
     }
 
     /// `folio_ref_sub_return`: drop `n` references; how many are left. Panics if fewer
     /// than `n` are held: the caller's accounting is broken, and going on would free a
     /// folio that is still in use.
-    pub fn ref_sub(&self, mem_map: &MemMap, n: u16) -> u16 {
+    pub(crate) fn ref_sub(&self, mem_map: &MemMap, n: u16) -> u16 {
         self.head(mem_map)
             .ref_sub(n)
             .expect("dropping a folio reference nobody holds")
@@ -150,7 +200,7 @@ impl Folio {
 
     /// `folio_add_anon_rmap_pmd` (6.7: `page_add_anon_rmap(.., RMAP_COMPOUND)` and
     /// `folio_add_new_anon_rmap` of a PMD-sized folio): one more PMD maps the whole folio.
-    pub fn add_rmap_pmd(&self, mem_map: &MemMap) -> Result<PmdRmap, CountOverflow> {
+    pub(crate) fn add_rmap_pmd(&self, mem_map: &MemMap) -> Result<PmdRmap, CountOverflow> {
         assert!(
             self.order.get() == HPAGE_PMD_ORDER,
             "only a PMD-sized folio has a PMD map"
@@ -172,7 +222,7 @@ impl Folio {
 
     /// `page_remove_rmap(.., compound = true)` (6.8: `folio_remove_rmap_pmd`): one PMD
     /// map less. When it was the last, the pages no PTE maps become unmapped.
-    pub fn remove_rmap_pmd(&self, mem_map: &MemMap) -> PmdRmap {
+    pub(crate) fn remove_rmap_pmd(&self, mem_map: &MemMap) -> PmdRmap {
         let page = mem_map.page(self.pfn.add(ENTIRE_MAPCOUNT_PAGE));
         let count = page
             .tail_counter()
@@ -220,7 +270,7 @@ impl Folio {
     /// `folio_add_rmap_pte` for the page at `pfn`: one more PTE maps it. Returns whether
     /// the page went from unmapped to mapped (the `NR_*_MAPPED` statistic changes): its
     /// first PTE map, and no PMD maps the folio.
-    pub fn add_rmap_pte(&self, mem_map: &MemMap, pfn: Pfn) -> Result<bool, CountOverflow> {
+    pub(crate) fn add_rmap_pte(&self, mem_map: &MemMap, pfn: Pfn) -> Result<bool, CountOverflow> {
         debug_assert!(self.contains(pfn));
         let count = mem_map.page(pfn).mapcount_inc().ok_or(CountOverflow)?;
         let first = count == 1;
@@ -235,7 +285,7 @@ impl Folio {
     /// `_nr_pages_mapped` once (the core of both `page_remove_rmap` and
     /// Yin 2023's `folio_remove_rmap_range`; the two differ in how often their callers
     /// update statistics and references).
-    pub fn remove_rmap_ptes(&self, mem_map: &MemMap, pfn: Pfn, nr: u64) -> u64 {
+    pub(crate) fn remove_rmap_ptes(&self, mem_map: &MemMap, pfn: Pfn, nr: u64) -> u64 {
         debug_assert!(self.contains(pfn) && self.contains(pfn.add(nr - 1)));
         let mut unmapped = 0;
         for i in 0..nr {

@@ -114,6 +114,20 @@ bitflags::bitflags! {
 }
 
 /// The LRU lists of one memcg on one node, with their per-zone sizes.
+///
+/// The lists thread through the page descriptors, so only the mapping layer adds and
+/// removes folios; a caller reads a cgroup's lists
+/// ([`MemCgroup::lruvecs`](super::memcg::MemCgroup::lruvecs)). A caller's own `Lruvec`
+/// cannot link the allocator's pages:
+///
+/// ```compile_fail,E0624
+/// # use mmkit_core::mm::lru::Lruvec;
+/// # use mmkit_core::mm::Folio;
+/// # use mmkit_core::PageAllocator;
+/// fn relink(allocator: &PageAllocator, folio: Folio) {
+///     Lruvec::default().add(allocator, folio); // private: would take the folio off its list
+/// }
+/// ```
 #[derive(Clone, Debug, Default)]
 pub struct Lruvec {
     /// The lists.
@@ -139,12 +153,12 @@ fn zone_of(allocator: &PageAllocator, pfn: Pfn) -> ZoneType {
 
 impl Lruvec {
     /// `lruvec_add_folio`: at the head of its list (the most recent end), `PG_lru` set.
-    pub fn add(&mut self, allocator: &PageAllocator, folio: Folio) {
+    pub(crate) fn add(&mut self, allocator: &PageAllocator, folio: Folio) {
         self.insert(allocator, folio, false);
     }
 
     /// `lruvec_add_folio_tail`: at the tail of its list, where reclaim looks first.
-    pub fn add_tail(&mut self, allocator: &PageAllocator, folio: Folio) {
+    pub(crate) fn add_tail(&mut self, allocator: &PageAllocator, folio: Folio) {
         self.insert(allocator, folio, true);
     }
 
@@ -181,7 +195,7 @@ impl Lruvec {
     }
 
     /// `lruvec_del_folio`: off its list, `PG_lru` cleared. Returns the list it was on.
-    pub fn del(&mut self, allocator: &PageAllocator, folio: Folio) -> LruList {
+    pub(crate) fn del(&mut self, allocator: &PageAllocator, folio: Folio) -> LruList {
         let head_page = page(allocator, folio.pfn.0 as u32);
         let flags = head_page.flags();
         debug_assert!(flags.contains(PageFlags::LRU), "folio not on an LRU");

@@ -340,7 +340,12 @@ pub enum MmError {
     Busy(MemcgId),
     /// The allocator refused a free (accounting broken: a bug, reported not hidden).
     Free(FreeError),
+    /// No mapped or cached folio starts at this folio's pfn with its order: a folio
+    /// value the mapping layer did not hand out, or one it has since freed or split.
+    NotAFolio(Folio),
 }
+
+impl core::error::Error for MmError {}
 
 impl From<CountOverflow> for MmError {
     fn from(_: CountOverflow) -> MmError {
@@ -371,6 +376,11 @@ impl core::fmt::Display for MmError {
             MmError::ReclaimStalled => f.write_str("reclaim made no progress (EAGAIN)"),
             MmError::Busy(id) => write!(f, "cgroup {} is in use (EBUSY)", id.0),
             MmError::Free(e) => write!(f, "the allocator refused a free: {e}"),
+            MmError::NotAFolio(folio) => write!(
+                f,
+                "no mapped or cached order-{} folio starts at pfn {}",
+                folio.order, folio.pfn
+            ),
         }
     }
 }
@@ -400,6 +410,53 @@ impl AllocatorSource for PageAllocator {
 }
 
 /// The mapping layer of a machine. See the module documentation.
+///
+/// ```
+/// # use mmkit_core::mm::{FileId, PageIo, SwapEntry};
+/// # use mmkit_core::Pfn;
+/// # struct NoIo;
+/// # impl PageIo for NoIo {
+/// #     fn read_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
+/// #     fn write_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
+/// #     fn write_swap(&mut self, _: SwapEntry, _: Pfn) {}
+/// #     fn read_swap(&mut self, _: SwapEntry, _: Pfn) {}
+/// #     fn zero(&mut self, _: Pfn, _: u64) {}
+/// #     fn copy(&mut self, _: Pfn, _: Pfn) {}
+/// # }
+/// # use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// # use mmkit_core::{PageAllocator, Policy, Settings, Topology, ZoneType};
+/// # let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// # let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// # let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
+/// # let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+/// use mmkit_core::mm::{Memory, PteState};
+/// use mmkit_core::page_alloc::Caller;
+/// use mmkit_core::{MmPolicy, Order};
+/// use std::sync::Arc;
+///
+/// let mut memory = Memory::new(Arc::new(allocator), MmPolicy::V6_7, 0);
+/// let mm = memory.create_mm();
+/// memory.mmap_anon(mm, 0x4000, 16, Order::ZERO)?; // 16 pages at virtual page 0x4000
+/// let fault = memory.access(Caller::task(0), mm, 0x4005, true, &mut NoIo)?;
+/// assert_eq!(memory.mm(mm)?.pte(0x4005).pfn(), Some(fault.folio.pfn));
+/// memory.munmap(Caller::task(0), mm, 0x4000)?;
+/// assert_eq!(memory.stats().anon_mapped, 0);
+/// memory.verify()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// A caller reclaims through [`Memory::reclaim_folio`], [`Memory::memory_reclaim`] or
+/// [`Memory::madvise_pageout`], which take the swap slots and the reference that
+/// unmapping needs; unmapping a folio with swap entries of its own choosing does not
+/// compile:
+///
+/// ```compile_fail,E0624
+/// # use mmkit_core::mm::{Folio, Memory, SwapEntry};
+/// # use mmkit_core::page_alloc::Caller;
+/// fn unmap(memory: &mut Memory, folio: Folio) {
+///     memory.try_to_unmap(Caller::task(0), folio, Some(&[SwapEntry(7)]));
+/// }
+/// ```
 pub struct Memory {
     pub(super) allocator: Arc<dyn AllocatorSource>,
     pub(super) policy: MmPolicy,
@@ -701,6 +758,16 @@ impl Memory {
     /// The side-table entry of a mapped or cached folio.
     pub fn folio_info(&self, head: Pfn) -> Option<&FolioInfo> {
         self.folios.get(&head)
+    }
+
+    /// Whether `folio` is a mapped or cached folio as the side table holds it (head and
+    /// order): the calls that take a [`Folio`] from their caller check it first, since a
+    /// made-up value (a wrong order, a tail's pfn) would move counts of pages it does not
+    /// own.
+    pub(super) fn holds_folio(&self, folio: Folio) -> bool {
+        self.folios
+            .get(&folio.pfn)
+            .is_some_and(|info| info.folio == folio)
     }
 
     /// Every mapped or cached folio.

@@ -44,10 +44,14 @@ impl Memory {
     /// map it are split into PTEs first; map counts stay; each page gets the references
     /// its PTEs (and the page cache) hold, and an anonymous page that no PTE maps
     /// (copy-on-write moved its mappings to copies) is freed, as `__split_huge_page`
-    /// frees it. Refused (`Ok(false)`) if anyone else holds a reference.
+    /// frees it. Refused (`Ok(false)`) if anyone else holds a reference;
+    /// [`MmError::NotAFolio`] for a large folio the mapping layer does not hold.
     pub fn split_folio(&mut self, caller: Caller, folio: Folio) -> Result<bool, MmError> {
         if folio.order == Order::ZERO {
             return Ok(true);
+        }
+        if !self.holds_folio(folio) {
+            return Err(MmError::NotAFolio(folio));
         }
         if self.writeback.contains_key(&folio.pfn) {
             // Write-back holds the folio whole (Linux: its reference fails the check).
@@ -128,13 +132,17 @@ impl Memory {
     /// if dirty and dropped from the page cache. With asynchronous write-back
     /// ([`Memory::set_async_writeback`]) a dirty file folio is only queued for write-back
     /// and marked for reclaim (`PG_reclaim`); it is freed by a later pass once
-    /// [`Memory::end_writeback`] ran.
+    /// [`Memory::end_writeback`] ran. [`MmError::NotAFolio`] for a folio the mapping
+    /// layer does not hold.
     pub fn reclaim_folio(
         &mut self,
         caller: Caller,
         folio: Folio,
         io: &mut dyn PageIo,
     ) -> Result<ReclaimResult, MmError> {
+        if !self.holds_folio(folio) {
+            return Err(MmError::NotAFolio(folio));
+        }
         let info = self.folios[&folio.pfn];
         if let Some(reclaim) = self.writeback.get_mut(&folio.pfn) {
             *reclaim = true;
@@ -200,8 +208,12 @@ impl Memory {
 
     /// Write-back of `folio` finished (`folio_end_writeback`): `PG_writeback` clears, and a
     /// folio reclaim wanted moves to the tail of its inactive list so the next pass frees
-    /// it (`folio_rotate_reclaimable`). Returns whether it was under write-back.
+    /// it (`folio_rotate_reclaimable`). Returns whether it was under write-back (false
+    /// for a folio the mapping layer does not hold).
     pub fn end_writeback(&mut self, caller: Caller, folio: Folio) -> bool {
+        if !self.holds_folio(folio) {
+            return false;
+        }
         let Some(reclaim) = self.writeback.remove(&folio.pfn) else {
             return false;
         };

@@ -56,7 +56,11 @@ impl Memory {
     /// whole folio, the (address space, virtual page, page) triple: what an rmap walk
     /// visits (`page_vma_mapped_walk` stops once at a PMD, with its first page and the
     /// first virtual page of its range).
+    /// Empty for a folio the mapping layer does not hold.
     pub fn rmap_walk(&self, folio: Folio) -> Vec<(MmId, Vpn, Pfn)> {
+        if !self.holds_folio(folio) {
+            return Vec::new();
+        }
         let (targets, index, _) = self.rmap_targets(folio);
         let mut found = Vec::new();
         for (mm, start) in targets {
@@ -83,6 +87,7 @@ impl Memory {
     /// `folio_referenced`: clear the accessed bit of every PTE and PMD mapping the folio
     /// and return how many had it set (`folio_referenced_one`: a PMD counts once,
     /// `pmdp_clear_flush_young_notify`).
+    /// 0 for a folio the mapping layer does not hold.
     pub fn folio_referenced(&mut self, folio: Folio) -> u64 {
         let mut referenced = 0;
         for (mm, vpn, pfn) in self.rmap_walk(folio) {
@@ -108,8 +113,10 @@ impl Memory {
     /// `swap[i]` for page `i`, which gains a user per PTE (`swap_duplicate`); file pages
     /// get an empty entry. The rmap is removed per page or per run of consecutive pages,
     /// as the policy says; the caller must hold its own reference, so the folio is never
-    /// freed here. Returns the PTEs cleared.
-    pub fn try_to_unmap(
+    /// freed here. Returns the PTEs cleared. Crate-private: the swap entries and the
+    /// reference are reclaim's ([`Memory::reclaim_folio`]), which a caller could not
+    /// promise.
+    pub(crate) fn try_to_unmap(
         &mut self,
         caller: Caller,
         folio: Folio,

@@ -566,3 +566,54 @@ impl Memory {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use alloc::sync::Arc;
+
+    use super::*;
+    use crate::mm::{FileId, PageIo, SwapEntry};
+    use crate::page::{Order, Pfn};
+    use crate::page_alloc::{Caller, ZoneType};
+    use crate::topology::{CacheInfo, Topology, ZoneSize};
+    use crate::{MmPolicy, PageAllocator, Policy, Settings};
+
+    struct NoIo;
+
+    impl PageIo for NoIo {
+        fn read_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
+        fn write_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
+        fn write_swap(&mut self, _: SwapEntry, _: Pfn) {}
+        fn read_swap(&mut self, _: SwapEntry, _: Pfn) {}
+        fn zero(&mut self, _: Pfn, _: u64) {}
+        fn copy(&mut self, _: Pfn, _: Pfn) {}
+    }
+
+    /// A PMD map count no PMD accounts for is caught. Only the core can forge one since
+    /// the folio's count setters became crate-private, so the check is tested here.
+    #[test]
+    fn verify_fails_on_an_entire_map_count_no_pmd_accounts_for() {
+        let zones = [ZoneSize::managed(0, ZoneType::Normal, 8192)];
+        let llc = CacheInfo {
+            llc_bytes: 8 << 20,
+            llc_shared_cpus: 2,
+        };
+        let topology = Topology::x86_64(&zones, alloc::vec![2], llc, false).expect("a topology");
+        let allocator =
+            PageAllocator::new(topology, Settings::default(), Policy::V6_7).expect("settings");
+        let mut m = Memory::new(Arc::new(allocator), MmPolicy::V6_7, 0);
+        let mm = m.create_mm();
+        let start = 0x4000;
+        m.mmap_anon(mm, start, 1024, Order::new(9).expect("order 9"))
+            .expect("mmap");
+        let folio = m
+            .access(Caller::task(0), mm, start, false, &mut NoIo)
+            .expect("fault")
+            .folio;
+        let map = m.allocator().find_zone(folio.pfn).expect("zone").mem_map();
+        folio.ref_add(map, 1).expect("no overflow");
+        folio.add_rmap_pmd(map).expect("no overflow");
+        let err = m.verify().unwrap_err();
+        assert!(err.contains("entire map count 2, 1 PMDs"), "{err}");
+    }
+}

@@ -282,6 +282,7 @@ impl Page {
     /// Sequentially it succeeds and fails exactly as `transition` does, with the same
     /// result; two racing calls may both succeed.
     #[inline(always)]
+    #[cfg(any(test, feature = "internals"))]
     pub(crate) fn transition_exclusive(
         &self,
         from: PageState,

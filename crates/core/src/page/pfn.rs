@@ -16,6 +16,16 @@ pub const MAX_ORDER: u8 = 10;
 pub const NR_PAGE_ORDERS: usize = MAX_ORDER as usize + 1;
 
 /// A page frame number: the physical address shifted right by [`PAGE_SHIFT`].
+///
+/// ```
+/// use mmkit_core::{Order, Pfn};
+///
+/// let pfn = Pfn(0x1004);
+/// let order2 = Order::new(2).unwrap();
+/// assert!(pfn.is_aligned(order2));
+/// assert_eq!(pfn.buddy(order2), Pfn(0x1000)); // the block it merges with
+/// assert_eq!(pfn.phys_addr(), 0x100_4000);
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Pfn(pub u64);
@@ -60,6 +70,16 @@ impl fmt::Display for Pfn {
 }
 
 /// A block size: 2^order contiguous pages. Always `0..=MAX_ORDER`.
+///
+/// ```
+/// use mmkit_core::Order;
+///
+/// let thp = Order::new(9).unwrap();
+/// assert_eq!(thp.pages(), 512);
+/// assert_eq!(thp.up(), Some(Order::MAX));
+/// assert_eq!(Order::MAX.pages(), 1024);
+/// assert_eq!(Order::new(11), None); // above MAX_ORDER
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Order(u8);

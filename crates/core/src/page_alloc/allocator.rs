@@ -18,7 +18,7 @@ use super::gfp::{Gfp, GFP_DECODE_COMBINATIONS};
 use super::pcp_sizing::{self, PcpLimits};
 use super::types::{CpuId, MigrateType, NodeId, ZoneType, MAX_NR_ZONES, MIGRATE_TYPES};
 use super::watermark::{self, WatermarkKind, PAGEBLOCK_PAGES};
-use super::zone::{PagesetSlot, Zone, ZoneFlags};
+use super::zone::{PagesetSlot, Zone};
 use crate::page::{Order, Page, Pfn};
 use crate::policy::Policy;
 use crate::settings::{MinFreeKbytes, Settings, SettingsError};
@@ -27,12 +27,26 @@ use crate::topology::{Topology, ZoneSpec};
 
 /// kswapd wake-ups requested for a node. The core only records them; a runtime or
 /// simulator runs [`crate::mm::kswapd::balance_pgdat`] for the request it takes.
+///
+/// ```
+/// # use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// # use mmkit_core::{PageAllocator, Policy, Settings, Topology, ZoneType};
+/// # let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// # let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// # let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
+/// # let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+/// // Nothing has woken node 0's kswapd yet.
+/// let kswapd = allocator.kswapd(0).unwrap();
+/// assert_eq!((kswapd.wakeups(), kswapd.pending()), (0, false));
+/// assert_eq!(kswapd.take_request(), None);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct KswapdState {
     /// Wake-ups requested.
-    pub wakeups: AtomicU64,
+    wakeups: AtomicU64,
     /// A wake-up is pending.
-    pub pending: AtomicBool,
+    pending: AtomicBool,
     /// The highest order asked since kswapd last took its request (`pgdat->kswapd_order`).
     order: AtomicU32,
     /// The highest zone index asked since then, [`MAX_NR_ZONES`] for none
@@ -52,6 +66,16 @@ impl Default for KswapdState {
 }
 
 impl KswapdState {
+    /// Wake-ups requested so far (`wakeup_kswapd` calls that reached the node).
+    pub fn wakeups(&self) -> u64 {
+        self.wakeups.load(Relaxed)
+    }
+
+    /// Whether a wake-up waits for kswapd to take it ([`KswapdState::take_request`]).
+    pub fn pending(&self) -> bool {
+        self.pending.load(Relaxed)
+    }
+
     /// `wakeup_kswapd`'s part: raise the recorded order and highest zone to the request's
     /// and mark a wake-up pending.
     pub(crate) fn request(&self, order: Order, highest_zoneidx: ZoneType) {
@@ -217,6 +241,23 @@ pub struct PageAllocator<R: RawMutex = RawSpinLock> {
 }
 
 /// Why [`PageAllocator::with_mem_map`] built nothing.
+///
+/// ```
+/// use mmkit_core::page::Page;
+/// use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// use mmkit_core::{InitError, PageAllocator, Policy, Settings, Topology, ZoneType};
+///
+/// let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
+/// // Storage for one descriptor too few: refused before anything is built.
+/// let short = topology.mem_map_pages() as usize - 1;
+/// let mem_map: &'static mut [Page] = Vec::leak((0..short).map(|_| Page::zeroed()).collect());
+/// let refused = PageAllocator::with_mem_map(topology, Settings::default(), Policy::V6_7, mem_map);
+/// let needed = 16_384;
+/// assert_eq!(refused.err(), Some(InitError::MemMapTooSmall { needed, given: needed - 1 }));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum InitError {
     /// The settings are invalid.
@@ -782,9 +823,12 @@ impl<R: RawMutex> PageAllocator<R> {
     /// For a replay of a trace, whose blocks show where the kernel served each request:
     /// the kernel's zone may have failed the test where this allocator's, with another
     /// free-block layout, would pass it (a high-order request in a fragmented zone).
-    pub fn zone_passed_over(&self, zone: &Zone<R>) {
+    /// Reached through `internals::zone_passed_over`: it sets a flag the watermark checks
+    /// own.
+    #[cfg(any(test, feature = "internals"))]
+    pub(crate) fn zone_passed_over(&self, zone: &Zone<R>) {
         if self.policy.pcp.below_high && zone.is_managed() {
-            zone.set_flag(ZoneFlags::BELOW_HIGH);
+            zone.set_flag(super::zone::ZoneFlags::BELOW_HIGH);
         }
     }
 

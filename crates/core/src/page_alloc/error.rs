@@ -6,6 +6,24 @@ use super::types::{CpuId, NodeId};
 use crate::page::{Order, Pfn};
 
 /// Why an allocation failed.
+///
+/// ```
+/// # use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// # use mmkit_core::{PageAllocator, Policy, Settings, Topology, ZoneType};
+/// # let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// # let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// # let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
+/// # let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+/// use mmkit_core::page_alloc::Caller;
+/// use mmkit_core::{AllocError, Gfp, Order};
+///
+/// // CPU 3 does not exist on this one-CPU machine; a DMA request finds no DMA zone.
+/// let cpu3 = allocator.alloc_pages(Caller::task(3), Gfp::KERNEL, Order::ZERO);
+/// assert_eq!(cpu3, Err(AllocError::InvalidCpu(3)));
+/// let dma = allocator.alloc_pages(Caller::task(0), Gfp::KERNEL | Gfp::DMA, Order::ZERO);
+/// assert_eq!(dma, Err(AllocError::NoZone));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum AllocError {
     /// No eligible zone had a free block of the order within the caller's watermark, even
@@ -52,6 +70,26 @@ impl fmt::Display for AllocError {
 impl core::error::Error for AllocError {}
 
 /// Why a free was refused. The block stays as it was.
+///
+/// ```
+/// # use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// # use mmkit_core::{PageAllocator, Policy, Settings, Topology, ZoneType};
+/// # let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// # let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// # let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
+/// # let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+/// use mmkit_core::page_alloc::Caller;
+/// use mmkit_core::{FreeError, Gfp, Order};
+///
+/// let cpu0 = Caller::task(0);
+/// let pfn = allocator.alloc_pages(cpu0, Gfp::KERNEL, Order::ZERO)?;
+/// allocator.free_pages(cpu0, pfn, Order::ZERO)?;
+/// // A double free is refused and changes nothing.
+/// let again = allocator.free_pages(cpu0, pfn, Order::ZERO);
+/// assert!(matches!(again, Err(FreeError::NotAllocated { .. })), "{again:?}");
+/// allocator.verify()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum FreeError {
     /// The pfn is in no zone.
@@ -133,6 +171,27 @@ impl core::error::Error for FreeError {}
 
 /// Why a batched free ([`PageAllocator::free_pages_batch`](super::PageAllocator::free_pages_batch))
 /// was refused: the first page that could not be freed, and why. Nothing was freed.
+///
+/// ```
+/// # use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// # use mmkit_core::{PageAllocator, Policy, Settings, Topology, ZoneType};
+/// # let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// # let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// # let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
+/// # let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+/// use mmkit_core::page_alloc::Caller;
+/// use mmkit_core::{FreeError, Gfp, Order};
+///
+/// let cpu0 = Caller::task(0);
+/// let pfn = allocator.alloc_pages(cpu0, Gfp::KERNEL, Order::ZERO)?;
+/// // The batch names one page twice: refused whole, so the page is still allocated.
+/// let err = allocator.free_pages_batch(cpu0, &[pfn, pfn]).unwrap_err();
+/// assert_eq!(err.index, 1);
+/// assert_eq!(err.error, FreeError::Duplicate { pfn });
+/// allocator.free_pages_batch(cpu0, &[pfn])?;
+/// allocator.verify()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct BatchFreeError {
     /// The page's index in the batch.

@@ -133,7 +133,7 @@ pub struct ZoneLockHold {
 /// // The second is served by the pageset: a PCP hit, no hold.
 /// allocator.alloc_pages_report(cpu0, Gfp::KERNEL, Order::ZERO, &mut charges)?;
 /// assert_eq!((charges.held_ns[normal], charges.hit_ns), (refill_ns, 20));
-/// allocator.free_pages_exclusive_report(cpu0, pfn, Order::ZERO, &mut charges)?;
+/// allocator.free_pages_report(cpu0, pfn, Order::ZERO, &mut charges)?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub trait LockEvents {

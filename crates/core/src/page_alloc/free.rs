@@ -56,8 +56,10 @@ impl Claim for Atomic {
 /// The caller owns the block exclusively, so no other thread frees or splits it at the
 /// same time: the claim is a load, the same check and a plain store
 /// ([`Page::transition_exclusive`]), without the locked instruction.
+#[cfg(any(test, feature = "internals"))]
 pub(super) struct Exclusive;
 
+#[cfg(any(test, feature = "internals"))]
 impl Claim for Exclusive {
     #[inline(always)]
     fn take(page: &Page, order: Order) -> Result<(), (PageState, Order)> {
@@ -103,9 +105,12 @@ impl<R: RawMutex> PageAllocator<R> {
     /// both may pass and corrupt the free lists (the core has no undefined behaviour, it
     /// owns no memory, but it would hand the pages out twice and its `verify()` fails).
     /// The caller guarantees there is no such race, as every caller of Linux's
-    /// `free_pages` does: its checks are not atomic either.
+    /// `free_pages` does: its checks are not atomic either. Since safe code cannot be
+    /// trusted with that promise, this is reached through `internals::free_pages_exclusive`
+    /// only (the runtime's owning `PageBlock` and the single-threaded simulator).
     #[inline(always)]
-    pub fn free_pages_exclusive(
+    #[cfg(any(test, feature = "internals"))]
+    pub(crate) fn free_pages_exclusive(
         &self,
         caller: Caller,
         pfn: Pfn,
@@ -117,7 +122,8 @@ impl<R: RawMutex> PageAllocator<R> {
     /// [`PageAllocator::free_pages_exclusive`], telling `events` what the call did, as
     /// [`PageAllocator::free_pages_report`] does.
     #[inline(always)]
-    pub fn free_pages_exclusive_report(
+    #[cfg(any(test, feature = "internals"))]
+    pub(crate) fn free_pages_exclusive_report(
         &self,
         caller: Caller,
         pfn: Pfn,
@@ -318,7 +324,8 @@ impl<R: RawMutex> PageAllocator<R> {
     /// [`PageAllocator::free_pages_exclusive`], a free or split of one of the pages racing
     /// it on another thread is not detected and corrupts the free lists: the caller
     /// guarantees there is none.
-    pub fn free_pages_batch_exclusive(
+    #[cfg(any(test, feature = "internals"))]
+    pub(crate) fn free_pages_batch_exclusive(
         &self,
         caller: Caller,
         pfns: &[Pfn],

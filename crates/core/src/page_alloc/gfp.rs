@@ -34,6 +34,28 @@ bitflags::bitflags! {
     /// | `ZERO`, `COMP`, `ACCOUNT` | owed by the caller ([`Gfp::OWED_BY_CALLER`]): work on memory or structures the allocator does not own |
     /// | `NOFAIL` | refused ([`AllocError::InvalidGfp`]): the core cannot wait for memory to be freed, so it cannot promise success; a caller that must not fail retries `OutOfMemory` itself, after reclaiming |
     /// | a bit not defined here | refused ([`AllocError::InvalidGfp`]) |
+    ///
+    /// ```
+    /// # use mmkit_core::topology::{CacheInfo, ZoneSize};
+    /// # use mmkit_core::{PageAllocator, Policy, Settings, Topology, ZoneType};
+    /// use mmkit_core::page_alloc::Caller;
+    /// use mmkit_core::{AllocError, Gfp, MigrateType, Order};
+    ///
+    /// # let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+    /// # let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+    /// # let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
+    /// # let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+    /// // A user page: movable, from the highest zone, may reclaim.
+    /// let gfp = Gfp::HIGHUSER_MOVABLE;
+    /// assert!(gfp.contains(Gfp::DIRECT_RECLAIM));
+    /// assert_eq!(gfp.migratetype(), Ok(MigrateType::Movable));
+    /// let pfn = allocator.alloc_pages(Caller::task(0), gfp, Order::ZERO)?;
+    /// allocator.free_pages(Caller::task(0), pfn, Order::ZERO)?;
+    /// // A promise the core cannot keep is refused, not ignored.
+    /// let nofail = allocator.alloc_pages(Caller::task(0), Gfp::KERNEL | Gfp::NOFAIL, Order::ZERO);
+    /// assert!(matches!(nofail, Err(AllocError::InvalidGfp(_))));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[derive(Clone, Copy, PartialEq, Eq, Debug, Default, Hash)]
     pub struct Gfp: u32 {
         /// Zone DMA only (`__GFP_DMA`).

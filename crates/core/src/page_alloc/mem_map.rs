@@ -24,6 +24,26 @@ use crate::page::{Page, PageState, Pfn};
 use crate::topology::PresentRange;
 
 /// The pages of one zone and their pageblock migratetypes.
+///
+/// ```
+/// # use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// # use mmkit_core::{PageAllocator, Policy, Settings, Topology, ZoneType};
+/// # let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// # let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// # let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
+/// # let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+/// use mmkit_core::page::PageState;
+/// use mmkit_core::page_alloc::Caller;
+/// use mmkit_core::{Gfp, MigrateType, Order};
+///
+/// let pfn = allocator.alloc_pages(Caller::task(0), Gfp::KERNEL, Order::ZERO)?;
+/// let mem_map = allocator.find_zone(pfn).unwrap().mem_map();
+/// assert!(mem_map.spans(pfn));
+/// assert_eq!(mem_map.page(pfn).state(), PageState::Allocated);
+/// assert_eq!(mem_map.pageblock_migratetype(pfn), MigrateType::Unmovable);
+/// # allocator.free_pages(Caller::task(0), pfn, Order::ZERO)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct MemMap {
     start_pfn: u64,

@@ -7,6 +7,15 @@ use core::fmt;
 /// A zone type, in Linux's order (lowest addresses first). x86-64 configures DMA, DMA32,
 /// Normal and Movable; a kernel with `CONFIG_ZONE_DEVICE` adds Device, which never holds
 /// allocatable memory.
+///
+/// ```
+/// use mmkit_core::ZoneType;
+///
+/// assert_eq!(ZoneType::from_name("DMA32"), Some(ZoneType::Dma32));
+/// assert_eq!(ZoneType::Normal.name(), "Normal");
+/// assert!(ZoneType::Dma32 < ZoneType::Normal); // Linux's order: lowest addresses first
+/// assert!(ZoneType::Normal.is_lowmem());
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum ZoneType {
@@ -78,6 +87,15 @@ impl fmt::Display for ZoneType {
 
 /// A migratetype: which free lists a block belongs on, grouping pages by mobility.
 /// CMA is not configured.
+///
+/// ```
+/// use mmkit_core::MigrateType;
+///
+/// // An unmovable request short of unmovable blocks steals from these, in order.
+/// let fallbacks = MigrateType::Unmovable.fallbacks();
+/// assert_eq!(fallbacks, [MigrateType::Reclaimable, MigrateType::Movable]);
+/// assert_eq!(MigrateType::from_index(1), Some(MigrateType::Movable));
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum MigrateType {
@@ -172,6 +190,25 @@ pub type NodeId = u16;
 pub type CpuId = u32;
 
 /// Where a request runs: Linux's "current CPU" and execution context, made explicit.
+///
+/// ```
+/// # use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// # use mmkit_core::{PageAllocator, Policy, Settings, Topology, ZoneType};
+/// # let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// # let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// # let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
+/// # let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+/// use mmkit_core::page_alloc::Caller;
+/// use mmkit_core::{Gfp, Order};
+///
+/// // A task and a network softirq on CPU 0 allocate through the same pageset (v6.7).
+/// let task = Caller::task(0);
+/// let softirq = Caller::softirq(0);
+/// assert!(!task.in_interrupt() && softirq.in_interrupt());
+/// let pfn = allocator.alloc_pages(softirq, Gfp::ATOMIC, Order::ZERO)?;
+/// allocator.free_pages(task, pfn, Order::ZERO)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Caller {

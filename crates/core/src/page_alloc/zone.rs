@@ -35,6 +35,42 @@ bitflags::bitflags! {
 
 /// Event counters of a zone, in pages unless named `_events`. Linux keeps these per CPU;
 /// here they are zone-wide relaxed atomics.
+///
+/// Outside the core they are read-only: each counter is read through the method of its
+/// name, and only the allocator's paths count (the replayer and the simulator compare
+/// them with a trace's events, so a counter a caller could bump would be a wrong report).
+///
+/// ```
+/// use mmkit_core::page_alloc::{Caller, DrainReason};
+/// use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// use mmkit_core::{Gfp, Order, PageAllocator, Policy, Settings, Topology, ZoneType};
+///
+/// let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
+/// let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+/// let pfn = allocator.alloc_pages(Caller::task(0), Gfp::KERNEL, Order::ZERO)?;
+///
+/// // The first allocation on the CPU found its pageset empty and refilled it.
+/// let events = allocator.zone(0, ZoneType::Normal).unwrap().events();
+/// assert_eq!(events.pcp_refills(), 1);
+/// assert_eq!(events.pcp_drains(DrainReason::Explicit), 0);
+/// # allocator.free_pages(Caller::task(0), pfn, Order::ZERO)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// A caller cannot count for the allocator:
+///
+/// ```compile_fail,E0616
+/// # use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// # use mmkit_core::{PageAllocator, Policy, Settings, Topology, ZoneType};
+/// # let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// # let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// # let topology = Topology::x86_64(&zones, vec![1], llc, false).unwrap();
+/// # let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7).unwrap();
+/// let events = allocator.zone(0, ZoneType::Normal).unwrap().events();
+/// events.pcp_refills.store(0, core::sync::atomic::Ordering::Relaxed); // private field
+/// ```
 #[derive(Debug, Default)]
 pub struct ZoneEvents {
     /// `PGALLOC` of the paths that bypass the pagesets; read the total with
@@ -45,34 +81,34 @@ pub struct ZoneEvents {
     pub(crate) pgfree: AtomicU64,
     /// Pages taken off the buddy lists (Σ 2^order over `mm_page_alloc_zone_locked`): the
     /// `alloc_zone` of Huang 2023's tables.
-    pub alloc_zone_locked: AtomicU64,
+    pub(crate) alloc_zone_locked: AtomicU64,
     /// Blocks taken off the buddy lists (`mm_page_alloc_zone_locked` events).
-    pub alloc_zone_locked_events: AtomicU64,
+    pub(crate) alloc_zone_locked_events: AtomicU64,
     /// Fallbacks to another migratetype (`mm_page_alloc_extfrag` events).
-    pub extfrag_events: AtomicU64,
+    pub(crate) extfrag_events: AtomicU64,
     /// Watermark boosts applied by fragmenting fallbacks.
-    pub watermark_boosts: AtomicU64,
+    pub(crate) watermark_boosts: AtomicU64,
     /// PCP refills (`rmqueue_bulk` calls).
-    pub pcp_refills: AtomicU64,
+    pub(crate) pcp_refills: AtomicU64,
     /// Pages moved from the buddy lists to pagesets by refills.
-    pub pcp_refill_pages: AtomicU64,
+    pub(crate) pcp_refill_pages: AtomicU64,
     /// PCP drains (`free_pcppages_bulk` calls), by reason.
-    pub pcp_drains: [AtomicU64; DrainReason::COUNT],
+    pub(crate) pcp_drains: [AtomicU64; DrainReason::COUNT],
     /// Pages moved from pagesets to the buddy lists, by reason.
-    pub pcp_drain_pages: [AtomicU64; DrainReason::COUNT],
+    pub(crate) pcp_drain_pages: [AtomicU64; DrainReason::COUNT],
     /// Pageset try-locks that failed, sending the request to the zone.
-    pub pcp_lock_contended: AtomicU64,
+    pub(crate) pcp_lock_contended: AtomicU64,
     /// Buddy merge levels done by `__free_one_page`: each one reads (and writes) the
     /// buddy's page descriptor under the zone lock, the cost Aaron Lu (2018) found to
     /// dominate zone-lock hold times. Written only under the zone lock.
-    pub buddy_merges: AtomicU64,
+    pub(crate) buddy_merges: AtomicU64,
     /// Buddy split levels done by `expand`: each one writes the freed half's page
     /// descriptor and links it on a free list under the zone lock, the counterpart of a
     /// merge on the allocation side. Written only under the zone lock.
-    pub buddy_splits: AtomicU64,
+    pub(crate) buddy_splits: AtomicU64,
     /// Requests that bypassed the PCP because they came from interrupt context (Gorman 2017
     /// `irq_bypass` policy).
-    pub pcp_irq_bypass: AtomicU64,
+    pub(crate) pcp_irq_bypass: AtomicU64,
 }
 
 /// One CPU's `PGALLOC`/`PGFREE` for a zone, as Linux keeps vm events per CPU. Written only
@@ -164,6 +200,72 @@ impl DrainReason {
 }
 
 impl ZoneEvents {
+    /// Pages taken off the buddy lists (Σ 2^order over `mm_page_alloc_zone_locked`): the
+    /// `alloc_zone` of Huang 2023's tables.
+    pub fn alloc_zone_locked(&self) -> u64 {
+        self.alloc_zone_locked.load(Relaxed)
+    }
+
+    /// Blocks taken off the buddy lists (`mm_page_alloc_zone_locked` events).
+    pub fn alloc_zone_locked_events(&self) -> u64 {
+        self.alloc_zone_locked_events.load(Relaxed)
+    }
+
+    /// Fallbacks to another migratetype (`mm_page_alloc_extfrag` events).
+    pub fn extfrag_events(&self) -> u64 {
+        self.extfrag_events.load(Relaxed)
+    }
+
+    /// Watermark boosts applied by fragmenting fallbacks.
+    pub fn watermark_boosts(&self) -> u64 {
+        self.watermark_boosts.load(Relaxed)
+    }
+
+    /// PCP refills (`rmqueue_bulk` calls).
+    pub fn pcp_refills(&self) -> u64 {
+        self.pcp_refills.load(Relaxed)
+    }
+
+    /// Pages moved from the buddy lists to pagesets by refills.
+    pub fn pcp_refill_pages(&self) -> u64 {
+        self.pcp_refill_pages.load(Relaxed)
+    }
+
+    /// PCP drains (`free_pcppages_bulk` calls), by reason.
+    pub fn pcp_drains(&self, reason: DrainReason) -> u64 {
+        self.pcp_drains[reason as usize].load(Relaxed)
+    }
+
+    /// Pages moved from pagesets to the buddy lists, by reason.
+    pub fn pcp_drain_pages(&self, reason: DrainReason) -> u64 {
+        self.pcp_drain_pages[reason as usize].load(Relaxed)
+    }
+
+    /// Pageset try-locks that failed, sending the request to the zone.
+    pub fn pcp_lock_contended(&self) -> u64 {
+        self.pcp_lock_contended.load(Relaxed)
+    }
+
+    /// Buddy merge levels done by `__free_one_page`: each one reads (and writes) the
+    /// buddy's page descriptor under the zone lock, the cost Aaron Lu (2018) found to
+    /// dominate zone-lock hold times. Written only under the zone lock.
+    pub fn buddy_merges(&self) -> u64 {
+        self.buddy_merges.load(Relaxed)
+    }
+
+    /// Buddy split levels done by `expand`: each one writes the freed half's page
+    /// descriptor and links it on a free list under the zone lock, the counterpart of a
+    /// merge on the allocation side. Written only under the zone lock.
+    pub fn buddy_splits(&self) -> u64 {
+        self.buddy_splits.load(Relaxed)
+    }
+
+    /// Requests that bypassed the PCP because they came from interrupt context (Gorman 2017
+    /// `irq_bypass` policy).
+    pub fn pcp_irq_bypass(&self) -> u64 {
+        self.pcp_irq_bypass.load(Relaxed)
+    }
+
     /// Drain events of all reasons.
     pub fn pcp_drains_total(&self) -> u64 {
         self.pcp_drains.iter().map(|c| c.load(Relaxed)).sum()
@@ -176,6 +278,20 @@ impl ZoneEvents {
 }
 
 /// Names a zone: its node and type.
+///
+/// ```
+/// # use mmkit_core::topology::{CacheInfo, ZoneSize};
+/// # use mmkit_core::{PageAllocator, Policy, Settings, Topology, ZoneType};
+/// # let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// # let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// # let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
+/// # let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+/// use mmkit_core::page_alloc::ZoneId;
+///
+/// let normal = allocator.zone(0, ZoneType::Normal).unwrap();
+/// assert_eq!(normal.id(), ZoneId { node: 0, zone_type: ZoneType::Normal });
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ZoneId {

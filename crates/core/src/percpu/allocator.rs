@@ -11,7 +11,7 @@
 use alloc::vec::Vec;
 use core::ops::Range;
 
-use super::backing::ChunkBacking;
+use super::backing::{ChunkBacking, MemoryBacking};
 use super::chunk::Chunk;
 use super::policy::ReclaimCandidate;
 use super::slots::{SlotLayout, SlotList, PCPU_SLOT_FAIL_THRESHOLD};
@@ -122,6 +122,43 @@ pub struct PercpuAllocator<B: ChunkBacking> {
     pub(crate) backing: B,
 }
 
+impl PercpuAllocator<MemoryBacking> {
+    /// Make the books-only backing fail every later `create_chunk` and `populate` while
+    /// `fail` is set, as a kernel's `vmalloc` or page allocation can fail: fault
+    /// injection for tests and the simulator.
+    ///
+    /// The backing itself stays the allocator's (there is no `&mut` to it): a call
+    /// around the allocator, such as depopulating a page it counts as populated, would
+    /// leave its books and the memory behind them disagreeing.
+    ///
+    /// A caller cannot reach the backing to change it:
+    ///
+    /// ```compile_fail,E0599
+    /// # use mmkit_core::percpu::{ChunkBacking, MemoryBacking, PercpuAllocator, PercpuConfig};
+    /// # let mut pcpu = PercpuAllocator::new(PercpuConfig::x86_64(4), MemoryBacking::new()).unwrap();
+    /// # let ptr = pcpu.alloc(64, 8, mmkit_core::percpu::AllocKind::Kernel).unwrap();
+    /// pcpu.backing_mut().depopulate(ptr.chunk, 0..1); // no such method
+    /// ```
+    ///
+    /// ```
+    /// use mmkit_core::percpu::{AllocError, AllocKind, BackingError, MemoryBacking};
+    /// use mmkit_core::percpu::{PercpuAllocator, PercpuConfig};
+    ///
+    /// let mut pcpu = PercpuAllocator::new(PercpuConfig::x86_64(4), MemoryBacking::new())?;
+    /// pcpu.set_backing_fail(true);
+    /// let failed = pcpu.alloc(64, 8, AllocKind::Kernel);
+    /// assert_eq!(failed, Err(AllocError::Backing(BackingError)));
+    /// pcpu.set_backing_fail(false);
+    /// let ptr = pcpu.alloc(64, 8, AllocKind::Kernel)?;
+    /// pcpu.free(ptr)?;
+    /// pcpu.verify()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_backing_fail(&mut self, fail: bool) {
+        self.backing.fail = fail;
+    }
+}
+
 impl<B: ChunkBacking> PercpuAllocator<B> {
     /// An allocator as Linux has it after boot: with the configuration's first chunk (the
     /// reserved chunk, if any, then the first chunk, populated through the backing), or
@@ -221,11 +258,6 @@ impl<B: ChunkBacking> PercpuAllocator<B> {
     /// The backing.
     pub fn backing(&self) -> &B {
         &self.backing
-    }
-
-    /// The backing, to change (e.g. make the fake fail).
-    pub fn backing_mut(&mut self) -> &mut B {
-        &mut self.backing
     }
 
     /// Event counts.

@@ -93,6 +93,17 @@ pub struct PercpuPtr {
 }
 
 /// The machine and policy an allocator models.
+///
+/// ```
+/// use mmkit_core::percpu::PercpuConfig;
+///
+/// let config = PercpuConfig::x86_64(8); // 8 possible CPUs, 256 KiB units of 4 KiB pages
+/// assert_eq!(config.unit_pages(), 64);
+/// config.validate()?;
+/// let too_small = PercpuConfig { unit_size: 16 << 10, ..config };
+/// assert!(too_small.validate().is_err(), "units are at least 32 KiB");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct PercpuConfig {
     /// `PAGE_SIZE`: also the block size of the allocation map (a power of two, 4 KiB to

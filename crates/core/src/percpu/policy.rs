@@ -10,6 +10,19 @@
 use core::fmt;
 
 /// Everything switchable about the percpu allocator's reclaim.
+///
+/// ```
+/// use mmkit_core::percpu::{MemoryBacking, PercpuAllocator, PercpuConfig};
+/// use mmkit_core::PercpuPolicy;
+///
+/// // v5.13: no partial chunk depopulation, for a before/after comparison with v5.14.
+/// let policy = PercpuPolicy::preset("v5.13").unwrap();
+/// assert_eq!(policy, PercpuPolicy::V5_13);
+/// let config = PercpuConfig { policy, ..PercpuConfig::x86_64(4) };
+/// let pcpu = PercpuAllocator::new(config, MemoryBacking::new())?;
+/// pcpu.verify()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct PercpuPolicy {
