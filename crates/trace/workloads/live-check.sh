@@ -60,9 +60,9 @@ fi
 
 # Pages the whole machine allocates per second, over one second.
 alloc_rate() {
-    a=$(awk '/^pgalloc_/ { s += $2 } END { print s }' /proc/vmstat)
+    a=$(awk '/^pgalloc_/ { s += $2 } END { printf "%.0f\n", s }' /proc/vmstat)
     sleep 1
-    b=$(awk '/^pgalloc_/ { s += $2 } END { print s }' /proc/vmstat)
+    b=$(awk '/^pgalloc_/ { s += $2 } END { printf "%.0f\n", s }' /proc/vmstat)
     echo $((b - a))
 }
 
