@@ -233,15 +233,7 @@ impl<R: RawMutex> PageAllocator<R> {
         order: Order,
         events: &mut impl LockEvents,
     ) -> Result<AllocAttempt, AllocError> {
-        let node = self
-            .online_cpu_node(caller.cpu)
-            .ok_or(AllocError::InvalidCpu(caller.cpu))?;
-        if order == Order::ZERO {
-            if let Some((pfn, _)) = self.alloc_pcp_fast::<false, _>(caller, gfp, node, events) {
-                return Ok(AllocAttempt::Allocated(pfn));
-            }
-        }
-        self.alloc_pages_may_wait_in(caller, DrainCaller::Task, gfp, order, node, events)
+        self.alloc_pages_may_wait_from_report(caller, DrainCaller::Task, gfp, order, events)
     }
 
     /// [`PageAllocator::alloc_pages_may_wait_report`] for a task that may be a workqueue
