@@ -18,7 +18,7 @@ use clap::{Args, Subcommand};
 use mmkit_core::mm::lru::LruList;
 use mmkit_core::mm::memcg::MemcgId;
 use mmkit_core::mm::vmscan::MAX_RECLAIM_RETRIES;
-use mmkit_core::mm::{FileId, Memory, MmError, PageIo, SwapEntry};
+use mmkit_core::mm::{Memory, MmError, NoIo};
 use mmkit_core::page_alloc::{Caller, WatermarkKind};
 use mmkit_core::settings::MinFreeKbytes;
 use mmkit_core::topology::CacheInfo;
@@ -520,18 +520,6 @@ impl Backend {
             Backend::Bare(m, _) => m.lock().expect("not poisoned").verify(),
         }
     }
-}
-
-/// Page data does not matter to the simulated experiments.
-struct NoIo;
-
-impl PageIo for NoIo {
-    fn read_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
-    fn write_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
-    fn write_swap(&mut self, _: SwapEntry, _: Pfn) {}
-    fn read_swap(&mut self, _: SwapEntry, _: Pfn) {}
-    fn zero(&mut self, _: Pfn, _: u64) {}
-    fn copy(&mut self, _: Pfn, _: Pfn) {}
 }
 
 /// A one-node machine of `pages` pages and `cpus` CPUs for the core-only experiments.

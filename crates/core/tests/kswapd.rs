@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::NoIo;
+use mmkit_core::mm::NoIo;
 use std::convert::Infallible;
 use std::sync::Arc;
 

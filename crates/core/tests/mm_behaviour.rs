@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::NoIo;
+use mmkit_core::mm::NoIo;
 
 use mmkit_core::mm::lru::LruList;
 use mmkit_core::mm::memcg::{MemcgHierarchy, MemcgId, MEMCG_CHARGE_BATCH};

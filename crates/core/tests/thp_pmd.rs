@@ -7,7 +7,8 @@
 
 mod common;
 
-use common::{allocator, NoIo};
+use common::allocator;
+use mmkit_core::mm::NoIo;
 
 use mmkit_core::mm::huge_memory::DeferredSplitQueue;
 use mmkit_core::mm::memcg::MemcgId;

@@ -52,21 +52,11 @@ pub(crate) struct PmdRmap {
 /// [`Memory::verify`](super::Memory::verify) checks.
 ///
 /// ```
-/// use mmkit_core::mm::{Folio, Memory, PageIo, SwapEntry, FileId};
+/// use mmkit_core::mm::{Folio, Memory, NoIo};
 /// use mmkit_core::page_alloc::Caller;
 /// use mmkit_core::topology::{CacheInfo, ZoneSize};
 /// use mmkit_core::{MmPolicy, Order, PageAllocator, Pfn, Policy, Settings, Topology, ZoneType};
 /// use std::sync::Arc;
-///
-/// struct NoIo; // page contents are the embedder's; this test keeps none
-/// impl PageIo for NoIo {
-///     fn read_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
-///     fn write_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
-///     fn write_swap(&mut self, _: SwapEntry, _: Pfn) {}
-///     fn read_swap(&mut self, _: SwapEntry, _: Pfn) {}
-///     fn zero(&mut self, _: Pfn, _: u64) {}
-///     fn copy(&mut self, _: Pfn, _: Pfn) {}
-/// }
 ///
 /// let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
 /// let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };

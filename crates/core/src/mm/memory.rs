@@ -313,6 +313,28 @@ pub trait PageIo {
     fn copy(&mut self, from: Pfn, to: Pfn);
 }
 
+/// [`PageIo`] that moves no data: for simulations and tests, where only the page
+/// tables, counts and lists matter, not the bytes in the frames.
+///
+/// ```
+/// use mmkit_core::mm::{NoIo, PageIo};
+/// use mmkit_core::Pfn;
+///
+/// let mut io = NoIo;
+/// io.zero(Pfn(0), 1); // nothing to write: the frames are not memory here
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoIo;
+
+impl PageIo for NoIo {
+    fn read_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
+    fn write_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
+    fn write_swap(&mut self, _: SwapEntry, _: Pfn) {}
+    fn read_swap(&mut self, _: SwapEntry, _: Pfn) {}
+    fn zero(&mut self, _: Pfn, _: u64) {}
+    fn copy(&mut self, _: Pfn, _: Pfn) {}
+}
+
 /// Why a mapping-layer call failed. Nothing changed.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum MmError {
@@ -412,17 +434,7 @@ impl AllocatorSource for PageAllocator {
 /// The mapping layer of a machine. See the module documentation.
 ///
 /// ```
-/// # use mmkit_core::mm::{FileId, PageIo, SwapEntry};
-/// # use mmkit_core::Pfn;
-/// # struct NoIo;
-/// # impl PageIo for NoIo {
-/// #     fn read_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
-/// #     fn write_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
-/// #     fn write_swap(&mut self, _: SwapEntry, _: Pfn) {}
-/// #     fn read_swap(&mut self, _: SwapEntry, _: Pfn) {}
-/// #     fn zero(&mut self, _: Pfn, _: u64) {}
-/// #     fn copy(&mut self, _: Pfn, _: Pfn) {}
-/// # }
+/// # use mmkit_core::mm::NoIo;
 /// # use mmkit_core::topology::{CacheInfo, ZoneSize};
 /// # use mmkit_core::{PageAllocator, Policy, Settings, Topology, ZoneType};
 /// # let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];

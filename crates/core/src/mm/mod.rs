@@ -34,8 +34,8 @@ pub mod vmscan;
 
 pub use folio::Folio;
 pub use memory::{
-    AllocatorSource, Fault, FileId, Memory, Mm, MmCounters, MmError, MmId, MmStats, PageIo, Vma,
-    VmaKind, Vpn,
+    AllocatorSource, Fault, FileId, Memory, Mm, MmCounters, MmError, MmId, MmStats, NoIo, PageIo,
+    Vma, VmaKind, Vpn,
 };
 pub use pageout::{PageoutOutcome, ReclaimResult};
 pub use pte::{Pte, PteState, SwapEntry};

@@ -572,22 +572,11 @@ mod tests {
     use alloc::sync::Arc;
 
     use super::*;
-    use crate::mm::{FileId, PageIo, SwapEntry};
-    use crate::page::{Order, Pfn};
+    use crate::mm::NoIo;
+    use crate::page::Order;
     use crate::page_alloc::{Caller, ZoneType};
     use crate::topology::{CacheInfo, Topology, ZoneSize};
     use crate::{MmPolicy, PageAllocator, Policy, Settings};
-
-    struct NoIo;
-
-    impl PageIo for NoIo {
-        fn read_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
-        fn write_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
-        fn write_swap(&mut self, _: SwapEntry, _: Pfn) {}
-        fn read_swap(&mut self, _: SwapEntry, _: Pfn) {}
-        fn zero(&mut self, _: Pfn, _: u64) {}
-        fn copy(&mut self, _: Pfn, _: Pfn) {}
-    }
 
     /// A PMD map count no PMD accounts for is caught. Only the core can forge one since
     /// the folio's count setters became crate-private, so the check is tested here.

@@ -40,18 +40,6 @@ pub fn allocator_cpus(zone_pages: u64, cpus: u32) -> Arc<PageAllocator> {
     Arc::new(PageAllocator::new(topology, Settings::default(), Policy::V6_7).expect("valid"))
 }
 
-/// Page I/O that moves no data, for tests that do not check it.
-pub struct NoIo;
-
-impl PageIo for NoIo {
-    fn read_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
-    fn write_file(&mut self, _: FileId, _: u64, _: Pfn, _: u64) {}
-    fn write_swap(&mut self, _: SwapEntry, _: Pfn) {}
-    fn read_swap(&mut self, _: SwapEntry, _: Pfn) {}
-    fn zero(&mut self, _: Pfn, _: u64) {}
-    fn copy(&mut self, _: Pfn, _: Pfn) {}
-}
-
 /// Page contents as tokens: what the runtime would copy, checked by the model.
 #[derive(Default)]
 pub struct TokenIo {
