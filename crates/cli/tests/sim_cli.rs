@@ -406,3 +406,27 @@ fn pageout_direct_reclaim_drains_in_the_chosen_mode() {
         .code(2)
         .stderr(contains("--drain"));
 }
+
+#[test]
+fn sockets_simulates_that_many_of_the_published_machines_sockets() {
+    let sockets_of = |extra: &[&str]| {
+        let args = ["--workload", "kbuild", "--policies", "base", "--json"];
+        let out = sim(&[&args[..], extra].concat()).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        json["runs"][0]["machine"]["sockets"].as_u64().unwrap()
+    };
+    assert_eq!(sockets_of(&[]), 2);
+    assert_eq!(sockets_of(&["--sockets", "1"]), 1);
+    for bad in ["0", "9"] {
+        let out = sim(&["--workload", "kbuild", "--sockets", bad])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "--sockets {bad}");
+        assert!(String::from_utf8(out.stderr).unwrap().contains("--sockets"));
+    }
+}

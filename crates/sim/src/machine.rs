@@ -195,6 +195,16 @@ impl MachineSpec {
         self
     }
 
+    /// This machine with `sockets` of its sockets, each as it was: the same CPUs, node
+    /// memory, LLC and low watermark per socket. A workload whose sockets share no zone,
+    /// zone lock or LLC (kbuild: each CPU allocates from its own node) runs the same
+    /// experiment on fewer sockets, with proportionally fewer processes and events.
+    pub fn with_sockets(mut self, sockets: u32) -> MachineSpec {
+        self.sockets = sockets;
+        self.name = format!("{}-{}s", self.name, sockets);
+        self
+    }
+
     /// This machine with `cpus` CPUs, split evenly over its sockets (one socket if
     /// `cpus` is odd or 1). The low watermark per node stays, so `high` scales as Linux's
     /// would.
