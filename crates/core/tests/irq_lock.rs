@@ -288,3 +288,39 @@ fn threads_share_an_allocator_on_the_embedders_lock() {
     }
     allocator.verify().expect("consistent");
 }
+
+#[test]
+fn kswapd_reclaims_through_the_embedders_lock() {
+    use mmkit_core::mm::kswapd::{self, ShrinkOutcome};
+
+    let allocator = machine(2);
+    let cpu0 = Caller::task(0);
+    let mut held_pages = Vec::new();
+    // Allocate until the Normal zone's free pages fall below its high watermark, so
+    // that the node is not balanced and kswapd must reclaim.
+    while allocator.pgdat_balanced(0, Order::ZERO, ZoneType::Normal) {
+        let pfn = allocator
+            .alloc_pages(cpu0, Gfp::KERNEL, Order::ZERO)
+            .expect("memory above the high watermark");
+        held_pages.push(pfn);
+    }
+    // The shrinker "reclaims" by freeing what the test holds, a cluster at a time, through
+    // the allocator and so through the embedder's lock.
+    let outcome = through_the_lock("a kswapd run", || {
+        kswapd::run(&allocator, 0, Order::ZERO, ZoneType::Normal, |sc| {
+            let n = (sc.nr_to_reclaim as usize).min(held_pages.len());
+            let freed: Vec<Pfn> = held_pages.drain(..n).collect();
+            allocator.free_pages_batch(cpu0, &freed)?;
+            allocator.drain_local_pages(0, None);
+            Ok::<_, mmkit_core::page_alloc::BatchFreeError>(ShrinkOutcome {
+                scanned: n as u64,
+                reclaimed: n as u64,
+            })
+        })
+    })
+    .expect("good frees");
+    assert!(outcome.balanced, "{outcome:?}");
+    assert!(outcome.reclaimed > 0, "{outcome:?}");
+    assert!(allocator.pgdat_balanced(0, Order::ZERO, ZoneType::Normal));
+    allocator.verify().expect("consistent");
+}
