@@ -20,7 +20,8 @@ use mmkit_core::mm::{
     AllocatorSource, FileId, Memory, MmError, MmId, MmStats, PageIo, SwapEntry, Vpn,
 };
 use mmkit_core::page::PAGE_SIZE;
-use mmkit_core::{MmPolicy, Order, PageAllocator, Pfn};
+use mmkit_core::policy::MmPolicy;
+use mmkit_core::{Order, PageAllocator, Pfn};
 
 use crate::pool::{Inner, PagePool};
 

@@ -10,10 +10,11 @@
 
 use mmkit_core::page::NR_PAGE_ORDERS;
 use mmkit_core::page_alloc::pcp::PerCpuPages;
+use mmkit_core::page_alloc::Zone;
 use mmkit_core::page_alloc::{
     MigrateType, NodeId, WatermarkKind, ZoneEvents, ZoneFlags, ZoneId, ZoneType,
 };
-use mmkit_core::{Order, Pfn, Zone};
+use mmkit_core::{Order, Pfn};
 
 /// One zone of a [`crate::PagePool`], read only ([`crate::PagePool::zone`],
 /// [`crate::PagePool::zones`]).

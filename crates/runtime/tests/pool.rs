@@ -79,7 +79,7 @@ fn handles_are_two_words_and_report_their_block_at_every_order() {
         2 * std::mem::size_of::<usize>()
     );
     let pool = quiet_pool(1);
-    for o in 0..=mmkit_core::MAX_ORDER {
+    for o in 0..=mmkit_core::page::MAX_ORDER {
         let block = pool.alloc(order(o)).unwrap();
         assert_eq!(block.order(), order(o));
         assert_eq!(block.len(), 4096 << o);
