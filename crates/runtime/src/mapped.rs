@@ -273,7 +273,7 @@ impl MappedMemory {
     /// reads through [`Memory::allocator`]. Those go through this type's methods, which
     /// move the data with them; done behind its back, a frame could be freed and handed
     /// to a [`crate::PageBlock`] while this type still copies into it (see
-    /// [`PagePool::allocator`]).
+    /// [`PagePool::allocator_source`]).
     pub unsafe fn with_memory<R>(&self, f: impl FnOnce(&mut Memory) -> R) -> R {
         f(&mut self.lock().memory)
     }
