@@ -20,12 +20,11 @@ use mmkit_core::mm::memcg::MemcgId;
 use mmkit_core::mm::vmscan::MAX_RECLAIM_RETRIES;
 use mmkit_core::mm::{Memory, MmError, NoIo};
 use mmkit_core::page_alloc::{Caller, WatermarkKind};
+use mmkit_core::policy::{CongestionBits, LruSizePolicy, MmPolicy, PageoutSplit, RmapRemoval};
 use mmkit_core::settings::MinFreeKbytes;
 use mmkit_core::topology::CacheInfo;
-use mmkit_core::{
-    CongestionBits, LruSizePolicy, MmPolicy, Order, PageAllocator, PageoutSplit, Pfn, Policy,
-    RmapRemoval, Settings, Topology, ZoneSpec, ZoneType,
-};
+use mmkit_core::topology::ZoneSpec;
+use mmkit_core::{Order, PageAllocator, Pfn, Policy, Settings, Topology, ZoneType};
 use mmkit_runtime::{MappedMemory, PagePool};
 use serde::Serialize;
 

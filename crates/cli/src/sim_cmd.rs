@@ -494,8 +494,8 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
     let workload = workload(name)?;
     check_scale(args.scale)?;
     let drain = match args.drain {
-        crate::pcp_script::DrainArg::Direct => mmkit_core::DrainMode::Direct,
-        crate::pcp_script::DrainArg::Workqueue => mmkit_core::DrainMode::Workqueue,
+        crate::pcp_script::DrainArg::Direct => mmkit_core::policy::DrainMode::Direct,
+        crate::pcp_script::DrainArg::Workqueue => mmkit_core::policy::DrainMode::Workqueue,
     };
     let policies: Vec<Policy> = args
         .policies

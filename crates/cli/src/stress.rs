@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use mmkit_core::topology::CacheInfo;
-use mmkit_core::{Order, PageAllocator, Pfn, Policy, Topology, ZoneSpec, ZoneType};
+use mmkit_core::topology::ZoneSpec;
+use mmkit_core::{Order, PageAllocator, Pfn, Policy, Topology, ZoneType};
 use mmkit_runtime::{FaultConfig, PageBlock, PagePool, PoolError};
 use serde::Serialize;
 

@@ -1,9 +1,8 @@
 //! mmkit-core: Linux's physical memory manager as a `no_std` library.
 //!
 //! ```
-//! use mmkit_core::page_alloc::Caller;
-//! use mmkit_core::topology::{CacheInfo, ZoneSize};
-//! use mmkit_core::{Gfp, Order, PageAllocator, Policy, Settings, Topology, ZoneType};
+//! use mmkit_core::{CacheInfo, Caller, Gfp, Order, PageAllocator, Policy, Settings};
+//! use mmkit_core::{Topology, ZoneSize, ZoneType};
 //!
 //! // A 64 MiB machine: one node, one Normal zone, two CPUs sharing an 8 MiB cache.
 //! let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
@@ -25,18 +24,40 @@
 //! by pfn, not by pointer, and page metadata fields written under different locks are
 //! relaxed atomics (see [`page`]).
 //!
-//! Map of the crate, with the Linux file each part follows:
+//! The crate root holds what an embedder needs first, each with an example:
+//!
+//! - the machine: [`Topology`] from a memory map ([`MemoryRange`], [`PfnRange`],
+//!   [`ZoneLimits`]) or from zone sizes ([`ZoneSize`], [`ZoneType`]), and the
+//!   last-level cache ([`CacheInfo`]);
+//! - the allocator and what a call takes: [`PageAllocator`], [`Caller`], [`Gfp`],
+//!   [`Order`], [`Pfn`];
+//! - what a call can refuse: [`AllocError`], [`FreeError`], [`BatchFreeError`],
+//!   [`InitError`], [`TopologyError`], [`SettingsError`];
+//! - the sysctls and the presets: [`Settings`] (`Settings::SMALL_KERNEL`, the default: no
+//!   THP; `Settings::DISTRIBUTION_KERNEL`) and [`Policy`] (`Policy::V6_7`, the patch
+//!   presets);
+//! - the checks and snapshots: [`PageAllocator::verify`] with [`VerifyError`] and one
+//!   [`ZoneCensus`] per zone, and [`ZoneInfo`], `/proc/zoneinfo` as data.
+//!
+//! Everything else lives in the module that names it, with the Linux file it follows:
 //!
 //! - [`page`]: pfns, orders and the 16-byte page descriptor (`include/linux/mm_types.h`).
 //! - [`frame`]: [`frame::FrameAllocator`], the by-order and by-`Layout` interface a kernel
 //!   allocates frames through, and adapters to other crates' traits (feature `x86_64`).
-//! - [`page_alloc`]: zones, the buddy allocator, watermarks, GFP and alloc flags, PCP sizing
-//!   (`mm/page_alloc.c`, `mm/mm_init.c`).
+//! - [`page_alloc`]: zones, the buddy allocator, GFP and alloc flags, drains, CPU hotplug
+//!   (`mm/page_alloc.c`, `mm/mm_init.c`), and the formula modules, pure functions of
+//!   their arguments: [`page_alloc::watermark`], [`page_alloc::pcp`] and
+//!   [`page_alloc::pcp_sizing`].
+//! - [`mm`]: the mapping layer: folios, page tables, rmap, LRU, memcg, swap, reclaim and
+//!   kswapd (`mm/memory.c`, `mm/rmap.c`, `mm/vmscan.c`).
 //! - [`percpu`]: the percpu allocator: chunks, area map hints, populate/depopulate,
 //!   balance work (`mm/percpu.c`, v5.14).
+//! - [`policy`]: the presets' parts, one switch per patch ([`policy::PcpPolicy`],
+//!   [`policy::MmPolicy`], …).
 //! - [`topology`]: the machine description: nodes, zones, CPUs and the last-level cache.
 //! - [`settings`]: the sysctls (`vm.min_free_kbytes` and friends) with Linux's validity rules.
-//! - [`views`]: Linux's text formats (`/proc/zoneinfo`) and the same data as plain structs.
+//! - [`views`]: Linux's text formats (`/proc/zoneinfo`, `/proc/buddyinfo`,
+//!   `/proc/vmstat`) and the same data as plain structs.
 //! - `internals` (feature `internals`): the simulator's, replayer's and runtime's hooks;
 //!   not a stable API.
 //! - [`sync`]: the lock facade: the raw lock an embedder picks for every zone and pageset
@@ -68,16 +89,22 @@ pub mod sync;
 pub mod topology;
 pub mod views;
 
-pub use frame::{FrameAllocator, Frames};
+// The crate root is what an embedder needs first; everything else lives in the module
+// that names it (see the map above), and is not re-exported here.
+
+// The machine and its memory map.
+pub use page_alloc::ZoneType;
+pub use topology::{
+    CacheInfo, MemoryRange, PfnRange, Topology, TopologyError, ZoneLimits, ZoneSize,
+};
+// The allocator and what a call takes.
 pub use page::{Order, Pfn};
-pub use page_alloc::{
-    AllocError, BatchFreeError, FreeError, Gfp, InitError, MigrateType, PageAllocator, Zone,
-    ZoneType, MAX_ORDER,
-};
-pub use percpu::{PercpuAllocator, PercpuPolicy};
-pub use policy::{
-    ClampRule, CongestionBits, DrainMode, LruSizePolicy, MmPolicy, PageoutSplit, PcpPolicy, Policy,
-    RmapRemoval,
-};
+pub use page_alloc::{Caller, Gfp, PageAllocator};
+// What a call can refuse.
+pub use page_alloc::{AllocError, BatchFreeError, FreeError, InitError};
+// The sysctls and the presets.
+pub use policy::Policy;
 pub use settings::{Settings, SettingsError};
-pub use topology::{Topology, TopologyError, ZoneSpec};
+// `verify()`, zoneinfo and the statistics snapshots.
+pub use page_alloc::verify::{VerifyError, ZoneCensus};
+pub use views::zoneinfo::ZoneInfo;

@@ -76,7 +76,7 @@ pub struct PcpPolicy {
 /// checks at run time (only constant arguments are checked, at build time).
 ///
 /// ```
-/// use mmkit_core::ClampRule;
+/// use mmkit_core::policy::ClampRule;
 ///
 /// // The rules agree when lo <= hi and differ when lo > hi (here lo 8, hi 4).
 /// assert_eq!(ClampRule::HighFirst.clamp(5, 1, 9), ClampRule::MinOfMax.clamp(5, 1, 9));
@@ -116,7 +116,8 @@ impl ClampRule {
 ///
 /// ```
 /// use mmkit_core::topology::{CacheInfo, ZoneSize};
-/// use mmkit_core::{DrainMode, PageAllocator, Policy, Settings, Topology, ZoneType};
+/// use mmkit_core::policy::DrainMode;
+/// use mmkit_core::{PageAllocator, Policy, Settings, Topology, ZoneType};
 ///
 /// // v6.7's pagesets with 4.11-5.19's workqueue drains.
 /// let policy = Policy { drain: DrainMode::Workqueue, ..Policy::V6_7 };
@@ -171,7 +172,7 @@ pub struct Policy {
 /// Yin Fengwei, "batched remove rmap in try_to_unmap_one()").
 ///
 /// ```
-/// use mmkit_core::{MmPolicy, RmapRemoval};
+/// use mmkit_core::policy::{MmPolicy, RmapRemoval};
 ///
 /// let policy = MmPolicy { rmap_removal: RmapRemoval::Batched, ..MmPolicy::V6_7 };
 /// assert_ne!(policy, MmPolicy::V6_7);
@@ -193,7 +194,7 @@ pub enum RmapRemoval {
 /// What `MADV_PAGEOUT` does with a PTE-mapped large folio (`docs/reference/linux-mm.md` §6).
 ///
 /// ```
-/// use mmkit_core::{MmPolicy, PageoutSplit};
+/// use mmkit_core::policy::{MmPolicy, PageoutSplit};
 ///
 /// let policy = MmPolicy { pageout: PageoutSplit::KeepCovered, ..MmPolicy::V6_7 };
 /// assert_ne!(policy, MmPolicy::V6_7);
@@ -213,7 +214,7 @@ pub enum PageoutSplit {
 /// How reclaim sizes an LRU list (`lruvec_lru_size`, `docs/reference/linux-mm.md` §5.2, Wang 2019).
 ///
 /// ```
-/// use mmkit_core::{MmPolicy, LruSizePolicy};
+/// use mmkit_core::policy::{LruSizePolicy, MmPolicy};
 ///
 /// let policy = MmPolicy { lru_size: LruSizePolicy::PercpuCounters, ..MmPolicy::V6_7 };
 /// assert_ne!(policy, MmPolicy::V6_7);
@@ -234,7 +235,7 @@ pub enum LruSizePolicy {
 /// Which congestion bits reclaim sets and clears (`docs/reference/linux-mm.md` §5.4, Yosry Ahmed's congestion-bit fix).
 ///
 /// ```
-/// use mmkit_core::{MmPolicy, CongestionBits};
+/// use mmkit_core::policy::{CongestionBits, MmPolicy};
 ///
 /// let policy = MmPolicy { congestion: CongestionBits::Shared, ..MmPolicy::V6_7 };
 /// assert_ne!(policy, MmPolicy::V6_7);
@@ -263,7 +264,7 @@ pub enum CongestionBits {
 /// # let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
 /// # let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
 /// use mmkit_core::mm::Memory;
-/// use mmkit_core::{MmPolicy, RmapRemoval};
+/// use mmkit_core::policy::{MmPolicy, RmapRemoval};
 /// use std::sync::Arc;
 ///
 /// // The mapping layer with Yin 2023's batched rmap removal.

@@ -28,7 +28,8 @@ use crate::page_alloc::{NodeId, ZoneType};
 ///
 /// ```
 /// use mmkit_core::topology::CacheInfo;
-/// use mmkit_core::{Pfn, Topology, ZoneSpec, ZoneType};
+/// use mmkit_core::topology::ZoneSpec;
+/// use mmkit_core::{Pfn, Topology, ZoneType};
 ///
 /// // A 64 MiB Normal zone at 4 GiB whose last 1 MiB is a hole and 1 MiB more is reserved.
 /// let spec = ZoneSpec {
@@ -73,6 +74,14 @@ impl ZoneSpec {
 }
 
 /// The last-level cache as cacheinfo reports it for every CPU.
+///
+/// ```
+/// use mmkit_core::CacheInfo;
+///
+/// // 32 MiB of L3 shared by 16 cores with two SMT threads each.
+/// let llc = CacheInfo { llc_bytes: 32 << 20, llc_shared_cpus: 32 };
+/// assert_eq!(llc.llc_bytes / u64::from(llc.llc_shared_cpus), 1 << 20);
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct CacheInfo {
@@ -83,6 +92,15 @@ pub struct CacheInfo {
 }
 
 /// Pfns `start..end`.
+///
+/// ```
+/// use mmkit_core::{Pfn, PfnRange};
+///
+/// // Usable memory keeps whole pages only; a reservation keeps every page it touches.
+/// assert_eq!(PfnRange::within_bytes(0x1800, 0x5800), PfnRange::new(Pfn(2), Pfn(5)));
+/// assert_eq!(PfnRange::covering_bytes(0x1800, 0x5800), PfnRange::new(Pfn(1), Pfn(6)));
+/// assert_eq!(PfnRange::within_bytes(0x1800, 0x5800).pages(), 3);
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct PfnRange {
@@ -138,6 +156,14 @@ impl fmt::Display for PfnRange {
 
 /// Usable memory of one node, as one entry of e820 or a device tree's `memory` node gives
 /// it (memblock's `memblock.memory`).
+///
+/// ```
+/// use mmkit_core::{MemoryRange, Pfn};
+///
+/// // e820's first entry on a PC: 0x1000..0x9fc00 usable, on node 0.
+/// let low = MemoryRange::from_bytes(0x1000, 0x9_fc00, 0);
+/// assert_eq!((low.pfns.start, low.pfns.end, low.node), (Pfn(1), Pfn(0x9f), 0));
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct MemoryRange {
@@ -170,6 +196,18 @@ impl MemoryRange {
 /// `free_area_init`. ZONE_DMA is `0..dma_end`, ZONE_DMA32 `dma_end..dma32_end`, ZONE_NORMAL
 /// the rest. An architecture without a zone gives it no pfns (its end equals the previous
 /// zone's); ZONE_MOVABLE (`kernelcore=`, `movablecore=`) is not carved out.
+///
+/// ```
+/// use mmkit_core::{CacheInfo, MemoryRange, Topology, ZoneLimits, ZoneType};
+///
+/// // 64 MiB at 4 GiB on a machine whose devices all reach every address: one Normal zone.
+/// let usable = [MemoryRange::from_bytes(4 << 30, (4 << 30) + (64 << 20), 0)];
+/// let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// let machine = Topology::from_memory_map(&usable, &[], ZoneLimits::NORMAL_ONLY, &[0], llc)?;
+/// let types: Vec<ZoneType> = machine.zones().iter().map(|z| z.zone_type).collect();
+/// assert_eq!(types, [ZoneType::Normal]);
+/// # Ok::<(), mmkit_core::TopologyError>(())
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ZoneLimits {
@@ -418,6 +456,17 @@ impl fmt::Display for TopologyError {
 impl core::error::Error for TopologyError {}
 
 /// A zone's size as a user states it for [`Topology::x86_64`].
+///
+/// ```
+/// use mmkit_core::{ZoneSize, ZoneType};
+///
+/// // 1 GiB of DMA32 on node 0, every page present and managed.
+/// let dma32 = ZoneSize::managed(0, ZoneType::Dma32, 1 << 18);
+/// assert_eq!((dma32.spanned, dma32.present, dma32.managed), (1 << 18, 1 << 18, 1 << 18));
+/// // The same zone with 256 reserved pages (the kernel image) and a 1 MiB hole at its end.
+/// let booted = ZoneSize { managed: (1 << 18) - 512, present: (1 << 18) - 256, ..dma32 };
+/// assert!(booted.managed <= booted.present && booted.present <= booted.spanned);
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct ZoneSize {
     /// The node.

@@ -21,8 +21,8 @@ use mmkit_core::page_alloc::verify::ZoneCensus;
 use mmkit_core::page_alloc::Caller;
 use mmkit_core::topology::{CacheInfo, ZoneSize};
 use mmkit_core::{
-    BatchFreeError, FreeError, Gfp, MigrateType, Order, PageAllocator, Pfn, Policy, Settings,
-    Topology, ZoneSpec, ZoneType,
+    page_alloc::MigrateType, topology::ZoneSpec, BatchFreeError, FreeError, Gfp, Order,
+    PageAllocator, Pfn, Policy, Settings, Topology, ZoneType,
 };
 
 /// Every call comes from a task on CPU 0 unless a test says otherwise.

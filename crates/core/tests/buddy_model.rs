@@ -37,8 +37,8 @@ use mmkit_core::page_alloc::{Caller, WatermarkKind};
 use mmkit_core::settings::MinFreeKbytes;
 use mmkit_core::topology::{CacheInfo, ZoneSize};
 use mmkit_core::{
-    AllocError, FreeError, Gfp, MigrateType, Order, PageAllocator, Pfn, Policy, Settings, Topology,
-    Zone, ZoneSpec, ZoneType,
+    page_alloc::MigrateType, page_alloc::Zone, topology::ZoneSpec, AllocError, FreeError, Gfp,
+    Order, PageAllocator, Pfn, Policy, Settings, Topology, ZoneType,
 };
 
 const LLC: CacheInfo = CacheInfo {

@@ -33,7 +33,8 @@ use mmkit_core::mm::huge_memory::DeferredSplitQueue;
 use mmkit_core::mm::memcg::MemcgId;
 use mmkit_core::mm::{Folio, Memory, MmId, PteState, SwapEntry, Vpn};
 use mmkit_core::page_alloc::Caller;
-use mmkit_core::{MmPolicy, Order, Pfn, RmapRemoval};
+use mmkit_core::policy::{MmPolicy, RmapRemoval};
+use mmkit_core::{Order, Pfn};
 use proptest::prelude::*;
 
 const ZONE_PAGES: u64 = 8192;

@@ -13,10 +13,12 @@ use std::sync::Arc;
 use mmkit_core::mm::kswapd::{self, ScanControl, ShrinkOutcome};
 use mmkit_core::mm::vmscan::MAX_RECLAIM_RETRIES;
 use mmkit_core::mm::Memory;
+use mmkit_core::page_alloc::Zone;
 use mmkit_core::page_alloc::{Caller, WatermarkKind, ZoneFlags};
+use mmkit_core::policy::MmPolicy;
 use mmkit_core::settings::MinFreeKbytes;
 use mmkit_core::topology::{CacheInfo, ZoneSize};
-use mmkit_core::{Gfp, MmPolicy, Order, PageAllocator, Policy, Settings, Topology, Zone, ZoneType};
+use mmkit_core::{Gfp, Order, PageAllocator, Policy, Settings, Topology, ZoneType};
 
 /// Softirq on CPU 0 under `irq_bypass`: every block goes straight to the buddy lists.
 const CALLER: Caller = Caller::softirq(0);

@@ -4,10 +4,11 @@
 //! batch 63, high_min 2132, LLC 266240 KiB shared by 2 (FREE_HIGH_BATCH set).
 
 use mmkit_core::internals;
+use mmkit_core::page_alloc::MigrateType;
 use mmkit_core::page_alloc::{Caller, DrainReason, Zone};
 use mmkit_core::settings::MinFreeKbytes;
 use mmkit_core::topology::{CacheInfo, ZoneSize};
-use mmkit_core::{Gfp, MigrateType, Order, PageAllocator, Policy, Settings, Topology, ZoneType};
+use mmkit_core::{Gfp, Order, PageAllocator, Policy, Settings, Topology, ZoneType};
 
 const MOVABLE: Gfp = Gfp::KERNEL.union(Gfp::MOVABLE);
 

@@ -23,11 +23,12 @@ use proptest::test_runner::FileFailurePersistence;
 
 use mmkit_core::internals;
 use mmkit_core::page_alloc::pcp::NR_PCP_LISTS;
+use mmkit_core::page_alloc::Zone;
 use mmkit_core::page_alloc::{
     Caller, CpuId, DrainReason, HoldKind, LockEvents, ZoneId, ZoneLockHold,
 };
 use mmkit_core::topology::{CacheInfo, ZoneSize};
-use mmkit_core::{Gfp, Order, PageAllocator, Pfn, Policy, Settings, Topology, Zone, ZoneType};
+use mmkit_core::{Gfp, Order, PageAllocator, Pfn, Policy, Settings, Topology, ZoneType};
 
 const CPUS: u32 = 3;
 
@@ -563,7 +564,7 @@ fn large_machine(policy: Policy) -> PageAllocator {
 /// Normal.
 fn pageset_holding(policy: Policy, pages: u64) -> PageAllocator {
     let allocator = large_machine(policy);
-    let list = (Order::ZERO, mmkit_core::MigrateType::Movable);
+    let list = (Order::ZERO, mmkit_core::page_alloc::MigrateType::Movable);
     let placed = internals::seed_pageset(&allocator, 1, NORMAL, list, pages, pages + 1);
     assert_eq!(placed, Some(pages));
     allocator
@@ -788,7 +789,7 @@ fn a_failing_request_locks_a_zone_for_its_reserve_only_in_the_forced_pass() {
 fn each_decay_trim_of_the_vmstat_tick_is_one_record() {
     let allocator = large_machine(Policy::V6_7);
     let zone = normal_index(&allocator);
-    let list = (Order::ZERO, mmkit_core::MigrateType::Movable);
+    let list = (Order::ZERO, mmkit_core::page_alloc::MigrateType::Movable);
     assert_eq!(
         internals::seed_pageset(&allocator, 1, NORMAL, list, 8000, 8000),
         Some(8000)

@@ -11,9 +11,8 @@ use mmkit_core::mm::memcg::{MemcgHierarchy, MemcgId, MEMCG_CHARGE_BATCH};
 use mmkit_core::mm::vmscan::MAX_RECLAIM_RETRIES;
 use mmkit_core::mm::{FileId, Folio, Memory, MmError, PteState, ReclaimResult};
 use mmkit_core::page_alloc::Caller;
-use mmkit_core::{
-    CongestionBits, LruSizePolicy, MmPolicy, Order, PageoutSplit, RmapRemoval, ZoneType,
-};
+use mmkit_core::policy::{CongestionBits, LruSizePolicy, MmPolicy, PageoutSplit, RmapRemoval};
+use mmkit_core::{Order, ZoneType};
 
 const CALLER: Caller = Caller::task(0);
 

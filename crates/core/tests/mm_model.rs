@@ -19,7 +19,8 @@ mod common;
 use common::{allocator, TokenIo};
 use mmkit_core::mm::{FileId, Memory, MmError, MmId, PteState, Vpn};
 use mmkit_core::page_alloc::Caller;
-use mmkit_core::{MmPolicy, Order, PageoutSplit, Pfn, RmapRemoval};
+use mmkit_core::policy::{MmPolicy, PageoutSplit, RmapRemoval};
+use mmkit_core::{Order, Pfn};
 use proptest::prelude::*;
 
 const ZONE_PAGES: u64 = 8192;

@@ -16,7 +16,7 @@ use mmkit_core::page_alloc::{
     AllocAttempt, Caller, DrainAll, DrainReason, HoldKind, LockEvents, ZoneId, ZoneLockHold,
 };
 use mmkit_core::{
-    AllocError, DrainMode, Gfp, Order, PageAllocator, Pfn, Policy, Settings, ZoneType,
+    policy::DrainMode, AllocError, Gfp, Order, PageAllocator, Pfn, Policy, Settings, ZoneType,
 };
 
 mod common;

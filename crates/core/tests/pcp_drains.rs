@@ -24,7 +24,7 @@ use mmkit_core::page_alloc::{
 use mmkit_core::settings::MinFreeKbytes;
 use mmkit_core::topology::{CacheInfo, ZoneSize};
 use mmkit_core::{
-    AllocError, DrainMode, FreeError, Gfp, Order, PageAllocator, Pfn, Policy, Settings,
+    policy::DrainMode, AllocError, FreeError, Gfp, Order, PageAllocator, Pfn, Policy, Settings,
     SettingsError, Topology, ZoneType,
 };
 

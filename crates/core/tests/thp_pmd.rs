@@ -14,7 +14,8 @@ use mmkit_core::mm::huge_memory::DeferredSplitQueue;
 use mmkit_core::mm::memcg::MemcgId;
 use mmkit_core::mm::{Folio, Memory, MmError, MmId, PteState, ReclaimResult, Vpn};
 use mmkit_core::page_alloc::{Caller, Gfp};
-use mmkit_core::{MmPolicy, Order, RmapRemoval};
+use mmkit_core::policy::{MmPolicy, RmapRemoval};
+use mmkit_core::Order;
 
 const CALLER: Caller = Caller::task(0);
 /// Two aligned 2 MiB ranges.

@@ -189,7 +189,7 @@ pub struct PageBlock<'pool> {
 
 /// The bits of [`PageBlock::tagged`] below the page size: the order.
 const ORDER_TAG: usize = mmkit_core::page::PAGE_SIZE - 1;
-const _: () = assert!((mmkit_core::MAX_ORDER as usize) <= ORDER_TAG);
+const _: () = assert!((mmkit_core::page::MAX_ORDER as usize) <= ORDER_TAG);
 
 // SAFETY: the handle owns its memory exclusively (type invariant), like a Box<[u8]>; the
 // pool it refers to is Sync.

@@ -35,10 +35,10 @@
 //! into it), [`cpu`] (`sched_getcpu`), [`percpu_area`] (percpu chunk reservations),
 //! [`per_cpu`] (the typed per-CPU handle) and [`mapped`] (the frames of mapped memory).
 //! The pool cache's raw frees are `unsafe fn`s for their contract (as
-//! [`PagePool::free_raw`]) but contain no `unsafe`. So are [`PagePool::allocator`],
+//! [`PagePool::free_raw`]) but contain no `unsafe`. So are
 //! [`PagePool::allocator_source`] and [`MappedMemory::with_memory`]: the core's API can
-//! free a page behind its owner's back, so safe code reads the zones through
-//! [`ZoneView`]s instead.
+//! free a page behind its owner's back, so safe code reads the allocator through an
+//! [`AllocatorView`] ([`PagePool::allocator`]) and its [`ZoneView`]s instead.
 
 #![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -55,7 +55,7 @@ pub mod percpu_area;
 mod pool;
 mod pool_cache;
 mod reclaim;
-mod zone_view;
+mod view;
 
 pub use arena::PageBlock;
 pub use builder::PagePoolBuilder;
@@ -68,4 +68,4 @@ pub use pool_cache::{
     PoolCache, PoolCacheConfig, PoolCacheStats, Recycler, CACHE_REFILL, CACHE_SIZE,
 };
 pub use reclaim::{NoReclaim, Reclaim, ReclaimContext};
-pub use zone_view::ZoneView;
+pub use view::{AllocatorView, ZoneView};

@@ -20,7 +20,8 @@ use mmkit_core::mm::{
     AllocatorSource, FileId, Memory, MmError, MmId, MmStats, PageIo, SwapEntry, Vpn,
 };
 use mmkit_core::page::PAGE_SIZE;
-use mmkit_core::{MmPolicy, Order, PageAllocator, Pfn};
+use mmkit_core::policy::MmPolicy;
+use mmkit_core::{Order, PageAllocator, Pfn};
 
 use crate::pool::{Inner, PagePool};
 
@@ -272,7 +273,7 @@ impl MappedMemory {
     /// reads through [`Memory::allocator`]. Those go through this type's methods, which
     /// move the data with them; done behind its back, a frame could be freed and handed
     /// to a [`crate::PageBlock`] while this type still copies into it (see
-    /// [`PagePool::allocator`]).
+    /// [`PagePool::allocator_source`]).
     pub unsafe fn with_memory<R>(&self, f: impl FnOnce(&mut Memory) -> R) -> R {
         f(&mut self.lock().memory)
     }

@@ -1,6 +1,5 @@
 //! The page pool: the core's allocator on the arena, served to the calling thread's CPU.
 
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use mmkit_core::page::PAGE_SIZE;
@@ -16,7 +15,7 @@ use crate::background::Background;
 use crate::cpu;
 use crate::fault::{FaultConfig, FaultInjector};
 use crate::reclaim::Reclaim;
-use crate::zone_view::ZoneView;
+use crate::view::{AllocatorView, ZoneView};
 use crate::PoolError;
 
 /// How many times a call is retried on another CPU when its CPU goes offline under it.
@@ -125,53 +124,54 @@ impl PagePool {
         Ok(PagePool { inner, background })
     }
 
-    /// The core allocator underneath, for experiments that need more than
-    /// [`PagePool::zones`], [`PagePool::topology`] and [`PagePool::policy`] show.
+    /// The core allocator underneath, read only: the machine, settings and policy, the
+    /// zones with their watermarks and counters, `pgdat_balanced`, `verify()`, zoneinfo
+    /// and the pool's counters. Nothing reached through it allocates or frees a page, so
+    /// it cannot take a page from a live [`PageBlock`].
     ///
     /// ```
     /// # use mmkit_runtime::PagePool;
-    /// # use mmkit_core::{Order, page_alloc::ZoneType};
+    /// # use mmkit_core::{Order, ZoneType};
     /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(1).build()?;
-    /// // SAFETY: only reads.
-    /// let balanced = unsafe { pool.allocator() }.pgdat_balanced(0, Order::ZERO, ZoneType::Movable);
-    /// assert!(balanced);
+    /// let allocator = pool.allocator();
+    /// assert!(allocator.pgdat_balanced(0, Order::ZERO, ZoneType::Movable));
+    /// assert_eq!(allocator.settings(), pool.settings());
     /// # Ok::<(), mmkit_runtime::PoolError>(())
     /// ```
     ///
-    /// # Safety
+    /// The core's `free_pages` is not reachable this way:
     ///
-    /// The pool's memory safety rests on one owner per allocated page: the
-    /// [`PageBlock`] or the raw caller it was handed to. The core's safe API keeps its own
-    /// books consistent (its descriptor setters, zone locks and replay hooks are not
-    /// public, so `verify()` holds whatever safe code does), but its allocation, free and
-    /// split calls change page ownership without the pool knowing, and a page freed behind
-    /// a live [`PageBlock`] is handed out again while the block still reaches its memory.
-    /// That is why this stays `unsafe`; reading needs none of it ([`PagePool::zones`]).
-    /// The caller must only read through the returned allocator.
-    ///
-    /// Safe code cannot free a handle's page this way any more:
-    ///
-    /// ```compile_fail,E0133
+    /// ```compile_fail,E0599
     /// # use mmkit_runtime::PagePool;
     /// # use mmkit_core::Order;
     /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(1).build().unwrap();
     /// let block = pool.alloc(Order::ZERO).unwrap();
     /// pool.allocator().free_pages(pool.caller(), block.pfn(), Order::ZERO).unwrap();
     /// ```
-    pub unsafe fn allocator(&self) -> &PageAllocator {
-        &self.inner.allocator
+    pub fn allocator(&self) -> AllocatorView<'_> {
+        AllocatorView::new(&self.inner)
     }
 
     /// The pool's allocator as the core's mapping layer takes it
     /// ([`mmkit_core::mm::Memory::new`]), for a `Memory` that does its own data movement
-    /// (or none, in experiments that only measure the bookkeeping).
+    /// (or none, in experiments that only measure the bookkeeping). This is the one way
+    /// to the full `&PageAllocator` of a pool
+    /// ([`mmkit_core::mm::AllocatorSource::page_allocator`]).
     ///
     /// # Safety
     ///
-    /// As for [`PagePool::allocator`]: the `Memory` built on it may allocate and free its
-    /// own pages through its operations, but nothing may reach the allocator through it
-    /// ([`mmkit_core::mm::Memory::allocator`], [`mmkit_core::mm::AllocatorSource`]) for
-    /// anything but reading.
+    /// The pool's memory safety rests on one owner per allocated page: the
+    /// [`PageBlock`] or the raw caller it was handed to. The core's safe API keeps its own
+    /// books consistent (`verify()` holds whatever safe code does), but its allocation,
+    /// free and split calls change page ownership without the pool knowing, and a page
+    /// freed behind a live [`PageBlock`] is handed out again while the block still reaches
+    /// its memory. The `Memory` built on the source may allocate and free the pages its
+    /// own operations own; through the allocator it reaches
+    /// ([`mmkit_core::mm::Memory::allocator`], [`mmkit_core::mm::AllocatorSource`]) the
+    /// caller must not allocate, free or split a page, nor make any other call that
+    /// changes which owner a page of the pool has. Reads, and calls that move only free
+    /// pages (draining pagesets, the core's kswapd loop with a hook that frees nothing),
+    /// are allowed. Reading alone needs none of this: [`PagePool::allocator`].
     pub unsafe fn allocator_source(&self) -> Arc<dyn mmkit_core::mm::AllocatorSource> {
         self.inner.clone()
     }
@@ -189,15 +189,12 @@ impl PagePool {
     /// # Ok::<(), mmkit_runtime::PoolError>(())
     /// ```
     pub fn zones(&self) -> impl Iterator<Item = ZoneView<'_>> {
-        self.inner.allocator.zones().iter().map(ZoneView::new)
+        self.allocator().zones()
     }
 
     /// Zone `zone_type` of `node`, read only.
     pub fn zone(&self, node: NodeId, zone_type: ZoneType) -> Option<ZoneView<'_>> {
-        self.inner
-            .allocator
-            .zone(node, zone_type)
-            .map(ZoneView::new)
+        self.allocator().zone(node, zone_type)
     }
 
     /// The machine the pool lays out: nodes, CPUs, zone sizes.
@@ -868,7 +865,7 @@ impl PagePool {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn verify(&self) -> Result<Vec<ZoneCensus>, VerifyError> {
-        self.inner.allocator.verify()
+        self.allocator().verify()
     }
 
     /// Counters of the whole pool.
@@ -884,21 +881,7 @@ impl PagePool {
     /// # Ok::<(), mmkit_runtime::PoolError>(())
     /// ```
     pub fn stats(&self) -> PoolStats {
-        let mut stats = PoolStats::default();
-        for zone in self.inner.allocator.zones() {
-            let e = zone.events();
-            stats.pgalloc += zone.pgalloc();
-            stats.pgfree += zone.pgfree();
-            stats.free_pages += zone.free_pages().max(0) as u64;
-            stats.pcp_pages += zone.pcp_pages();
-            stats.alloc_zone += e.alloc_zone_locked();
-            stats.pcp_refills += e.pcp_refills();
-            stats.pcp_drains += e.pcp_drains_total();
-            stats.pcp_lock_contended += e.pcp_lock_contended();
-        }
-        stats.injected_failures = self.inner.fault.injected.load(Relaxed);
-        stats.kswapd_runs = self.inner.kswapd_runs.load(Relaxed);
-        stats
+        self.allocator().stats()
     }
 
     /// `/proc/zoneinfo` of the live pool.
@@ -912,8 +895,8 @@ impl PagePool {
     /// # Ok::<(), mmkit_runtime::PoolError>(())
     /// ```
     pub fn zoneinfo(&self) -> String {
-        let allocator = &self.inner.allocator;
-        zoneinfo::render(&zoneinfo::collect(allocator), allocator.policy().zoneinfo)
+        let allocator = self.allocator();
+        zoneinfo::render(&allocator.zoneinfo(), allocator.policy().zoneinfo)
     }
 
     /// `/proc/buddyinfo` of the live pool.

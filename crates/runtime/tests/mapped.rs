@@ -7,7 +7,8 @@ mod common;
 use std::path::PathBuf;
 
 use mmkit_core::mm::memcg::MemcgId;
-use mmkit_core::{MmPolicy, Order, PageoutSplit};
+use mmkit_core::policy::{MmPolicy, PageoutSplit};
+use mmkit_core::Order;
 use mmkit_runtime::{MappedMemory, PagePool};
 
 fn dir(name: &str) -> PathBuf {

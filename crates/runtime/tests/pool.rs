@@ -79,7 +79,7 @@ fn handles_are_two_words_and_report_their_block_at_every_order() {
         2 * std::mem::size_of::<usize>()
     );
     let pool = quiet_pool(1);
-    for o in 0..=mmkit_core::MAX_ORDER {
+    for o in 0..=mmkit_core::page::MAX_ORDER {
         let block = pool.alloc(order(o)).unwrap();
         assert_eq!(block.order(), order(o));
         assert_eq!(block.len(), 4096 << o);
@@ -322,9 +322,8 @@ fn kswapd_reclaims_through_the_hook_until_balanced() {
         cache.blocks.lock().unwrap().push(pfn);
     }
     let balanced = || {
-        // SAFETY: `pgdat_balanced` only reads the zones' free pages and watermarks.
-        let allocator = unsafe { pool.allocator() };
-        allocator.pgdat_balanced(0, Order::ZERO, ZoneType::Movable)
+        pool.allocator()
+            .pgdat_balanced(0, Order::ZERO, ZoneType::Movable)
     };
     wait_until("kswapd never balanced the node", balanced, || {
         let _ = pool
@@ -375,13 +374,7 @@ fn boosted_pool(background: bool) -> PagePool {
 }
 
 fn boost(pool: &PagePool) -> u64 {
-    // SAFETY: only reads the zone's watermark boost.
-    let allocator = unsafe { pool.allocator() };
-    allocator
-        .zone(0, ZoneType::Normal)
-        .unwrap()
-        .watermarks()
-        .boost()
+    pool.zone(0, ZoneType::Normal).unwrap().watermarks().boost()
 }
 
 /// The runtime's kswapd thread runs the core's loop (`mmkit_core::mm::kswapd::run`), so
@@ -401,7 +394,8 @@ fn kswapd_thread_and_core_loop_leave_a_boosted_pool_in_the_same_state() {
     );
     // SAFETY: the core's loop frees nothing here; it drains pagesets and changes the
     // boost and zone flags, which no `PageBlock` depends on.
-    let allocator = unsafe { by_hand.allocator() };
+    let source = unsafe { by_hand.allocator_source() };
+    let allocator = source.page_allocator();
     let (order, highest_zoneidx) = allocator.kswapd(0).unwrap().take_request().unwrap();
     mmkit_core::mm::kswapd::run(allocator, 0, order, highest_zoneidx, |_| {
         allocator.drain_all_pages(None);

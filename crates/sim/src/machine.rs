@@ -11,11 +11,12 @@
 
 use mmkit_core::internals;
 use mmkit_core::page_alloc::watermark;
+use mmkit_core::page_alloc::MigrateType;
 use mmkit_core::page_alloc::ZoneId;
 use mmkit_core::settings::MinFreeKbytes;
 use mmkit_core::topology::{CacheInfo, ZoneSize};
 use mmkit_core::views::zoneinfo::ZoneInfo;
-use mmkit_core::{MigrateType, Order, PageAllocator, Settings, Topology, ZoneType};
+use mmkit_core::{Order, PageAllocator, Settings, Topology, ZoneType};
 use serde::{Deserialize, Serialize};
 
 /// A machine to simulate.

@@ -2,7 +2,8 @@
 //! (`docs/reference/workloads.md` §3.4).
 
 use mmkit_core::page_alloc::DrainReason;
-use mmkit_core::{DrainMode, Policy};
+use mmkit_core::policy::DrainMode;
+use mmkit_core::Policy;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::CacheCounts;

@@ -4,7 +4,8 @@
 //! deterministic, and the published loop (no pressure) never drains.
 
 use mmkit_core::page_alloc::DrainReason;
-use mmkit_core::{DrainMode, Policy};
+use mmkit_core::policy::DrainMode;
+use mmkit_core::Policy;
 use mmkit_sim::workload::pageout::{DirectReclaim, PageoutParams};
 use mmkit_sim::{run, RunResult, RunSpec, WorkloadKind, WorkloadParams};
 

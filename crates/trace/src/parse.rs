@@ -389,7 +389,7 @@ fn parse_line_with_comm(number: usize, line: &str) -> Result<(Event, &str), Prob
     }
     let pfn = pfn.ok_or(ProblemKind::BadField)?;
     let order = order.ok_or(ProblemKind::BadField)?;
-    if order > mmkit_core::MAX_ORDER {
+    if order > mmkit_core::page::MAX_ORDER {
         return Err(ProblemKind::BadField);
     }
     if pfn >= PFN_LIMIT {

@@ -44,10 +44,11 @@
 use std::collections::{BTreeMap, HashMap};
 
 use mmkit_core::internals;
+use mmkit_core::page_alloc::MigrateType;
 use mmkit_core::page_alloc::{Caller, DrainReason, HoldKind, ZoneId, ZoneLockHold};
 use mmkit_core::topology::CacheInfo;
 use mmkit_core::views::zoneinfo::{self, ZoneInfo};
-use mmkit_core::{Gfp, MigrateType, Order, PageAllocator, Pfn, Policy, Settings, ZoneType};
+use mmkit_core::{Gfp, Order, PageAllocator, Pfn, Policy, Settings, ZoneType};
 use serde::Serialize;
 
 use crate::machine::{self, Layout};
@@ -1249,7 +1250,7 @@ fn set_up(
         };
         // Whole MAX_ORDER blocks only: taking smaller ones would break up the large free
         // blocks that unmovable requests steal whole pageblocks from (ALLOC_NOFRAGMENT).
-        let order = Order::new(mmkit_core::MAX_ORDER).expect("MAX_ORDER is an order");
+        let order = Order::new(mmkit_core::page::MAX_ORDER).expect("MAX_ORDER is an order");
         while zone.free_pages() - info.pages_free >= order.pages() as i64 {
             if internals::take_free_block(allocator, zone.id(), order).is_none() {
                 break;

@@ -59,7 +59,7 @@ proptest! {
         let lines = text.lines().filter(|l| !l.trim().is_empty()).count();
         prop_assert!(trace.events.len() <= lines);
         for event in &trace.events {
-            prop_assert!(event.order <= mmkit_core::MAX_ORDER);
+            prop_assert!(event.order <= mmkit_core::page::MAX_ORDER);
         }
     }
 }

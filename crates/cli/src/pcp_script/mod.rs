@@ -25,11 +25,13 @@ use std::io::Read;
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
+use mmkit_core::page_alloc::MigrateType;
 use mmkit_core::page_alloc::{
     AllocAttempt, BatchFreeError, Caller, Context, CpuId, DrainAll, DrainCaller, DrainWork,
     WatermarkKind, ZoneFlags, ZoneId, ZoneLockHold,
 };
-use mmkit_core::{DrainMode, Gfp, MigrateType, Order, PageAllocator, Pfn, Policy, Settings};
+use mmkit_core::policy::DrainMode;
+use mmkit_core::{Gfp, Order, PageAllocator, Pfn, Policy, Settings};
 
 use crate::machine::{policy_preset, DefaultMachine, MachineArgs};
 use crate::output::print_json;

@@ -17,9 +17,11 @@
 
 use std::collections::HashSet;
 
+use mmkit_core::page::MAX_ORDER;
+use mmkit_core::page_alloc::MigrateType;
 use mmkit_core::page_alloc::{Context, CpuId, ZoneFlags, ZoneId};
 use mmkit_core::settings::MinFreeKbytes;
-use mmkit_core::{MigrateType, Order, ZoneType, MAX_ORDER};
+use mmkit_core::{Order, ZoneType};
 
 /// A parsed script.
 #[derive(Debug, PartialEq)]

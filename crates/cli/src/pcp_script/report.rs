@@ -652,8 +652,8 @@ pub fn render_header(allocator: &PageAllocator) -> String {
         "# policy {}{}{}; {} CPUs on {} node(s); min_free_kbytes {}\n",
         policy.name,
         match policy.drain {
-            mmkit_core::DrainMode::Direct => "",
-            mmkit_core::DrainMode::Workqueue => ", drain workqueue",
+            mmkit_core::policy::DrainMode::Direct => "",
+            mmkit_core::policy::DrainMode::Workqueue => ", drain workqueue",
         },
         if policy.irq_bypass {
             ", irq bypass"

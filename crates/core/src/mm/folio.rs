@@ -55,7 +55,8 @@ pub(crate) struct PmdRmap {
 /// use mmkit_core::mm::{Folio, Memory, NoIo};
 /// use mmkit_core::page_alloc::Caller;
 /// use mmkit_core::topology::{CacheInfo, ZoneSize};
-/// use mmkit_core::{MmPolicy, Order, PageAllocator, Pfn, Policy, Settings, Topology, ZoneType};
+/// use mmkit_core::policy::MmPolicy;
+/// use mmkit_core::{Order, PageAllocator, Pfn, Policy, Settings, Topology, ZoneType};
 /// use std::sync::Arc;
 ///
 /// let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];

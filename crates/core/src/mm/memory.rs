@@ -443,7 +443,8 @@ impl AllocatorSource for PageAllocator {
 /// # let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
 /// use mmkit_core::mm::{Memory, PteState};
 /// use mmkit_core::page_alloc::Caller;
-/// use mmkit_core::{MmPolicy, Order};
+/// use mmkit_core::policy::MmPolicy;
+/// use mmkit_core::Order;
 /// use std::sync::Arc;
 ///
 /// let mut memory = Memory::new(Arc::new(allocator), MmPolicy::V6_7, 0);

@@ -576,7 +576,7 @@ mod tests {
     use crate::page::Order;
     use crate::page_alloc::{Caller, ZoneType};
     use crate::topology::{CacheInfo, Topology, ZoneSize};
-    use crate::{MmPolicy, PageAllocator, Policy, Settings};
+    use crate::{policy::MmPolicy, PageAllocator, Policy, Settings};
 
     /// A PMD map count no PMD accounts for is caught. Only the core can forge one since
     /// the folio's count setters became crate-private, so the check is tested here.

@@ -39,7 +39,8 @@ bitflags::bitflags! {
     /// # use mmkit_core::topology::{CacheInfo, ZoneSize};
     /// # use mmkit_core::{PageAllocator, Policy, Settings, Topology, ZoneType};
     /// use mmkit_core::page_alloc::Caller;
-    /// use mmkit_core::{AllocError, Gfp, MigrateType, Order};
+    /// use mmkit_core::page_alloc::MigrateType;
+    /// use mmkit_core::{AllocError, Gfp, Order};
     ///
     /// # let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
     /// # let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };

@@ -34,7 +34,8 @@ use crate::topology::PresentRange;
 /// # let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
 /// use mmkit_core::page::PageState;
 /// use mmkit_core::page_alloc::Caller;
-/// use mmkit_core::{Gfp, MigrateType, Order};
+/// use mmkit_core::page_alloc::MigrateType;
+/// use mmkit_core::{Gfp, Order};
 ///
 /// let pfn = allocator.alloc_pages(Caller::task(0), Gfp::KERNEL, Order::ZERO)?;
 /// let mem_map = allocator.find_zone(pfn).unwrap().mem_map();

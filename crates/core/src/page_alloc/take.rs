@@ -151,7 +151,7 @@ mod tests {
 
     use crate::page_alloc::test_allocator as allocator;
 
-    fn normal(a: &PageAllocator) -> &crate::Zone {
+    fn normal(a: &PageAllocator) -> &crate::page_alloc::Zone {
         a.zone(0, ZoneType::Normal).unwrap()
     }
 

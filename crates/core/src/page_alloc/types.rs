@@ -89,7 +89,7 @@ impl fmt::Display for ZoneType {
 /// CMA is not configured.
 ///
 /// ```
-/// use mmkit_core::MigrateType;
+/// use mmkit_core::page_alloc::MigrateType;
 ///
 /// // An unmovable request short of unmovable blocks steals from these, in order.
 /// let fallbacks = MigrateType::Unmovable.fallbacks();

@@ -20,6 +20,24 @@ use crate::sync::RawMutex;
 use crate::topology::PresentRange;
 
 /// Pages of a zone by owner, as the walk found them.
+///
+/// ```
+/// # use mmkit_core::{CacheInfo, PageAllocator, Policy, Settings, Topology, ZoneSize, ZoneType};
+/// # let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// # let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// # let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
+/// # let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+/// use mmkit_core::{Caller, Gfp, Order, ZoneCensus};
+///
+/// let pfn = allocator.alloc_pages(Caller::task(0), Gfp::KERNEL, Order::try_from(2u8)?)?;
+/// // One census per zone type of the node; only the Normal zone has pages.
+/// let zones: Vec<ZoneCensus> = allocator.verify()?;
+/// let census = zones[ZoneType::Normal.index()];
+/// assert_eq!(census.allocated, 4);
+/// assert_eq!(census.free + census.pcp + census.allocated + census.reserved, 16_384);
+/// # allocator.free_pages(Caller::task(0), pfn, Order::try_from(2u8)?)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct ZoneCensus {
     /// Pages in free blocks on the buddy lists.
@@ -35,6 +53,24 @@ pub struct ZoneCensus {
 }
 
 /// What the walker found wrong, in words.
+///
+/// Safe calls cannot make the walk fail; a failure means a bug in mmkit, and its text
+/// names the zone, the pfn and the rule it broke.
+///
+/// ```
+/// # use mmkit_core::{CacheInfo, PageAllocator, Policy, Settings, Topology, ZoneSize, ZoneType};
+/// # let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// # let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+/// # let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
+/// # let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+/// use mmkit_core::VerifyError;
+///
+/// match allocator.verify() {
+///     Ok(zones) => assert_eq!(zones.iter().map(|z| z.allocated).sum::<u64>(), 0),
+///     Err(VerifyError(what)) => panic!("the allocator's books are wrong: {what}"),
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct VerifyError(pub String);
 

@@ -13,7 +13,7 @@ use core::fmt;
 ///
 /// ```
 /// use mmkit_core::percpu::{MemoryBacking, PercpuAllocator, PercpuConfig};
-/// use mmkit_core::PercpuPolicy;
+/// use mmkit_core::percpu::PercpuPolicy;
 ///
 /// // v5.13: no partial chunk depopulation, for a before/after comparison with v5.14.
 /// let policy = PercpuPolicy::preset("v5.13").unwrap();

@@ -50,6 +50,25 @@ pub struct PagesetInfo {
 }
 
 /// One zone as zoneinfo shows it.
+///
+/// ```
+/// # use mmkit_core::{CacheInfo, PageAllocator, Policy, Settings, Topology, ZoneSize, ZoneType};
+/// # let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+/// # let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 2 };
+/// # let topology = Topology::x86_64(&zones, vec![2], llc, false)?;
+/// # let allocator = PageAllocator::new(topology, Settings::default(), Policy::V6_7)?;
+/// use mmkit_core::views::zoneinfo;
+/// use mmkit_core::ZoneInfo;
+///
+/// let zones: Vec<ZoneInfo> = zoneinfo::collect(&allocator);
+/// let normal = zones.iter().find(|z| z.zone == ZoneType::Normal).unwrap();
+/// assert_eq!((normal.managed, normal.pagesets.len()), (16_384, 2));
+/// assert!(normal.min < normal.low && normal.low < normal.high);
+/// // The same data as Linux prints it in `/proc/zoneinfo`.
+/// let text = zoneinfo::render(&zones, allocator.policy().zoneinfo);
+/// assert!(text.contains("Node 0, zone   Normal"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, PartialEq, Eq, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct ZoneInfo {

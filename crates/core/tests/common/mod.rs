@@ -13,8 +13,9 @@ use std::sync::Arc;
 use mmkit_core::mm::{FileId, PageIo, SwapEntry};
 use mmkit_core::page::Page;
 use mmkit_core::page_alloc::NodeId;
+use mmkit_core::topology::ZoneSpec;
 use mmkit_core::topology::{CacheInfo, MemoryRange, PfnRange, ZoneLimits};
-use mmkit_core::{PageAllocator, Pfn, Policy, Settings, Topology, ZoneSpec, ZoneType};
+use mmkit_core::{PageAllocator, Pfn, Policy, Settings, Topology, ZoneType};
 
 /// A one-node machine of two CPUs with one Normal zone of `zone_pages` pages.
 pub fn allocator(zone_pages: u64) -> Arc<PageAllocator> {

@@ -14,7 +14,7 @@
 //! pages sit on pagesets while the zone is below its watermark, and retries again; the
 //! fault fails after `MAX_RECLAIM_RETRIES` rounds in a row that found nothing to
 //! reclaim (`should_reclaim_retry`). The drain is the policy's
-//! ([`mmkit_core::DrainMode`]): direct, the faulting CPU locks and empties every
+//! ([`mmkit_core::policy::DrainMode`]): direct, the faulting CPU locks and empties every
 //! pageset that has pages and is charged for it; workqueue, the core returns the queued
 //! work ([`AllocAttempt::DrainQueued`]), each target CPU runs it at its next step (a
 //! kworker runs once the task it preempts reaches a scheduling point), and the faulting
