@@ -32,6 +32,7 @@
 
 use crate::page::Order;
 use crate::page_alloc::{NodeId, PageAllocator, WatermarkKind, Zone, ZoneFlags, ZoneType};
+use crate::sync::RawMutex;
 
 use super::vmscan::{DEF_PRIORITY, MAX_RECLAIM_RETRIES, SWAP_CLUSTER_MAX};
 
@@ -110,8 +111,8 @@ pub struct BalanceOutcome {
 /// assert!(outcome.balanced);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn balance_pgdat<E>(
-    allocator: &PageAllocator,
+pub fn balance_pgdat<R: RawMutex, E>(
+    allocator: &PageAllocator<R>,
     node: NodeId,
     order: Order,
     highest_zoneidx: ZoneType,
@@ -190,8 +191,8 @@ pub struct KswapdOutcome {
 /// (`kswapd_failures`). Linux keeps that count across wake-ups and stops waking a
 /// kswapd that reached it until some reclaim succeeds; here it counts within one
 /// wake-up, so a reclaim hook that frees nothing for a while does not disable kswapd.
-pub fn run<E>(
-    allocator: &PageAllocator,
+pub fn run<R: RawMutex, E>(
+    allocator: &PageAllocator<R>,
     node: NodeId,
     order: Order,
     highest_zoneidx: ZoneType,
@@ -226,9 +227,9 @@ struct Run {
 
 impl Run {
     /// The priority loop of `balance_pgdat`, from `restart:` to `out:`.
-    fn passes<E>(
+    fn passes<R: RawMutex, E>(
         &mut self,
-        allocator: &PageAllocator,
+        allocator: &PageAllocator<R>,
         highest_zoneidx: ZoneType,
         shrink: &mut impl FnMut(&ScanControl) -> Result<ShrinkOutcome, E>,
     ) -> Result<(), E> {
@@ -272,9 +273,9 @@ impl Run {
     /// `kswapd_shrink_node`: ask for `max(high, SWAP_CLUSTER_MAX)` pages per eligible
     /// zone, shrink once, and balance for order 0 from now on once twice the request
     /// (`compact_gap`) has been reclaimed.
-    fn kswapd_shrink_node<E>(
+    fn kswapd_shrink_node<R: RawMutex, E>(
         &mut self,
-        allocator: &PageAllocator,
+        allocator: &PageAllocator<R>,
         shrink: &mut impl FnMut(&ScanControl) -> Result<ShrinkOutcome, E>,
     ) -> Result<ShrinkOutcome, E> {
         self.sc.nr_to_reclaim = eligible_zones(allocator, self.sc.node, self.sc.reclaim_idx)
@@ -295,11 +296,11 @@ impl Run {
 }
 
 /// The managed zones of `node` up to `highest_zoneidx`.
-fn eligible_zones(
-    allocator: &PageAllocator,
+fn eligible_zones<R: RawMutex>(
+    allocator: &PageAllocator<R>,
     node: NodeId,
     highest_zoneidx: ZoneType,
-) -> impl Iterator<Item = &Zone> {
+) -> impl Iterator<Item = &Zone<R>> {
     allocator
         .zones()
         .iter()
