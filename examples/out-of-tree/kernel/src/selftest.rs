@@ -283,7 +283,8 @@ pub fn out_of_memory<R: RawMutex>(kernel: &Kernel<R>, order: Order) -> Result<u6
 /// recorded and run the core's kswapd loop on it, with a shrinker that has nothing to
 /// reclaim (this kernel has no page cache). Besides balancing, the loop drops the
 /// watermark boost that migratetype fallbacks raise; a kernel that never runs it keeps
-/// the boost, up to 1.5 times each zone's high watermark, out of every allocation's reach.
+/// the boost (a pageblock or 1.5 times the high watermark, whichever is more, per zone:
+/// 2 MiB of each small zone here) out of every allocation's reach.
 /// Returns the boost dropped, in pages.
 pub fn kswapd_wakeups<R: RawMutex>(kernel: &Kernel<R>) -> u64 {
     let allocator = kernel.allocator();

@@ -7,7 +7,6 @@ use std::collections::HashSet;
 use mmkit_core::AllocError;
 use mmkit_core::Gfp;
 use mmkit_core::Order;
-use mmkit_runtime::cpu;
 use mmkit_runtime::PagePool;
 use mmkit_runtime::PoolCache;
 use mmkit_runtime::PoolCacheConfig;
@@ -19,16 +18,28 @@ const BLOCKS: usize = 64;
 /// The highest order checked.
 const ORDER_MAX: u8 = 3;
 
+/// Memory of the quiet pool the check runs on: 16 MiB.
+const QUIET_POOL_BYTES: usize = 16 << 20;
+
 /// Dirty [`BLOCKS`] blocks of each order up to [`ORDER_MAX`], free them, and ask for as
-/// many with `__GFP_ZERO` on the same pageset, with the same flags otherwise (a pageset
-/// keeps a list per migratetype): every byte must be zero, and some of the
-/// blocks must be dirtied ones (else the check proved nothing). Returns the blocks checked.
+/// many with `__GFP_ZERO` and the same flags otherwise (a pageset keeps a list per
+/// migratetype): every byte must be zero, and some of the blocks must be dirtied ones
+/// (else the check proved nothing). On a pool of its own with one CPU and no background
+/// threads, so that no vmstat tick drains the pageset in between. Returns the blocks
+/// checked.
 pub fn run(pool: &PagePool) -> Result<u64, String> {
-    cpu::pin_thread(Some(0));
+    let quiet = PagePool::builder()
+        .memory_bytes(QUIET_POOL_BYTES)
+        .cpus(1)
+        .background(false)
+        .build()
+        .map_err(|error| format!("page pool: {error}"))?;
     let checked = (0..=ORDER_MAX)
-        .map(|order| dirty_then_zeroed(pool, order))
-        .sum::<Result<u64, String>>();
-    cpu::pin_thread(None);
+        .map(|order| dirty_then_zeroed(&quiet, order))
+        .sum::<Result<u64, String>>()?;
+    quiet
+        .verify()
+        .map_err(|error| format!("page pool verify: {error}"))?;
     let zero_cache = PoolCacheConfig {
         gfp: Gfp::KERNEL | Gfp::ZERO,
         ..PoolCacheConfig::default()
@@ -42,7 +53,7 @@ pub fn run(pool: &PagePool) -> Result<u64, String> {
         Err(PoolError::Alloc(AllocError::InvalidGfp(_))) => {}
         other => return Err(format!("__GFP_ACCOUNT was not refused: {other:?}")),
     }
-    checked
+    Ok(checked)
 }
 
 fn dirty_then_zeroed(pool: &PagePool, order: u8) -> Result<u64, String> {
