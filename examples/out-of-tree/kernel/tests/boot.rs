@@ -25,7 +25,7 @@ fn zone(kernel: &Kernel, node: NodeId, zone_type: ZoneType) -> zoneinfo::ZoneInf
 
 #[test]
 fn memory_map_with_holes_sizes_zones_as_linux_does() {
-    let kernel = common::boot();
+    let kernel: Kernel = common::boot();
     // DMA: pfns 1..4096; usable 1..0x9f, 0x100..0xe00 and 0xe10..0x1000; the kernel
     // image (0x100..0x300) is present but not managed.
     let dma = zone(&kernel, 0, ZoneType::Dma);
@@ -55,7 +55,7 @@ fn memory_map_with_holes_sizes_zones_as_linux_does() {
 
 #[test]
 fn firmware_cpu_numbering_is_kept() {
-    let kernel = common::boot();
+    let kernel: Kernel = common::boot();
     let topology = kernel.allocator().topology();
     let nodes: Vec<_> = (0..4).map(|cpu| topology.cpu_node(cpu)).collect();
     assert_eq!(nodes, [Some(0), Some(1), Some(0), Some(1)]);
@@ -63,7 +63,7 @@ fn firmware_cpu_numbering_is_kept() {
 
 #[test]
 fn zoneinfo_prints_present_and_managed_of_every_zone() {
-    let kernel = common::boot();
+    let kernel: Kernel = common::boot();
     let mut text = String::new();
     selftest::zoneinfo(&kernel, &mut text).unwrap();
     assert!(text.starts_with("Node 0, zone      DMA\n"), "{text}");
@@ -74,28 +74,28 @@ fn zoneinfo_prints_present_and_managed_of_every_zone() {
 
 #[test]
 fn alloc_and_free_of_every_order_keep_the_books() {
-    let kernel = common::boot();
+    let kernel: Kernel = common::boot();
     selftest::alloc_free_by_order(&kernel).unwrap();
     assert_eq!(selftest::allocated_pages(&kernel).unwrap(), 0);
 }
 
 #[test]
 fn bulk_allocation_fills_every_slot_and_a_batch_frees_them() {
-    let kernel = common::boot();
+    let kernel: Kernel = common::boot();
     selftest::bulk(&kernel).unwrap();
     assert_eq!(selftest::allocated_pages(&kernel).unwrap(), 0);
 }
 
 #[test]
 fn dma_request_is_served_below_16_mib() {
-    let kernel = common::boot();
+    let kernel: Kernel = common::boot();
     selftest::dma(&kernel).unwrap();
     assert_eq!(selftest::allocated_pages(&kernel).unwrap(), 0);
 }
 
 #[test]
 fn offline_cpu_is_drained_and_refused_until_it_comes_back() {
-    let kernel = common::boot();
+    let kernel: Kernel = common::boot();
     selftest::cpu_hotplug(&kernel, 3).unwrap();
     selftest::cpu_hotplug(&kernel, 0).unwrap();
     kernel.allocator().verify().unwrap();
@@ -103,7 +103,7 @@ fn offline_cpu_is_drained_and_refused_until_it_comes_back() {
 
 #[test]
 fn out_of_memory_is_an_error_and_the_memory_comes_back() {
-    let kernel = common::boot();
+    let kernel: Kernel = common::boot();
     let taken = selftest::out_of_memory(&kernel, Order::ZERO).unwrap();
     let managed: u64 = kernel
         .allocator()
@@ -125,7 +125,7 @@ fn out_of_memory_is_an_error_and_the_memory_comes_back() {
 
 #[test]
 fn x86_64_mapper_takes_its_page_tables_from_mmkit() {
-    let kernel = common::boot();
+    let kernel: Kernel = common::boot();
     assert_eq!(
         paging::map_unmap(&kernel, 512).unwrap(),
         paging::TABLES_PER_WALK
@@ -135,7 +135,7 @@ fn x86_64_mapper_takes_its_page_tables_from_mmkit() {
 
 #[test]
 fn self_test_runs_every_step_and_prints_zoneinfo() {
-    let kernel = common::boot();
+    let kernel: Kernel = common::boot();
     let mut log = String::new();
     selftest::run(&kernel, &mut log).unwrap();
     print!("{log}");
@@ -191,6 +191,29 @@ fn overlapping_usable_ranges_are_refused() {
     let refused = unsafe { oot_kernel::boot::<mmkit_core::sync::RawSpinLock>(&info, phys_offset) };
     assert!(
         matches!(refused, Err(BootError::Topology(_))),
+        "{:?}",
+        refused.err()
+    );
+}
+
+#[test]
+fn mem_map_is_not_carved_out_of_the_kernel_image() {
+    // The image sits at the top of node 0's only range, where the mem_map would go.
+    let map = [Region::usable(0x10_0000, 0x80_0000, 0)];
+    let info = BootInfo {
+        memory_map: &map,
+        kernel_image: (0x70_0000, 0x80_0000),
+        cpu_nodes: &[0],
+        llc: CacheInfo {
+            llc_bytes: 1 << 20,
+            llc_shared_cpus: 1,
+        },
+    };
+    let phys_offset = common::physical_memory(common::PHYS_BYTES);
+    // SAFETY: the buffer covers physical 0..48 MiB and only this kernel uses it.
+    let refused = unsafe { oot_kernel::boot::<mmkit_core::sync::RawSpinLock>(&info, phys_offset) };
+    assert!(
+        matches!(refused, Err(BootError::NoRoomForMemMap { .. })),
         "{:?}",
         refused.err()
     );

@@ -4,6 +4,7 @@
 use std::alloc::Layout;
 
 use mmkit_core::page_alloc::NodeId;
+use mmkit_core::sync::RawMutex;
 use mmkit_core::topology::CacheInfo;
 use oot_kernel::memory_map::Region;
 use oot_kernel::memory_map::RegionKind;
@@ -57,8 +58,9 @@ pub fn physical_memory(bytes: u64) -> u64 {
     base as u64
 }
 
-/// A kernel booted on [`MEMORY_MAP`], its physical memory a fresh buffer.
-pub fn boot() -> Kernel {
+/// A kernel booted on [`MEMORY_MAP`] with zone and pageset lock `R`, its physical memory
+/// a fresh buffer.
+pub fn boot<R: RawMutex>() -> Kernel<R> {
     let phys_offset = physical_memory(PHYS_BYTES);
     // SAFETY: the buffer covers physical addresses 0..48 MiB, every usable range of the
     // map, and only this kernel uses it.
