@@ -3,6 +3,7 @@
 //! in per-CPU counters (`PerCpu<AtomicU64>`) whose sums must equal their own counts.
 
 use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
 use std::thread;
 
 use mmkit_core::AllocError;
@@ -49,9 +50,11 @@ struct Counters<'percpu> {
     frees: PerCpu<'percpu, AtomicU64>,
 }
 
-/// Run [`THREADS`] threads of `rounds` operations each; `damage_one_canary` makes thread 0
-/// write into its first block behind the canary's back. Fails on a damaged canary, a
-/// non-zero `__GFP_ZERO` block, a refused call, or counters that do not add up.
+/// Run [`THREADS`] threads of `rounds` operations each, thread `t` pinned to CPU `t` of
+/// both pools (`cpu::pin_thread`: its pageset and its per-CPU counters' copy);
+/// `damage_one_canary` makes thread 0 write into its first block behind the canary's
+/// back. Fails on a damaged canary, a non-zero `__GFP_ZERO` block, a refused call, or
+/// counters that do not add up, CPU by CPU and summed.
 pub fn run(
     pool: &PagePool,
     percpu: &PercpuPool,
@@ -85,8 +88,23 @@ pub fn run(
             .collect()
     });
     let mut totals = Totals::default();
-    for result in results {
+    for (thread, result) in results.into_iter().enumerate() {
         let one = result?;
+        // Each thread was pinned to its own CPU, so it counted in that CPU's copies only.
+        let copies = (
+            counters.allocs.per_cpu(thread),
+            counters.frees.per_cpu(thread),
+        );
+        let counted = (
+            copies.0.load(Ordering::Relaxed),
+            copies.1.load(Ordering::Relaxed),
+        );
+        if counted != (one.blocks, one.blocks) {
+            return Err(format!(
+                "CPU {thread}'s counters say {} allocations and {} frees, its thread {} of each",
+                counted.0, counted.1, one.blocks
+            ));
+        }
         totals.blocks += one.blocks;
         totals.pages += one.pages;
         totals.zeroed += one.zeroed;
