@@ -4,13 +4,14 @@
 # kernel/ (no_std; host tests, then the library for x86_64-unknown-none when that target
 # is installed) and service/ (a std binary on mmkit-runtime). Exits non-zero on any failure.
 #
-# They build into the workspace's target directory. Each is its own package with its own
-# Cargo.lock, which is not committed: the first run seeds it from the workspace's, so they
-# build the dependency versions the workspace tested, and cargo drops what they do not use.
+# They build into the workspace's target directory (.cargo/config.toml). Each is its own
+# package with its own Cargo.lock, which is not committed: the first run seeds it from
+# the workspace's, so they build the dependency versions the workspace tested, and cargo
+# drops what they do not use.
 set -euo pipefail
 cd "$(dirname "$0")"
 root=$(cd ../.. && pwd)
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
+# .cargo/config.toml points them at the workspace's target directory.
 
 step() { printf '\n-- %s\n' "$*"; }
 
@@ -31,8 +32,9 @@ if ! command -v rustup >/dev/null; then
 elif ! rustup target list --installed | grep -qx x86_64-unknown-none; then
     echo "SKIPPED x86_64-unknown-none: the target is not installed ('rustup target add x86_64-unknown-none')"
 else
-    (cd kernel && cargo build --lib --target x86_64-unknown-none --quiet)
-    echo "built"
+    (cd kernel && cargo build --target x86_64-unknown-none --quiet &&
+        cargo clippy --target x86_64-unknown-none --quiet -- -D warnings)
+    echo "built and linted"
 fi
 
 step "service: tests, then a run (4 threads, canaries, per-CPU counters, PoolCache, __GFP_ZERO)"
