@@ -12,7 +12,9 @@
 //! - `x86_64`: [`Frames`] implements the `x86_64` crate's `FrameAllocator` and
 //!   `FrameDeallocator` for 4 KiB and 2 MiB frames, so its page-table mappers allocate page
 //!   tables from mmkit. The only `unsafe` in the core: the two traits are `unsafe` to
-//!   implement, and the module says why the promise holds.
+//!   implement, and the module says why the promise holds. The traits are those of
+//!   `x86_64` 0.15: a kernel depends on `x86_64 = "0.15"` (default features off, unless
+//!   it builds with nightly) for its mappers to take a `Frames`.
 //!
 //! Linux counterpart: `alloc_pages` / `__free_pages` (`include/linux/gfp.h`), and for the
 //! layout arithmetic `get_order`.

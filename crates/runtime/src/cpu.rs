@@ -111,16 +111,22 @@ pub fn rseq_cpu() -> Option<u32> {
     None
 }
 
-/// Serve this thread's requests from `cpu`'s pagesets (`None`: follow the real CPU).
-/// Useful when a pool has more virtual CPUs than the machine, or to model a placement.
+/// Serve this thread's requests from `cpu`'s pagesets, and its per-CPU data
+/// ([`crate::PerCpu::this_cpu`], a counter's `add`) from `cpu`'s copy (`None`: follow the
+/// real CPU): [`current_cpu`] answers `cpu`. Useful when a pool has more virtual CPUs than
+/// the machine, or to model a placement.
 ///
 /// ```
-/// # use mmkit_runtime::{cpu, PagePool};
+/// # use mmkit_runtime::{cpu, PagePool, PercpuPool};
 /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(8).build()?;
+/// let percpu = PercpuPool::new(8)?;
+/// let hits = percpu.counter()?;
 /// cpu::pin_thread(Some(5));
 /// assert_eq!(pool.caller().cpu, 5);
+/// hits.add(1);
+/// assert_eq!(hits.per_cpu(5).load(std::sync::atomic::Ordering::Relaxed), 1);
 /// cpu::pin_thread(None);
-/// # Ok::<(), mmkit_runtime::PoolError>(())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn pin_thread(cpu: Option<u32>) {
     PINNED.with(|p| p.set(cpu));

@@ -301,8 +301,9 @@ impl<T: Zeroable + Sync> PerCpu<'_, T> {
         unsafe { &*self.base.as_ptr().byte_add(offset) }
     }
 
-    /// The copy of the CPU the calling thread runs on (`this_cpu_ptr`); a CPU beyond the
-    /// pool's units uses `cpu % units`. The thread may migrate right after: the
+    /// The copy of the CPU the calling thread runs on (`this_cpu_ptr`), or of the CPU it
+    /// is pinned to ([`crate::cpu::pin_thread`]); a CPU beyond the pool's units uses
+    /// `cpu % units`. The thread may migrate right after: the
     /// reference stays valid, it just may not be "this" CPU's any more.
     pub fn this_cpu(&self) -> &T {
         self.per_cpu(crate::cpu::current_cpu() as usize % self.cpus())

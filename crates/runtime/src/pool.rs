@@ -339,11 +339,16 @@ impl PagePool {
     /// ```
     /// # use mmkit_runtime::PagePool;
     /// # use mmkit_core::{Gfp, Order};
-    /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(1).build()?;
-    /// let mut dirty = pool.alloc(Order::ZERO)?;
+    /// // No vmstat tick to drain the pageset in between: the page below stays on it.
+    /// let pool = PagePool::builder().memory_bytes(16 << 20).cpus(1).background(false).build()?;
+    /// let mut dirty = pool.alloc_gfp(Gfp::KERNEL, Order::ZERO)?;
     /// dirty.fill(0xab);
-    /// drop(dirty);
+    /// let pfn = dirty.pfn();
+    /// drop(dirty);                                // onto the pageset's unmovable list
+    /// // The same flags but __GFP_ZERO: the same page comes back, zeroed. (With other
+    /// // flags, say `pool.alloc`'s movable ones, it would come off another list.)
     /// let clean = pool.alloc_gfp(Gfp::KERNEL | Gfp::ZERO, Order::ZERO)?;
+    /// assert_eq!(clean.pfn(), pfn);
     /// assert!(clean.iter().all(|&byte| byte == 0));
     /// # Ok::<(), mmkit_runtime::PoolError>(())
     /// ```

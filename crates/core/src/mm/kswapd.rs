@@ -31,9 +31,8 @@
 //! (there is no compaction), and `kswapd_failures` across wake-ups ([`run`] says why).
 
 use crate::page::Order;
-use lock_api::RawMutex;
-
 use crate::page_alloc::{NodeId, PageAllocator, WatermarkKind, Zone, ZoneFlags, ZoneType};
+use crate::sync::RawMutex;
 
 use super::vmscan::{DEF_PRIORITY, MAX_RECLAIM_RETRIES, SWAP_CLUSTER_MAX};
 

@@ -25,8 +25,14 @@ use crate::settings::{MinFreeKbytes, Settings, SettingsError};
 use crate::sync::{AtomicU64, CachePadded, Lock, RawMutex, RawSpinLock};
 use crate::topology::{Topology, ZoneSpec};
 
-/// kswapd wake-ups requested for a node. The core only records them; a runtime or
-/// simulator runs [`crate::mm::kswapd::balance_pgdat`] for the request it takes.
+/// kswapd wake-ups requested for a node. The core only records them; whoever owns the
+/// threads (a kernel's kswapd, the runtime's, a simulator) takes the request and runs
+/// [`crate::mm::kswapd::run`] for it. A kernel must: besides balancing the node, the loop
+/// drops the watermark boost that migratetype fallbacks raise, which otherwise keeps up to
+/// a pageblock or 1.5 times the high watermark, whichever is more, of each zone out of
+/// every allocation's reach. A kernel without a page cache passes a shrinker that
+/// reclaims nothing
+/// (`examples/out-of-tree/kernel/src/selftest.rs`, `kswapd_wakeups`).
 ///
 /// ```
 /// # use mmkit_core::topology::{CacheInfo, ZoneSize};

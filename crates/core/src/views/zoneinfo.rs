@@ -7,6 +7,26 @@
 //! `high_max` and widened the labels, which 6.18 prints. We omit the `per-node stats`
 //! block and the zone counters other than `nr_free_pages`, which the core does not keep
 //! yet.
+//!
+//! A kernel prints its allocator's zoneinfo in the layout of the policy it runs (the
+//! policy's [`zoneinfo`](crate::policy::Policy::zoneinfo) field):
+//!
+//! ```
+//! use mmkit_core::topology::{CacheInfo, MemoryRange, PfnRange, ZoneLimits};
+//! use mmkit_core::views::zoneinfo::{collect, render};
+//! use mmkit_core::{PageAllocator, Policy, Settings, Topology};
+//!
+//! // 63 MiB from 1 MiB, the first 2 MiB of it the kernel image.
+//! let usable = [MemoryRange::from_bytes(1 << 20, 64 << 20, 0)];
+//! let reserved = [PfnRange::covering_bytes(1 << 20, 3 << 20)];
+//! let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+//! let machine = Topology::from_memory_map(&usable, &reserved, ZoneLimits::X86_64, &[0], llc)?;
+//! let allocator = PageAllocator::new(machine, Settings::default(), Policy::V6_7)?;
+//! let text = render(&collect(&allocator), allocator.policy().zoneinfo);
+//! assert!(text.starts_with("Node 0, zone      DMA\n"));
+//! assert!(text.contains("        present  3840\n        managed  3328\n"), "{text}");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use alloc::string::String;
 use alloc::vec::Vec;
