@@ -117,8 +117,20 @@ pub fn alloc_pages_peek_next_report<R: RawMutex>(
 /// the caller must own the block by construction: the runtime's `PageBlock` (not
 /// `Clone`, freed once on drop) and the single-threaded simulator do. Not on
 /// [`PageAllocator`]: safe code there cannot be trusted with that promise.
+///
+/// # Safety
+///
+/// No other thread frees, batch-frees or splits the block (`pfn`, `order`) while this
+/// call runs. The free lists stay consistent for any sequence of calls on one thread (a
+/// second free is refused as `free_pages` refuses it); only a race corrupts them, and a
+/// runtime on real memory would then hand one page out twice. `unsafe` because a crate
+/// that depends on mmkit-runtime sees this module too (cargo unifies the feature).
 #[inline(always)]
-pub fn free_pages_exclusive<R: RawMutex>(
+#[expect(
+    unsafe_code,
+    reason = "a caller's promise, not an unsafe operation: see # Safety"
+)]
+pub unsafe fn free_pages_exclusive<R: RawMutex>(
     allocator: &PageAllocator<R>,
     caller: Caller,
     pfn: Pfn,
@@ -128,8 +140,16 @@ pub fn free_pages_exclusive<R: RawMutex>(
 }
 
 /// [`free_pages_exclusive`], telling `events` what the call did under the zone lock.
+///
+/// # Safety
+///
+/// As [`free_pages_exclusive`]: no other thread frees or splits the block meanwhile.
 #[inline(always)]
-pub fn free_pages_exclusive_report<R: RawMutex>(
+#[expect(
+    unsafe_code,
+    reason = "a caller's promise, not an unsafe operation: see # Safety"
+)]
+pub unsafe fn free_pages_exclusive_report<R: RawMutex>(
     allocator: &PageAllocator<R>,
     caller: Caller,
     pfn: Pfn,
@@ -141,7 +161,15 @@ pub fn free_pages_exclusive_report<R: RawMutex>(
 
 /// `free_pages_batch` with [`free_pages_exclusive`]'s claim: the same all-or-nothing
 /// refusal, and the same promise that no other thread frees or splits these pages.
-pub fn free_pages_batch_exclusive<R: RawMutex>(
+///
+/// # Safety
+///
+/// As [`free_pages_exclusive`], for every page of `pfns`.
+#[expect(
+    unsafe_code,
+    reason = "a caller's promise, not an unsafe operation: see # Safety"
+)]
+pub unsafe fn free_pages_batch_exclusive<R: RawMutex>(
     allocator: &PageAllocator<R>,
     caller: Caller,
     pfns: &[Pfn],

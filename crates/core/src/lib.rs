@@ -68,10 +68,18 @@
 
 #![no_std]
 // `unsafe` is forbidden, except that the `x86_64` adapter implements that crate's two
-// `unsafe` traits (`frame.rs`) and the model checker's raw lock implements `lock_api`'s
-// (`sync.rs`, feature `shuttle`); with either feature on it is denied everywhere else.
-#![cfg_attr(not(any(feature = "x86_64", feature = "shuttle")), forbid(unsafe_code))]
-#![cfg_attr(any(feature = "x86_64", feature = "shuttle"), deny(unsafe_code))]
+// `unsafe` traits (`frame.rs`), the model checker's raw lock implements `lock_api`'s
+// (`sync.rs`, feature `shuttle`), and `internals` declares its exclusive frees `unsafe fn`
+// (a contract for the caller; the core has no `unsafe` block); with any of these features
+// on it is denied everywhere else.
+#![cfg_attr(
+    not(any(feature = "x86_64", feature = "shuttle", feature = "internals")),
+    forbid(unsafe_code)
+)]
+#![cfg_attr(
+    any(feature = "x86_64", feature = "shuttle", feature = "internals"),
+    deny(unsafe_code)
+)]
 #![deny(missing_docs)]
 
 extern crate alloc;

@@ -81,7 +81,10 @@ impl Entry {
     ) -> Result<(), FreeError> {
         match self {
             Entry::Atomic => allocator.free_pages(caller, pfn, o),
-            Entry::Exclusive => internals::free_pages_exclusive(allocator, caller, pfn, o),
+            // SAFETY: each test frees from its own thread only, so no free races it.
+            Entry::Exclusive => unsafe {
+                internals::free_pages_exclusive(allocator, caller, pfn, o)
+            },
         }
     }
 }
@@ -591,10 +594,11 @@ fn exclusive_batch_with_a_freed_page_is_refused_as_the_atomic_one_is() {
     let pfns: Vec<Pfn> = (0..4)
         .map(|_| alloc(&allocator, Gfp::KERNEL, order(0)))
         .collect();
-    assert_eq!(
-        internals::free_pages_batch_exclusive(&allocator, CPU0, &pfns[2..]),
-        Ok(())
-    );
+    let exclusive = |pfns: &[Pfn]| {
+        // SAFETY: this test's one thread is the only one that frees.
+        unsafe { internals::free_pages_batch_exclusive(&allocator, CPU0, pfns) }
+    };
+    assert_eq!(exclusive(&pfns[2..]), Ok(()));
     let before = Snapshot::take(&allocator, &pfns);
     let atomic = allocator.free_pages_batch(CPU0, &pfns);
     let refused = BatchFreeError {
@@ -611,14 +615,8 @@ fn exclusive_batch_with_a_freed_page_is_refused_as_the_atomic_one_is() {
     );
     // An error a caller can box and chain.
     let _: &dyn std::error::Error = &refused;
-    assert_eq!(
-        internals::free_pages_batch_exclusive(&allocator, CPU0, &pfns),
-        atomic
-    );
+    assert_eq!(exclusive(&pfns), atomic);
     assert_eq!(before, Snapshot::take(&allocator, &pfns));
-    assert_eq!(
-        internals::free_pages_batch_exclusive(&allocator, CPU0, &pfns[..2]),
-        Ok(())
-    );
+    assert_eq!(exclusive(&pfns[..2]), Ok(()));
     allocator.verify().expect("every page accounted for");
 }

@@ -174,7 +174,8 @@ fn every_allocator_path_takes_the_embedders_lock_and_restores_interrupts() {
     })
     .expect("a good free");
     through_the_lock("an order-3 free", || {
-        mmkit_core::internals::free_pages_exclusive(&allocator, cpu0, block, order3)
+        // SAFETY: this test's one thread is the only one that frees.
+        unsafe { mmkit_core::internals::free_pages_exclusive(&allocator, cpu0, block, order3) }
     })
     .expect("a good free");
     through_the_lock("a batched free", || allocator.free_pages_batch(cpu1, &bulk))

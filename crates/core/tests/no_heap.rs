@@ -153,7 +153,8 @@ fn allocation_free_drain_and_hotplug_paths_never_call_the_heap() {
         let pfn = allocator
             .alloc_pages(cpu0, Gfp::KERNEL | Gfp::DMA, Order::ZERO)
             .expect("DMA memory");
-        mmkit_core::internals::free_pages_exclusive(&allocator, cpu1, pfn, Order::ZERO)
+        // SAFETY: this test's one thread is the only one that frees.
+        unsafe { mmkit_core::internals::free_pages_exclusive(&allocator, cpu1, pfn, Order::ZERO) }
             .expect("a good free");
     });
     without_heap("bulk allocation and batched free", || {

@@ -614,11 +614,16 @@ impl PagePool {
     pub(crate) fn free_pfns_batch(&self, pfns: &[Pfn]) -> Result<(), PoolError> {
         let (mut caller, mut retries) = (self.caller(), 0);
         loop {
-            match mmkit_core::internals::free_pages_batch_exclusive(
-                &self.inner.allocator,
-                caller,
-                pfns,
-            ) {
+            // SAFETY: the caller owns every page of `pfns` (see above), so no other
+            // thread frees or splits them meanwhile.
+            let freed = unsafe {
+                mmkit_core::internals::free_pages_batch_exclusive(
+                    &self.inner.allocator,
+                    caller,
+                    pfns,
+                )
+            };
+            match freed {
                 Err(BatchFreeError {
                     error: FreeError::InvalidCpu(cpu),
                     ..
@@ -649,8 +654,12 @@ impl PagePool {
     #[inline(always)]
     fn free_pages_as_task(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
         let caller = Caller::task(self.this_cpu());
-        match mmkit_core::internals::free_pages_exclusive(&self.inner.allocator, caller, pfn, order)
-        {
+        // SAFETY: the block's owner frees it (see above): no other thread frees or
+        // splits it meanwhile.
+        let freed = unsafe {
+            mmkit_core::internals::free_pages_exclusive(&self.inner.allocator, caller, pfn, order)
+        };
+        match freed {
             Err(FreeError::InvalidCpu(_)) => self.free_on_online_cpu(pfn, order),
             done => done,
         }
@@ -662,8 +671,11 @@ impl PagePool {
     #[inline(never)]
     fn free_on_online_cpu(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
         let caller = self.caller();
-        match mmkit_core::internals::free_pages_exclusive(&self.inner.allocator, caller, pfn, order)
-        {
+        // SAFETY: as in `free_pages_as_task`, whose caller owns the block.
+        let freed = unsafe {
+            mmkit_core::internals::free_pages_exclusive(&self.inner.allocator, caller, pfn, order)
+        };
+        match freed {
             Err(FreeError::InvalidCpu(cpu)) => self.free_after_hotplug(caller, cpu, pfn, order),
             done => done,
         }
@@ -683,12 +695,16 @@ impl PagePool {
         let mut retries = 0;
         let mut refused = refused;
         while self.retry_after_hotplug(&mut caller, refused, &mut retries) {
-            match mmkit_core::internals::free_pages_exclusive(
-                &self.inner.allocator,
-                caller,
-                pfn,
-                order,
-            ) {
+            // SAFETY: as in `free_pages_as_task`, whose caller owns the block.
+            let freed = unsafe {
+                mmkit_core::internals::free_pages_exclusive(
+                    &self.inner.allocator,
+                    caller,
+                    pfn,
+                    order,
+                )
+            };
+            match freed {
                 Err(FreeError::InvalidCpu(cpu)) => refused = cpu,
                 done => return done,
             }

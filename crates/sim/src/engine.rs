@@ -806,16 +806,24 @@ impl Sim {
     /// thread and the workload model owns the blocks it frees, so no free races another:
     /// the core's exclusive free, which refuses every sequential bad free as
     /// `free_pages` does.
+    #[expect(
+        unsafe_code,
+        reason = "the exclusive free's promise, kept by one thread"
+    )]
     pub fn free(&mut self, cpu: u32, pfn: Pfn, order: Order) -> Result<(), SimError> {
         let slot = self.zone_slot(pfn);
         debug_assert!(self.report.holds.is_empty());
-        let result = mmkit_core::internals::free_pages_exclusive_report(
-            &self.allocator,
-            Caller::task(cpu),
-            pfn,
-            order,
-            &mut self.report,
-        );
+        // SAFETY: the simulator owns its allocator and calls it from this one thread,
+        // so no other free or split of the block runs meanwhile.
+        let result = unsafe {
+            mmkit_core::internals::free_pages_exclusive_report(
+                &self.allocator,
+                Caller::task(cpu),
+                pfn,
+                order,
+                &mut self.report,
+            )
+        };
         // A drain's (or a buddy free's) zone-lock request is made at the call's time,
         // then the PCP path's own cost.
         self.charge_report(cpu);

@@ -23,7 +23,9 @@
 //! Linux has no counterpart: this is the measuring instrument. Nothing here decides what
 //! the allocator does; the engine only reads what the allocator did to charge time.
 //! Same inputs and seed ⇒ byte-identical results (no hash-map order, no host time).
-//! `unsafe` is denied but for one prefetch intrinsic, which cannot change a result.
+//! `unsafe` is denied but for one prefetch intrinsic, which cannot change a result, and
+//! the core's exclusive free, whose promise (no other thread frees the block) a
+//! one-threaded simulator keeps by construction.
 
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
