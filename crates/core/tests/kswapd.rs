@@ -260,3 +260,52 @@ fn mapping_layer_kswapd_drops_the_watermark_boost() {
         "the effective high watermark is the stored one again"
     );
 }
+
+/// kswapd of the mapping layer checks its node at the highest zone index there is
+/// (`ZONE_DEVICE`, as `kswapd_highest_zoneidx` starts). A node that is not balanced for a
+/// Normal request is not balanced at any index above Normal either: DMA32 keeps Normal's
+/// pages in reserve (`lowmem_reserve`) at every index above Normal, also those of zone
+/// types the machine does not have. (With a zero reserve at `ZONE_DEVICE`, DMA32 above its
+/// bare high watermark balanced the node and kswapd reclaimed nothing.)
+#[test]
+fn kswapd_checks_the_node_with_dma32_keeping_normals_reserve_at_every_index_above() {
+    let zones = [
+        ZoneSize::managed(0, ZoneType::Dma32, 4096),
+        ZoneSize::managed(0, ZoneType::Normal, 8192),
+    ];
+    let llc = CacheInfo {
+        llc_bytes: 8 << 20,
+        llc_shared_cpus: 2,
+    };
+    let topology = Topology::x86_64(&zones, vec![2], llc, false).expect("valid topology");
+    let allocator = Arc::new(
+        PageAllocator::new(topology, Settings::default(), Policy::V6_7).expect("valid settings"),
+    );
+    let dma32 = &allocator.zones()[ZoneType::Dma32.index()];
+    let reserve = dma32.lowmem_reserve();
+    assert!(reserve[ZoneType::Normal.index()] > 0, "{reserve:?}");
+    for above in [ZoneType::Movable, ZoneType::Device] {
+        assert_eq!(
+            reserve[above.index()],
+            reserve[ZoneType::Normal.index()],
+            "{reserve:?}"
+        );
+    }
+    let mut memory = Memory::new(allocator.clone(), MmPolicy::V6_7, 16_384);
+    let mm = memory.create_mm();
+    memory
+        .mmap_anon(mm, 0x4000, 16_384, Order::ZERO)
+        .expect("a free range");
+    let mut vpn = 0x4000;
+    while allocator.pgdat_balanced(0, Order::ZERO, ZoneType::Normal) {
+        memory
+            .access(CALLER, mm, vpn, true, &mut NoIo)
+            .expect("memory for the fault");
+        vpn += 1;
+    }
+    assert!(!allocator.pgdat_balanced(0, Order::ZERO, ZoneType::Device));
+    let outcome = memory.kswapd(CALLER, 0, &mut NoIo).expect("kswapd");
+    assert!(outcome.reclaimed > 0, "{outcome:?}");
+    assert!(allocator.pgdat_balanced(0, Order::ZERO, ZoneType::Device));
+    memory.verify().expect("consistent");
+}

@@ -137,6 +137,13 @@ pub fn zone_watermarks(
 /// pages (`setup_per_zone_lowmem_reserve`): for each higher zone j, the pages of the zones
 /// above this one up to j, divided by this zone's ratio; all zero when the ratio is 0 or
 /// the zone is empty.
+///
+/// Every index up to `MAX_NR_ZONES` gets its entry, also those of zone types the node
+/// does not have (`managed` shorter: a machine without `ZONE_DEVICE`), which add no pages:
+/// kswapd checks its node at the highest zone index there is
+/// (`kswapd_highest_zoneidx`'s `MAX_NR_ZONES - 1`), and a zero reserve there would let a
+/// lower zone above its high watermark balance the node while the zones above it are
+/// below their low one.
 pub fn lowmem_reserve(
     zone_index: usize,
     managed: &[u64],
@@ -147,9 +154,9 @@ pub fn lowmem_reserve(
         return reserve;
     }
     let mut above = 0;
-    for j in zone_index + 1..managed.len() {
-        above += managed[j];
-        reserve[j] = above / ratio as u64;
+    for (j, slot) in reserve.iter_mut().enumerate().skip(zone_index + 1) {
+        above += managed.get(j).copied().unwrap_or(0);
+        *slot = above / ratio as u64;
     }
     reserve
 }
