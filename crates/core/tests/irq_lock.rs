@@ -325,3 +325,53 @@ fn kswapd_reclaims_through_the_embedders_lock() {
     assert!(allocator.pgdat_balanced(0, Order::ZERO, ZoneType::Normal));
     allocator.verify().expect("consistent");
 }
+
+#[test]
+fn the_mapping_layer_faults_reclaims_and_unmaps_through_the_embedders_lock() {
+    use mmkit_core::mm::memcg::MemcgId;
+    use mmkit_core::mm::{Memory, NoIo};
+    use mmkit_core::page_alloc::WatermarkKind;
+    use mmkit_core::policy::MmPolicy;
+
+    let zones = [ZoneSize::managed(0, ZoneType::Normal, 4096)];
+    let llc = CacheInfo {
+        llc_bytes: 8 << 20,
+        llc_shared_cpus: 1,
+    };
+    let topology = Topology::x86_64(&zones, vec![1], llc, false).expect("valid topology");
+    let allocator = Arc::new(
+        PageAllocator::<IrqSaveLock>::with_lock(topology, Settings::default(), Policy::V6_7)
+            .expect("valid settings"),
+    );
+    let mut memory = Memory::with_lock(allocator.clone(), MmPolicy::V6_7, 4096);
+    let cpu0 = Caller::task(0);
+    let mm = memory.create_mm();
+    memory
+        .mmap_anon(mm, 0x4000, 4096, Order::ZERO)
+        .expect("a free range");
+    let zone = || &allocator.zones()[ZoneType::Normal.index()];
+    // Fault until the zone falls below its low watermark, so that kswapd has work.
+    let mut vpn = 0x4000;
+    while zone().free_pages() >= zone().wmark(WatermarkKind::Low) as i64 {
+        through_the_lock("an anonymous fault", || {
+            memory.access(cpu0, mm, vpn, true, &mut NoIo)
+        })
+        .expect("memory for the fault");
+        vpn += 1;
+    }
+    let kswapd = through_the_lock("kswapd on the mapping layer", || {
+        memory.kswapd(cpu0, 0, &mut NoIo)
+    })
+    .expect("kswapd");
+    assert!(kswapd.reclaimed > 0, "{kswapd:?}");
+    assert!(zone().free_pages() >= zone().wmark(WatermarkKind::High) as i64);
+    let reclaimed = through_the_lock("cgroup reclaim", || {
+        memory.memory_reclaim(cpu0, MemcgId::ROOT, 64, &mut NoIo)
+    })
+    .expect("reclaim");
+    assert!(reclaimed.reclaimed >= 64, "{reclaimed:?}");
+    through_the_lock("munmap", || memory.munmap(cpu0, mm, 0x4000)).expect("mapped");
+    assert_eq!(memory.stats().anon_mapped, 0);
+    memory.verify().expect("consistent mapping layer");
+    allocator.verify().expect("consistent allocator");
+}

@@ -38,6 +38,7 @@
 //! to the next) is not kept; each call scans `2 × (queue >> priority)` folios in batches
 //! of 128 as `do_shrink_slab` does without it.
 
+use crate::sync::RawMutex;
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec::Vec;
 
@@ -107,7 +108,7 @@ impl DeferredSplit {
     }
 }
 
-impl Memory {
+impl<R: RawMutex> Memory<R> {
     /// The deferred split queues.
     pub fn deferred_split(&self) -> &DeferredSplit {
         &self.deferred_split
@@ -221,7 +222,7 @@ pub fn pmd_base(vpn: Vpn) -> Vpn {
     vpn & !(HPAGE_PMD_NR - 1)
 }
 
-impl Memory {
+impl<R: RawMutex> Memory<R> {
     /// The PMD half of `do_huge_pmd_anonymous_page` (`folio_add_new_anon_rmap` of a
     /// PMD-sized folio, `map_anon_folio_pmd`): one PMD at `base` maps the new `folio`
     /// whole, with one reference; every page counts as mapped, and the folio as an

@@ -10,6 +10,7 @@
 
 use crate::page::{PageFlags, Pfn, NO_PFN};
 use crate::page_alloc::{PageAllocator, ZoneType, MAX_NR_ZONES};
+use crate::sync::RawMutex;
 
 use super::folio::Folio;
 
@@ -138,7 +139,7 @@ pub struct Lruvec {
     pub flags: LruvecFlags,
 }
 
-fn page(allocator: &PageAllocator, pfn: u32) -> &crate::page::Page {
+fn page<R: RawMutex>(allocator: &PageAllocator<R>, pfn: u32) -> &crate::page::Page {
     let pfn = Pfn(u64::from(pfn));
     allocator
         .find_zone(pfn)
@@ -147,22 +148,22 @@ fn page(allocator: &PageAllocator, pfn: u32) -> &crate::page::Page {
         .page(pfn)
 }
 
-fn zone_of(allocator: &PageAllocator, pfn: Pfn) -> ZoneType {
+fn zone_of<R: RawMutex>(allocator: &PageAllocator<R>, pfn: Pfn) -> ZoneType {
     allocator.find_zone(pfn).expect("in a zone").zone_type()
 }
 
 impl Lruvec {
     /// `lruvec_add_folio`: at the head of its list (the most recent end), `PG_lru` set.
-    pub(crate) fn add(&mut self, allocator: &PageAllocator, folio: Folio) {
+    pub(crate) fn add<R: RawMutex>(&mut self, allocator: &PageAllocator<R>, folio: Folio) {
         self.insert(allocator, folio, false);
     }
 
     /// `lruvec_add_folio_tail`: at the tail of its list, where reclaim looks first.
-    pub(crate) fn add_tail(&mut self, allocator: &PageAllocator, folio: Folio) {
+    pub(crate) fn add_tail<R: RawMutex>(&mut self, allocator: &PageAllocator<R>, folio: Folio) {
         self.insert(allocator, folio, true);
     }
 
-    fn insert(&mut self, allocator: &PageAllocator, folio: Folio, at_tail: bool) {
+    fn insert<R: RawMutex>(&mut self, allocator: &PageAllocator<R>, folio: Folio, at_tail: bool) {
         let head_page = page(allocator, folio.pfn.0 as u32);
         let flags = head_page.flags();
         debug_assert!(!flags.contains(PageFlags::LRU), "folio already on an LRU");
@@ -195,7 +196,11 @@ impl Lruvec {
     }
 
     /// `lruvec_del_folio`: off its list, `PG_lru` cleared. Returns the list it was on.
-    pub(crate) fn del(&mut self, allocator: &PageAllocator, folio: Folio) -> LruList {
+    pub(crate) fn del<R: RawMutex>(
+        &mut self,
+        allocator: &PageAllocator<R>,
+        folio: Folio,
+    ) -> LruList {
         let head_page = page(allocator, folio.pfn.0 as u32);
         let flags = head_page.flags();
         debug_assert!(flags.contains(PageFlags::LRU), "folio not on an LRU");
@@ -228,9 +233,9 @@ impl Lruvec {
     }
 
     /// The folios of `lru`, most recent first.
-    pub fn iter<'a>(
+    pub fn iter<'a, R: RawMutex>(
         &'a self,
-        allocator: &'a PageAllocator,
+        allocator: &'a PageAllocator<R>,
         lru: LruList,
     ) -> impl Iterator<Item = Pfn> + 'a {
         let mut at = self.lists[lru as usize].head;

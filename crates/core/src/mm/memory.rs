@@ -45,6 +45,7 @@ use crate::page::{Order, PageFlags, Pfn};
 use crate::page_alloc::{AllocError, Caller, FreeError, Gfp, MemMap, PageAllocator};
 use crate::percpu::{AllocKind, MemoryBacking, PercpuAllocator, PercpuConfig};
 use crate::policy::{MmPolicy, RmapRemoval};
+use crate::sync::{RawMutex, RawSpinLock};
 
 /// An address space (`mm_struct`), by index in [`Memory`].
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug, Hash)]
@@ -420,13 +421,13 @@ pub struct Fault {
 
 /// Where the mapping layer's page allocator lives: the allocator itself, or a runtime
 /// that owns one (a page pool on real memory).
-pub trait AllocatorSource: Send + Sync {
+pub trait AllocatorSource<R: RawMutex = RawSpinLock>: Send + Sync {
     /// The allocator.
-    fn page_allocator(&self) -> &PageAllocator;
+    fn page_allocator(&self) -> &PageAllocator<R>;
 }
 
-impl AllocatorSource for PageAllocator {
-    fn page_allocator(&self) -> &PageAllocator {
+impl<R: RawMutex + Send + Sync> AllocatorSource<R> for PageAllocator<R> {
+    fn page_allocator(&self) -> &PageAllocator<R> {
         self
     }
 }
@@ -470,8 +471,8 @@ impl AllocatorSource for PageAllocator {
 ///     memory.try_to_unmap(Caller::task(0), folio, Some(&[SwapEntry(7)]));
 /// }
 /// ```
-pub struct Memory {
-    pub(super) allocator: Arc<dyn AllocatorSource>,
+pub struct Memory<R: RawMutex = RawSpinLock> {
+    pub(super) allocator: Arc<dyn AllocatorSource<R>>,
     pub(super) policy: MmPolicy,
     pub(super) mms: Vec<Option<Mm>>,
     pub(super) files: Vec<Option<File>>,
@@ -502,6 +503,18 @@ pub struct Memory {
 impl Memory {
     /// A mapping layer over `allocator` with `swap_slots` pages of swap.
     pub fn new(allocator: Arc<dyn AllocatorSource>, policy: MmPolicy, swap_slots: u64) -> Memory {
+        Memory::with_lock(allocator, policy, swap_slots)
+    }
+}
+
+impl<R: RawMutex> Memory<R> {
+    /// [`Memory::new`] over an allocator whose zone and pageset locks are the embedder's
+    /// `R` (`PageAllocator::with_lock`).
+    pub fn with_lock(
+        allocator: Arc<dyn AllocatorSource<R>>,
+        policy: MmPolicy,
+        swap_slots: u64,
+    ) -> Memory<R> {
         Memory {
             policy,
             mms: Vec::new(),
@@ -529,7 +542,7 @@ impl Memory {
     }
 
     /// The page allocator underneath.
-    pub fn allocator(&self) -> &PageAllocator {
+    pub fn allocator(&self) -> &PageAllocator<R> {
         self.allocator.page_allocator()
     }
 
@@ -1553,12 +1566,12 @@ impl Memory {
 
     /// Run `f` on the mapping at `key` of `mm`, taken out of the address space meanwhile
     /// so that `f` may change both it and the rest of the layer.
-    pub(super) fn with_vma<R>(
+    pub(super) fn with_vma<T>(
         &mut self,
         mm: MmId,
         key: Vpn,
-        f: impl FnOnce(&mut Memory, &mut Vma) -> Result<R, MmError>,
-    ) -> Result<R, MmError> {
+        f: impl FnOnce(&mut Memory<R>, &mut Vma) -> Result<T, MmError>,
+    ) -> Result<T, MmError> {
         let mut vma = self
             .mm_mut(mm)?
             .vmas
@@ -1758,7 +1771,7 @@ impl Memory {
 const _: () = assert!(crate::page_alloc::MAX_NR_ZONES <= u8::BITS as usize);
 
 /// Per node, a bit per zone type with managed pages.
-fn managed_zones(allocator: &PageAllocator) -> Vec<u8> {
+fn managed_zones<R: RawMutex>(allocator: &PageAllocator<R>) -> Vec<u8> {
     let mut managed = alloc::vec![0u8; allocator.topology().nr_nodes()];
     for zone in allocator.zones().iter().filter(|z| z.is_managed()) {
         managed[zone.node() as usize] |= 1 << zone.zone_type().index();
@@ -1766,6 +1779,6 @@ fn managed_zones(allocator: &PageAllocator) -> Vec<u8> {
     managed
 }
 
-fn allocator_nodes(allocator: &PageAllocator) -> usize {
+fn allocator_nodes<R: RawMutex>(allocator: &PageAllocator<R>) -> usize {
     allocator.topology().nr_nodes()
 }

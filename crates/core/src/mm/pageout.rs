@@ -8,6 +8,7 @@
 //! PTE-mapped ones. A PMD-mapped THP is kept whole when the range covers its PMD and split
 //! otherwise, under both (6.7's PMD path).
 
+use crate::sync::RawMutex;
 use alloc::vec::Vec;
 
 use super::folio::Folio;
@@ -39,7 +40,7 @@ pub struct PageoutOutcome {
     pub skipped: u64,
 }
 
-impl Memory {
+impl<R: RawMutex> Memory<R> {
     /// `split_folio`: make each page of a large folio its own order-0 folio. PMDs that
     /// map it are split into PTEs first; map counts stay; each page gets the references
     /// its PTEs (and the page cache) hold, and an anonymous page that no PTE maps

@@ -11,6 +11,7 @@
 //! (`TTU_SPLIT_HUGE_PMD`), so the PTEs it leaves are unmapped, and their rmap removed per
 //! page or per run, like any others.
 
+use crate::sync::RawMutex;
 use alloc::vec::Vec;
 
 use super::folio::Folio;
@@ -27,7 +28,7 @@ struct PendingRun {
     nr: u64,
 }
 
-impl Memory {
+impl<R: RawMutex> Memory<R> {
     /// The mappings a folio may be mapped in (`rmap_walk`'s list), with the folio's first
     /// index.
     pub(super) fn rmap_targets(&self, folio: Folio) -> (Vec<(MmId, Vpn)>, u64, bool) {

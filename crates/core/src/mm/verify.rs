@@ -13,6 +13,7 @@
 //! on a deferred split queue is a held, partly unmapped anonymous THP on its cgroup's
 //! queue. Then the allocator's own walker.
 
+use crate::sync::RawMutex;
 use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::String;
@@ -36,7 +37,7 @@ macro_rules! ensure {
     };
 }
 
-impl Memory {
+impl<R: RawMutex> Memory<R> {
     /// Check every invariant of the module documentation; the first violation found.
     pub fn verify(&self) -> Result<(), String> {
         let mut maps: BTreeMap<Pfn, u64> = BTreeMap::new();

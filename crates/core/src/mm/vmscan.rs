@@ -11,6 +11,7 @@
 //! policies (`docs/reference/linux-mm.md` §5.2, Wang 2019): [`crate::policy::LruSizePolicy`].
 //! Reclaim visits every cgroup of the subtree that is not freed, zombies included.
 
+use crate::sync::RawMutex;
 use alloc::vec::Vec;
 
 use super::folio::Folio;
@@ -110,7 +111,7 @@ enum References {
     Reclaim,
 }
 
-impl Memory {
+impl<R: RawMutex> Memory<R> {
     /// `lruvec_lru_size(lruvec, lru, zone_idx)`: pages of `memcg` on `lru` on `node` in
     /// zones up to `zone_idx`, as the policy computes it. Counts the counters it read in
     /// [`super::MmStats::lru_size_reads`], as Linux reads them.
