@@ -385,6 +385,18 @@ impl CacheModel {
             crate::prefetch::prefetch(stamp);
         }
     }
+
+    /// [`Self::prefetch`] of the stamps of the pages at `offsets` of zone `zone`: the
+    /// zone's stamps looked up once.
+    #[inline]
+    pub fn prefetch_all(&self, zone: usize, offsets: impl Iterator<Item = u64>) {
+        let stamps = &self.stamps[zone];
+        for offset in offsets {
+            if let Some(stamp) = stamps.get(offset as usize) {
+                crate::prefetch::prefetch(stamp);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

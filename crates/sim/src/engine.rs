@@ -518,10 +518,7 @@ impl Sim {
     }
 
     fn zone_slot(&self, pfn: Pfn) -> usize {
-        self.zones
-            .iter()
-            .position(|&(_, start, end)| (start..end).contains(&pfn.0))
-            .expect("pfn inside a simulated zone")
+        self.slot_of(pfn).expect("pfn inside a simulated zone")
     }
 
     /// `cpu` touches `lines` of the 64 lines of each page of the block at `pfn` (writing
@@ -551,16 +548,45 @@ impl Sim {
     /// The loop is kept short (no call, no panic path per block). Prefetch hints, not
     /// loads: a load that misses would hold up the loop until its line arrived (the
     /// crate's `prefetch` module).
+    ///
+    /// The blocks of one call are nearly always in one zone (a process's pages come from
+    /// its node): the first block's zone is found once and, if every block is in it, its
+    /// descriptors and stamps are read in two loops with nothing to look up per block
+    /// (callgrind: 36 → ≈ 17 instructions per block); otherwise each block's zone is
+    /// searched for.
     pub fn prefetch(&self, pfns: &[Pfn]) {
+        let Some(slot) = pfns.first().and_then(|&first| self.slot_of(first)) else {
+            return self.prefetch_each(pfns);
+        };
+        let (zone, start, end) = self.zones[slot];
+        if !pfns.iter().all(|pfn| (start..end).contains(&pfn.0)) {
+            return self.prefetch_each(pfns);
+        }
+        let mem_map = self.allocator.zones()[zone].mem_map();
         for &pfn in pfns {
-            if let Some(slot) = self
-                .zones
-                .iter()
-                .position(|&(_, start, end)| (start..end).contains(&pfn.0))
-            {
+            if let Some(page) = mem_map.get(pfn) {
+                prefetch(page);
+            }
+        }
+        self.cache
+            .prefetch_all(slot, pfns.iter().map(|pfn| pfn.0 - start));
+    }
+
+    /// [`Self::prefetch`] of blocks in more than one zone: each block's zone searched for.
+    #[cold]
+    fn prefetch_each(&self, pfns: &[Pfn]) {
+        for &pfn in pfns {
+            if let Some(slot) = self.slot_of(pfn) {
                 self.prefetch_in(slot, pfn);
             }
         }
+    }
+
+    /// The simulated zone that spans `pfn`, if any.
+    fn slot_of(&self, pfn: Pfn) -> Option<usize> {
+        self.zones
+            .iter()
+            .position(|&(_, start, end)| (start..end).contains(&pfn.0))
     }
 
     /// [`Self::prefetch`] of one block whose zone is (probably) `slot`: a pfn outside the
