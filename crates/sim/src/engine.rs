@@ -971,6 +971,10 @@ impl Sim {
         self.queue.set_sample(event_key(0, KIND_SAMPLE, 0));
         let mut last_progress = 0;
         let mut now = 0;
+        // Read once here, not at the start of every run of a CPU: the end as a bound that
+        // every clock of a run without one is below, and the verification interval.
+        let end_ns = end.unwrap_or(u64::MAX);
+        let verify = self.options.verify_every;
         loop {
             let key = self.queue.first();
             if key == NONE {
@@ -1005,7 +1009,7 @@ impl Sim {
                     self.queue
                         .set_sample(event_key(t + self.options.sample_ns, KIND_SAMPLE, 0));
                 }
-                _ => self.run_cpu(workload, cpu, t, end)?,
+                _ => self.run_cpu(workload, cpu, t, end_ns, verify)?,
             }
             if self.stats.steps - last_progress >= 1 << 16 {
                 last_progress = self.stats.steps;
@@ -1028,12 +1032,16 @@ impl Sim {
         Ok(wall)
     }
 
+    /// Run `cpu`'s step due at `t`, and the steps after it while they come first
+    /// ([`Self::run_steps`]); `end_ns` and `verify` are the run's end (or `u64::MAX`) and
+    /// [`SimOptions::verify_every`].
     fn run_cpu<W: Workload + ?Sized>(
         &mut self,
         workload: &mut W,
         cpu: u32,
         t: u64,
-        end: Option<u64>,
+        end_ns: u64,
+        verify: Option<u64>,
     ) -> Result<(), SimError> {
         let c = cpu as usize;
         debug_assert_eq!(
@@ -1046,7 +1054,7 @@ impl Sim {
         self.nr_scheduled -= 1;
         self.queue.run(c);
         self.in_step = true;
-        let result = self.run_steps(workload, cpu, end);
+        let result = self.run_steps(workload, cpu, end_ns, verify);
         self.in_step = false;
         result
     }
@@ -1057,12 +1065,10 @@ impl Sim {
         &mut self,
         workload: &mut W,
         cpu: u32,
-        end: Option<u64>,
+        end_ns: u64,
+        verify: Option<u64>,
     ) -> Result<(), SimError> {
         let c = cpu as usize;
-        let verify = self.options.verify_every;
-        // The end as a bound that every clock of a run without one is below.
-        let end_ns = end.unwrap_or(u64::MAX);
         loop {
             self.stats.steps += 1;
             let step = workload.step(self, cpu)?;
@@ -1076,9 +1082,11 @@ impl Sim {
                         if self.queue.runs_first(c, event_key(clock, KIND_STEP, cpu)) {
                             continue;
                         }
-                        // The queue holds the step at `clock` now.
+                        // The queue holds the step at `clock` now: nothing more to do
+                        // (the test below would read back the `Some` just written).
                         self.scheduled[c] = Some(clock);
                         self.nr_scheduled += 1;
+                        return Ok(());
                     } else {
                         self.schedule(cpu, clock);
                     }
