@@ -294,19 +294,26 @@ impl CacheModel {
         lines: u32,
         cost: &CostModel,
     ) -> u64 {
-        let socket = self.geometry.cpu_socket[cpu as usize];
+        // Each counter is looked up once, read and written through the one reference
+        // (through `self`, every access was an index and a bounds check of its own).
+        let CacheModel {
+            geometry,
+            cpu_touched,
+            socket_touched,
+            stamps,
+            counts,
+        } = self;
+        let socket = geometry.cpu_socket[cpu as usize];
         let lines64 = lines as u64;
-        let cpu_lines = self.cpu_touched[cpu as usize];
-        let socket_lines = self.socket_touched[socket as usize];
-        check_lines_fit(cpu_lines + lines64);
-        let stamp = stamp_mut(&mut self.stamps[zone], offset);
-        let class = self
-            .geometry
-            .classify(cpu, socket, cpu_lines, socket_lines, stamp);
-        *stamp = Stamp::packed(cpu, cpu_lines + lines64, socket_lines + lines64);
-        self.cpu_touched[cpu as usize] = cpu_lines + lines64;
-        self.socket_touched[socket as usize] = socket_lines + lines64;
-        self.counts.add(class, 1, lines64, cost)
+        let cpu_lines = &mut cpu_touched[cpu as usize];
+        let socket_lines = &mut socket_touched[socket as usize];
+        check_lines_fit(*cpu_lines + lines64);
+        let stamp = stamp_mut(&mut stamps[zone], offset);
+        let class = geometry.classify(cpu, socket, *cpu_lines, *socket_lines, stamp);
+        *cpu_lines += lines64;
+        *socket_lines += lines64;
+        *stamp = Stamp::packed(cpu, *cpu_lines, *socket_lines);
+        counts.add(class, 1, lines64, cost)
     }
 
     /// [`Self::touch`] of a block of more than one page.
