@@ -552,8 +552,8 @@ impl Sim {
     /// The blocks of one call are nearly always in one zone (a process's pages come from
     /// its node): the first block's zone is found once and, if every block is in it, its
     /// descriptors and stamps are read in two loops with nothing to look up per block
-    /// (callgrind: 36 → ≈ 17 instructions per block); otherwise each block's zone is
-    /// searched for.
+    /// (callgrind: 289 → 254 instructions for a call of 8 blocks); otherwise each block's
+    /// zone is searched for.
     pub fn prefetch(&self, pfns: &[Pfn]) {
         let Some(slot) = pfns.first().and_then(|&first| self.slot_of(first)) else {
             return self.prefetch_each(pfns);
