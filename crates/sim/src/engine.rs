@@ -267,6 +267,15 @@ pub struct Series {
     pub high: Vec<Vec<u64>>,
 }
 
+/// A virtual CPU's clock and the time of its pending step (`Sim::schedule`), if any: one
+/// record, so that the step loop, which reads both after every step and writes both when
+/// a CPU starts to run, indexes (and checks the bound) once.
+#[derive(Clone, Copy, Default)]
+struct CpuClock {
+    clock: u64,
+    scheduled: Option<u64>,
+}
+
 #[derive(Clone, Copy, Default)]
 struct ZoneLock {
     free_at: u64,
@@ -346,8 +355,8 @@ pub struct Sim {
     /// The cost model in force.
     pub cost: CostModel,
     machine: MachineSpec,
-    clock: Vec<u64>,
-    scheduled: Vec<Option<u64>>,
+    /// Per CPU: its clock and its pending step.
+    cpus: Vec<CpuClock>,
     done: Vec<bool>,
     active: u32,
     nr_scheduled: u32,
@@ -430,8 +439,7 @@ impl Sim {
             allocator,
             cost,
             machine: machine.clone(),
-            clock: vec![0; nr_cpus as usize],
-            scheduled: vec![None; nr_cpus as usize],
+            cpus: vec![CpuClock::default(); nr_cpus as usize],
             done: vec![true; nr_cpus as usize],
             active: 0,
             nr_scheduled: 0,
@@ -479,12 +487,12 @@ impl Sim {
 
     /// `cpu`'s clock.
     pub fn now(&self, cpu: u32) -> u64 {
-        self.clock[cpu as usize]
+        self.cpus[cpu as usize].clock
     }
 
     /// The latest clock of any CPU.
     pub fn max_clock(&self) -> u64 {
-        self.clock.iter().copied().max().unwrap_or(0)
+        self.cpus.iter().map(|c| c.clock).max().unwrap_or(0)
     }
 
     /// Drains triggered by the `free_high` rule so far.
@@ -495,7 +503,7 @@ impl Sim {
     /// Make `cpu` run at `at` (or at its clock, if later), unless it already runs sooner.
     pub fn wake(&mut self, cpu: u32, at: u64) {
         let c = cpu as usize;
-        let at = at.max(self.clock[c]);
+        let at = at.max(self.cpus[c].clock);
         if self.done[c] {
             self.done[c] = false;
             self.active += 1;
@@ -513,7 +521,7 @@ impl Sim {
     /// `cpu` is busy for `ns` in the allocator or touching pages.
     #[inline]
     fn charge(&mut self, cpu: u32, ns: u64) {
-        self.clock[cpu as usize] += ns;
+        self.cpus[cpu as usize].clock += ns;
         self.stats.busy_ns += ns;
     }
 
@@ -609,7 +617,7 @@ impl Sim {
     /// Take zone `slot`'s lock for `hold_ns` on `cpu` at its clock, moving `blocks`
     /// blocks; returns the time spun waiting for it.
     fn acquire(&mut self, slot: usize, cpu: u32, hold_ns: u64, blocks: u64) -> u64 {
-        let t = self.clock[cpu as usize];
+        let t = self.cpus[cpu as usize].clock;
         self.check_request(cpu, t);
         let lock = &mut self.locks[slot];
         let contended = t < lock.free_at;
@@ -637,7 +645,7 @@ impl Sim {
         self.stats.lock_blocks += blocks;
         let end = grant + hold_ns;
         self.stats.busy_ns += end - t;
-        self.clock[cpu as usize] = end;
+        self.cpus[cpu as usize].clock = end;
         if contended {
             grant - t
         } else {
@@ -1008,13 +1016,13 @@ impl Sim {
             match kind {
                 KIND_TICK => {
                     let c = cpu as usize;
-                    if self.clock[c] > t {
+                    if self.cpus[c].clock > t {
                         // Busy past the tick: the work runs when the CPU gets to it, not
                         // at a time ahead of the CPUs in between.
                         self.queue
-                            .set_tick(c, event_key(self.clock[c], KIND_TICK, cpu));
+                            .set_tick(c, event_key(self.cpus[c].clock, KIND_TICK, cpu));
                     } else {
-                        self.clock[c] = t;
+                        self.cpus[c].clock = t;
                         self.vmstat_tick(cpu);
                         self.tick_due[c] += self.tick_ns;
                         let next = self.tick_due[c].max(t + 1);
@@ -1065,12 +1073,12 @@ impl Sim {
     ) -> Result<(), SimError> {
         let c = cpu as usize;
         debug_assert_eq!(
-            self.scheduled[c],
+            self.cpus[c].scheduled,
             Some(t),
             "the queue holds the current step"
         );
-        self.scheduled[c] = None;
-        self.clock[c] = self.clock[c].max(t);
+        self.cpus[c].scheduled = None;
+        self.cpus[c].clock = self.cpus[c].clock.max(t);
         self.nr_scheduled -= 1;
         self.queue.run(c);
         self.in_step = true;
@@ -1095,16 +1103,16 @@ impl Sim {
             if verify.is_some_and(|every| self.stats.steps % every == 0) {
                 self.check(workload)?;
             }
-            let clock = self.clock[c];
+            let clock = self.cpus[c].clock;
             match step {
                 Step::Continue => {
-                    if self.scheduled[c].is_none() && clock < end_ns {
+                    if self.cpus[c].scheduled.is_none() && clock < end_ns {
                         if self.queue.runs_first(c, event_key(clock, KIND_STEP, cpu)) {
                             continue;
                         }
                         // The queue holds the step at `clock` now: nothing more to do
                         // (the test below would read back the `Some` just written).
-                        self.scheduled[c] = Some(clock);
+                        self.cpus[c].scheduled = Some(clock);
                         self.nr_scheduled += 1;
                         return Ok(());
                     } else {
@@ -1114,13 +1122,13 @@ impl Sim {
                 Step::SleepUntil(at) => self.schedule(cpu, at.max(clock)),
                 Step::Wait => {}
                 Step::Done => {
-                    if self.scheduled[c].is_none() && !self.done[c] {
+                    if self.cpus[c].scheduled.is_none() && !self.done[c] {
                         self.done[c] = true;
                         self.active -= 1;
                     }
                 }
             }
-            if self.scheduled[c].is_none() {
+            if self.cpus[c].scheduled.is_none() {
                 self.queue.set_step(c, NONE);
             }
             return Ok(());
@@ -1129,11 +1137,11 @@ impl Sim {
 
     fn schedule(&mut self, cpu: u32, at: u64) {
         let c = cpu as usize;
-        if self.scheduled[c].is_none() {
+        if self.cpus[c].scheduled.is_none() {
             self.nr_scheduled += 1;
         }
-        if self.scheduled[c].map_or(true, |s| at < s) {
-            self.scheduled[c] = Some(at);
+        if self.cpus[c].scheduled.map_or(true, |s| at < s) {
+            self.cpus[c].scheduled = Some(at);
             self.queue.set_step(c, event_key(at, KIND_STEP, cpu));
         }
     }
