@@ -94,6 +94,25 @@ impl Default for Stamp {
     }
 }
 
+/// The stamp at `offset` of a zone's `stamps`, growing them to cover it: the growth
+/// check folded into the index's own bounds check, so that a page already covered costs
+/// one comparison, not two.
+#[inline(always)]
+fn stamp_mut(stamps: &mut Vec<Stamp>, offset: usize) -> &mut Stamp {
+    if offset >= stamps.len() {
+        grow(stamps, offset + 1);
+    }
+    &mut stamps[offset]
+}
+
+/// Grow `stamps` to cover offsets below `end`, out of line: it happens a few dozen times
+/// in a run.
+#[cold]
+#[inline(never)]
+fn grow(stamps: &mut Vec<Stamp>, end: usize) {
+    stamps.resize(end.next_power_of_two(), Stamp::default());
+}
+
 /// Lines touched by class, summed over a run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CacheCounts {
@@ -236,15 +255,8 @@ impl CacheModel {
     /// Grow zone `zone`'s stamps to cover offsets below `end`.
     fn cover(&mut self, zone: usize, end: usize) {
         if self.stamps[zone].len() < end {
-            self.grow(zone, end);
+            grow(&mut self.stamps[zone], end);
         }
-    }
-
-    /// [`Self::cover`]'s growth, out of line: it happens a few dozen times in a run.
-    #[cold]
-    #[inline(never)]
-    fn grow(&mut self, zone: usize, end: usize) {
-        self.stamps[zone].resize(end.next_power_of_two(), Stamp::default());
     }
 
     /// `cpu` touches `lines` lines of each of `pages` pages starting at offset `first` of
@@ -282,20 +294,26 @@ impl CacheModel {
         lines: u32,
         cost: &CostModel,
     ) -> u64 {
-        self.cover(zone, offset + 1);
-        let socket = self.geometry.cpu_socket[cpu as usize];
+        // Each counter is looked up once, read and written through the one reference
+        // (through `self`, every access was an index and a bounds check of its own).
+        let CacheModel {
+            geometry,
+            cpu_touched,
+            socket_touched,
+            stamps,
+            counts,
+        } = self;
+        let socket = geometry.cpu_socket[cpu as usize];
         let lines64 = lines as u64;
-        let cpu_lines = self.cpu_touched[cpu as usize];
-        let socket_lines = self.socket_touched[socket as usize];
-        check_lines_fit(cpu_lines + lines64);
-        let stamp = &mut self.stamps[zone][offset];
-        let class = self
-            .geometry
-            .classify(cpu, socket, cpu_lines, socket_lines, stamp);
-        *stamp = Stamp::packed(cpu, cpu_lines + lines64, socket_lines + lines64);
-        self.cpu_touched[cpu as usize] = cpu_lines + lines64;
-        self.socket_touched[socket as usize] = socket_lines + lines64;
-        self.counts.add(class, 1, lines64, cost)
+        let cpu_lines = &mut cpu_touched[cpu as usize];
+        let socket_lines = &mut socket_touched[socket as usize];
+        check_lines_fit(*cpu_lines + lines64);
+        let stamp = stamp_mut(&mut stamps[zone], offset);
+        let class = geometry.classify(cpu, socket, *cpu_lines, *socket_lines, stamp);
+        *cpu_lines += lines64;
+        *socket_lines += lines64;
+        *stamp = Stamp::packed(cpu, *cpu_lines, *socket_lines);
+        counts.add(class, 1, lines64, cost)
     }
 
     /// [`Self::touch`] of a block of more than one page.
@@ -349,10 +367,8 @@ impl CacheModel {
         if pages != 1 {
             return self.stamp_block(cpu, zone, first, pages);
         }
-        let offset = first as usize;
-        self.cover(zone, offset + 1);
         let stamp = self.stamp_now(cpu);
-        self.stamps[zone][offset] = stamp;
+        *stamp_mut(&mut self.stamps[zone], first as usize) = stamp;
     }
 
     /// [`Self::stamp`] of a block of more than one page.
@@ -383,6 +399,18 @@ impl CacheModel {
     pub fn prefetch(&self, zone: usize, first: u64) {
         if let Some(stamp) = self.stamps[zone].get(first as usize) {
             crate::prefetch::prefetch(stamp);
+        }
+    }
+
+    /// [`Self::prefetch`] of the stamps of the pages at `offsets` of zone `zone`: the
+    /// zone's stamps looked up once.
+    #[inline]
+    pub fn prefetch_all(&self, zone: usize, offsets: impl Iterator<Item = u64>) {
+        let stamps = &self.stamps[zone];
+        for offset in offsets {
+            if let Some(stamp) = stamps.get(offset as usize) {
+                crate::prefetch::prefetch(stamp);
+            }
         }
     }
 }

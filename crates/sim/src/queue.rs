@@ -198,8 +198,7 @@ impl EventQueue {
             None => {
                 // The first look: set the step and walk, which finds the others' least. If
                 // the CPU keeps running, its leaf holds this key, no later than its next.
-                self.keys[cpu][STEP] = key;
-                let others = self.walk(cpu);
+                let others = self.set_own_step(cpu, key);
                 self.others = Some(others);
                 if key < others {
                     return true;
@@ -212,8 +211,22 @@ impl EventQueue {
         if key < others {
             return true;
         }
-        self.set_step(cpu, key);
+        // `set_step` of the running CPU: its run ends.
+        self.running = usize::MAX;
+        self.others = None;
+        self.set_own_step(cpu, key);
         false
+    }
+
+    /// Set `cpu`'s step to `key` and walk: [`Self::walk`] with the CPU's keys read and
+    /// written once (`walk` would read back the step just written). Returns what `walk`
+    /// does.
+    #[inline(always)]
+    fn set_own_step(&mut self, cpu: usize, key: u64) -> u64 {
+        let keys = &mut self.keys[cpu];
+        keys[STEP] = key;
+        let tick = keys[TICK];
+        (self.walk_path)(&mut self.tree, cpu, key.min(tick), tick.min(self.sample))
     }
 
     /// The least pending key other than the running `cpu`'s step: the earliest time at

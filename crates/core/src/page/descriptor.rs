@@ -175,6 +175,11 @@ impl core::fmt::Debug for Page {
     }
 }
 
+// The one-word accessors are `#[inline]`: the list, buddy and pageset code that uses them
+// is generic over the lock type, so it is compiled in the crate that names the lock (the
+// simulator, the runtime), and without cross-crate LTO each accessor was a call there:
+// 12 calls per page event in the simulator's kbuild (a store and a return each, and the
+// caller's registers saved around it).
 impl Page {
     /// A descriptor in `state`, heading a block of order 0, with no links.
     pub const fn new(state: PageState) -> Page {
@@ -195,17 +200,20 @@ impl Page {
     }
 
     /// Who owns this page.
+    #[inline]
     pub fn state(&self) -> PageState {
         PageState::from_bits(self.flags.load(Relaxed))
     }
 
     /// The order of the block this page heads; meaningful for block heads only.
+    #[inline]
     pub fn order(&self) -> Order {
         let bits = (self.flags.load(Relaxed) & ORDER_MASK) >> ORDER_SHIFT;
         Order::new(bits as u8).expect("order field holds at most MAX_ORDER")
     }
 
     /// State and order together, read in one load.
+    #[inline]
     pub fn state_order(&self) -> (PageState, Order) {
         let bits = self.flags.load(Relaxed);
         let order = Order::new(((bits & ORDER_MASK) >> ORDER_SHIFT) as u8)
@@ -253,6 +261,7 @@ impl Page {
     }
 
     /// Set state and order, keeping the page flags and memcg id.
+    #[inline]
     pub(crate) fn set_state(&self, state: PageState, order: Order) {
         let bits = self.flags.load(Relaxed);
         self.flags
@@ -316,11 +325,13 @@ impl Page {
             .map_err(|_| self.state_order())
     }
 
+    #[inline]
     fn with_state(bits: u32, state: PageState, order: Order) -> u32 {
         (bits & !(STATE_MASK | ORDER_MASK)) | state as u32 | ((order.get() as u32) << ORDER_SHIFT)
     }
 
     /// The page flags.
+    #[inline]
     pub fn flags(&self) -> PageFlags {
         PageFlags::from_bits_truncate(
             ((self.flags.load(Relaxed) & FLAGS_MASK) >> FLAGS_SHIFT) as u16,
@@ -335,6 +346,7 @@ impl Page {
     }
 
     /// The memcg id charged for this page (0 = none).
+    #[inline]
     pub fn memcg_id(&self) -> u16 {
         (self.flags.load(Relaxed) >> MEMCG_SHIFT) as u16
     }
@@ -347,43 +359,51 @@ impl Page {
     }
 
     /// The next page on this page's list, as a pfn ([`NO_PFN`] at the end).
+    #[inline]
     pub fn next(&self) -> u32 {
         self.next.load(Relaxed).wrapping_sub(1)
     }
 
     /// The previous page on this page's list, as a pfn ([`NO_PFN`] at the start).
+    #[inline]
     pub fn prev(&self) -> u32 {
         self.prev.load(Relaxed).wrapping_sub(1)
     }
 
     /// Set the forward link.
+    #[inline]
     pub(crate) fn set_next(&self, pfn: u32) {
         self.next.store(pfn.wrapping_add(1), Relaxed)
     }
 
     /// Set the backward link.
+    #[inline]
     pub(crate) fn set_prev(&self, pfn: u32) {
         self.prev.store(pfn.wrapping_add(1), Relaxed)
     }
 
     /// The migratetype cached when the block went on a free or PCP list (Linux keeps it in
     /// `page->index`: `set_pcppage_migratetype`).
+    #[inline]
     pub fn cached_migratetype(&self) -> u8 {
         self.private.load(Relaxed) as u8
     }
 
     /// Cache the migratetype of a free block.
+    #[inline]
     pub(crate) fn set_cached_migratetype(&self, migratetype: u8) {
         self.private.store(migratetype as u32, Relaxed)
     }
 
     /// Reference count of an allocated block head.
+    #[inline]
     pub fn refcount(&self) -> u16 {
         self.private.load(Relaxed) as u16
     }
 
     /// Set the reference count; clears the map count (Linux `set_page_refcounted` on a
     /// freshly allocated page, whose `_mapcount` is −1).
+    #[inline]
     pub(crate) fn init_refcount(&self, count: u16) {
         self.private.store(count as u32, Relaxed)
     }

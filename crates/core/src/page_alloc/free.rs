@@ -661,6 +661,7 @@ fn claim_in_span<C: Claim, R: RawMutex>(
 }
 
 /// `free_pages_prepare`: a free page carries no flags and no memcg.
+#[inline]
 pub(super) fn free_pages_prepare(page: &Page) {
     page.clear_flags_and_memcg();
 }

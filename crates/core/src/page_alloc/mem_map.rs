@@ -191,11 +191,13 @@ impl MemMap {
             .map(move |(i, page)| (Pfn(start + i as u64), page))
     }
 
+    #[inline]
     fn pageblock_index(&self, pfn: Pfn) -> usize {
         ((pfn.0 >> PAGEBLOCK_ORDER) - self.start_pageblock) as usize
     }
 
     /// The migratetype of the pageblock holding `pfn` (`get_pfnblock_migratetype`).
+    #[inline]
     pub fn pageblock_migratetype(&self, pfn: Pfn) -> MigrateType {
         let bits = self.pageblocks[self.pageblock_index(pfn)].load(Relaxed);
         MigrateType::from_index(bits as usize).expect("pageblock migratetype is valid")

@@ -41,16 +41,19 @@ pub struct Watermarks {
 
 impl Watermarks {
     /// The stored value of `kind`, without boost.
+    #[inline]
     pub fn stored(&self, kind: WatermarkKind) -> u64 {
         self.marks[kind as usize].load(Relaxed)
     }
 
     /// The effective value: stored + boost (`wmark_pages`).
+    #[inline]
     pub fn get(&self, kind: WatermarkKind) -> u64 {
         self.stored(kind) + self.boost()
     }
 
     /// The current watermark boost.
+    #[inline]
     pub fn boost(&self) -> u64 {
         self.boost.load(Relaxed)
     }

@@ -231,6 +231,10 @@ impl Kbuild {
         }
     }
 
+    /// Allocate and touch a block the process holds from now on. Inlined (always) with
+    /// [`Kbuild::run_step`]: left to itself the compiler makes it a call once the step
+    /// around it is inlined.
+    #[inline(always)]
     fn alloc(&mut self, sim: &mut Sim, cpu: u32, gfp: Gfp, order: Order) -> Result<Pfn, SimError> {
         let pfn = sim.alloc_touch(cpu, gfp, order, 64)?;
         self.held += order.pages();
@@ -300,6 +304,11 @@ impl Workload for Kbuild {
         }
     }
 
+    /// Inlined (always) into the engine's step loop, which is generic over the workload
+    /// so that it can be: as a call, its entry and exit (six registers saved and restored)
+    /// and its result, a `Result<Step, SimError>` returned through memory, cost ≈ 25
+    /// instructions a step.
+    #[inline(always)]
     fn step(&mut self, sim: &mut Sim, cpu: u32) -> Result<Step, SimError> {
         let c = cpu as usize;
         if let Some((pfn, order)) = self.slots[c].remote.pop() {
@@ -399,6 +408,9 @@ impl Workload for Kbuild {
 }
 
 impl Kbuild {
+    /// One step of a running process: a fault, a free of its burst, or its compute.
+    /// Inlined (always) into [`Kbuild::step`], as [`Kbuild::alloc`] is into this.
+    #[inline(always)]
     fn run_step(&mut self, sim: &mut Sim, cpu: u32) -> Result<(), SimError> {
         let c = cpu as usize;
         let p = &self.params;
