@@ -71,6 +71,11 @@ pub struct SimArgs {
     /// default: the committed calibration's.
     #[arg(long, value_name = "LINES")]
     pub lock_lines: Option<f64>,
+    /// Cost-model sensitivity: model hyperthreads, two to a core, with this throughput of a
+    /// core running both over one running alone (Intel gives 1.15–1.30); a CPU runs its
+    /// work as if alone while its sibling spins on a zone lock. Default: not modelled.
+    #[arg(long, value_name = "Y")]
+    pub smt_yield: Option<f64>,
     /// Workload sensitivity: kbuild's page faults per second of a running process;
     /// default: the committed calibration's.
     #[arg(long, value_name = "RATE")]
@@ -535,6 +540,9 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
     }
     if let Some(lines) = args.lock_lines {
         spec.cost.lock_lines = in_range("--lock-lines", lines, 0.0, 64.0)?;
+    }
+    if let Some(y) = args.smt_yield {
+        spec.cost.smt_yield = Some(in_range("--smt-yield", y, 1.0, 2.0)?);
     }
     if let Some(rate) = args.kbuild_faults_per_s {
         spec.kbuild_faults_per_s = in_range("--kbuild-faults-per-s", rate, 1.0, 1e7)?;

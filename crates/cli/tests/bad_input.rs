@@ -533,6 +533,8 @@ fn sim_and_demo_check_their_output_folder_before_simulating() {
     sim(&["--merge-ns", "10001"], "--merge-ns");
     sim(&["--lock-lines", "65"], "--lock-lines 65");
     sim(&["--hold-per-block-ns", "NaN"], "--hold-per-block-ns");
+    sim(&["--smt-yield", "0.9"], "--smt-yield");
+    sim(&["--smt-yield", "2.5"], "--smt-yield");
     sim(&["--kbuild-faults-per-s", "0"], "--kbuild-faults-per-s 0");
     sim(&["--threads", "-1"], "--threads");
     sim(&["--cpus", "-2"], "--cpus");

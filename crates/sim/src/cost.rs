@@ -51,6 +51,12 @@ pub struct CostModel {
     /// R_bg: cache references per µs of the workload's own work (syscall and protocol
     /// code, user code), which hit; the denominator of the miss rate besides page data.
     pub background_refs_per_us: f64,
+    /// Y: the throughput of a core running two busy hyperthreads, over one running alone
+    /// (`None`: hyperthreads are not modelled, every CPU runs as if alone). With it, a CPU
+    /// whose sibling spins on a zone lock runs its work faster, as if alone: the spin loop's
+    /// `PAUSE` gives the core's resources to the other thread. A sensitivity option.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smt_yield: Option<f64>,
 }
 
 /// Where a parameter's value comes from.
@@ -90,6 +96,7 @@ pub const PARAMETERS: &[Parameter] = &[
     Parameter { name: "touch_cold_ns", source: Source::Published("64 lines from memory at ~10 GB/s per core (§3.1)") },
     Parameter { name: "llc_share", source: Source::Published("§3.3: ω ≈ 0.5 for code and other data") },
     Parameter { name: "llc_remote_miss_weight", source: Source::Published("Intel: a snoop hit in another core's cache is not an LLC miss event") },
+    Parameter { name: "smt_yield", source: Source::Published("Intel: Hyper-Threading gives 15-30 % more throughput on multithreaded work; the PAUSE of a spin-wait loop yields the core to the sibling (Intel SDM, PAUSE). Off in the committed model: a sensitivity option, `--smt-yield`") },
     Parameter { name: "background_refs_per_us", source: Source::Fitted("base cache miss rate% of netperf (1.3) and lmbench (0.2)") },
     Parameter { name: "unix.placement", source: Source::Fitted("lmbench's base lock contend% (51.4): spread or one-node, whichever fits stage 1 better") },
     Parameter { name: "kbuild.faults_per_s", source: Source::Fitted("kbuild's base lock contend% (14.0); measured 36k/s on a 2-CPU VM for small gcc runs (§2.1)") },
@@ -142,6 +149,7 @@ impl CostModel {
             llc_share: 0.5,
             llc_remote_miss_weight: 0.0,
             background_refs_per_us: fit.background_refs_per_us,
+            smt_yield: None,
         }
     }
 
@@ -157,6 +165,15 @@ impl CostModel {
         self.lock_ns
             + (blocks as f64 * self.hold_per_block_ns).round() as u64
             + merges * self.merge_ns
+    }
+
+    /// Of each ns a CPU spins, the ns of work its hyperthread sibling gains, and of each ns
+    /// of work, the most it can gain (all of it run alone): `(2/Y − 1, 1 − Y/2)`. Two busy
+    /// siblings each run at `Y/2` of a lone thread's speed; while one spins the other runs
+    /// alone, so work of `w` ns (at the shared speed) with `o` ns of the sibling's spin
+    /// beside it takes `w − o · (2/Y − 1)`, and at least `w · Y/2`.
+    pub fn smt_gain(&self) -> Option<(f64, f64)> {
+        self.smt_yield.map(|y| (2.0 / y - 1.0, 1.0 - y / 2.0))
     }
 
     /// The hand-off of the lock and its zone lines to a new holder `line_ns` away.

@@ -148,6 +148,14 @@ pub struct SimStats {
     /// Time CPUs spent in PCP drains (`free_pcppages_bulk`): their zone-lock holds and the
     /// spin before them, what a call-graph profile counts as that function's children.
     pub drain_ns: u64,
+    /// Time CPUs spent freeing blocks straight to the buddy lists (`__free_pages_ok`:
+    /// orders the pagesets do not cache): their zone-lock holds and the spin before them.
+    #[serde(default)]
+    pub buddy_free_ns: u64,
+    /// Work ns CPUs saved by running alone while their hyperthread sibling spun (only
+    /// with an SMT yield in the cost model).
+    #[serde(default)]
+    pub smt_gain_ns: u64,
     /// Time CPUs were busy (allocator, page touching, spinning, workload work): the
     /// unhalted cycles a `cycles` profile samples, the denominator of lock contend%.
     pub busy_ns: u64,
@@ -178,6 +186,8 @@ impl SimStats {
             lock_blocks: self.lock_blocks - earlier.lock_blocks,
             lock_levels: self.lock_levels - earlier.lock_levels,
             drain_ns: self.drain_ns - earlier.drain_ns,
+            smt_gain_ns: self.smt_gain_ns - earlier.smt_gain_ns,
+            buddy_free_ns: self.buddy_free_ns - earlier.buddy_free_ns,
             busy_ns: self.busy_ns - earlier.busy_ns,
             work_ns: self.work_ns - earlier.work_ns,
             requests_ahead: self.requests_ahead - earlier.requests_ahead,
@@ -390,6 +400,63 @@ pub struct Sim {
     in_step: bool,
     /// The state when the measurement window opened, once it has.
     pub warmup: Option<Warmup>,
+    /// Hyperthreads, when the cost model has an SMT yield ([`CostModel::smt_gain`]).
+    smt: Option<Smt>,
+}
+
+/// Hyperthread siblings sharing a core: what a spinning CPU gives its sibling.
+struct Smt {
+    /// Work ns gained per ns of the sibling's spin, and the most per ns of work.
+    gain_per_spin: f64,
+    gain_cap: f64,
+    /// Per CPU: its sibling.
+    sibling: Vec<u32>,
+    /// Per CPU: work ns it has gained from its sibling's spin and not yet used. The spin
+    /// and the work it speeds up are paired by order, not by time: in the workloads that
+    /// use it (kbuild) both siblings are busy nearly all the time.
+    credit: Vec<f64>,
+}
+
+impl Smt {
+    /// `cpu` spun `spin` ns: its sibling ran alone meanwhile.
+    fn give(&mut self, cpu: u32, spin: u64) {
+        let sibling = self.sibling[cpu as usize] as usize;
+        self.credit[sibling] += spin as f64 * self.gain_per_spin;
+    }
+
+    /// Of `ns` of work `cpu` is about to do, what its credit saves.
+    fn take_gain(&mut self, cpu: u32, ns: u64) -> u64 {
+        let credit = &mut self.credit[cpu as usize];
+        if *credit < 1.0 {
+            return 0;
+        }
+        let gained = credit.min(ns as f64 * self.gain_cap).floor();
+        *credit -= gained;
+        gained as u64
+    }
+
+    /// Siblings on `machine`: within a socket, CPU `i` and `i + cpus_per_socket / 2`, as
+    /// Linux numbers the threads of Intel's two-socket servers (the second thread of each
+    /// core after all the first ones). `None` when a socket has an odd number of CPUs.
+    fn new(machine: &MachineSpec, (gain_per_spin, gain_cap): (f64, f64)) -> Option<Smt> {
+        let per_socket = machine.cpus_per_socket;
+        if per_socket < 2 || per_socket % 2 != 0 {
+            return None;
+        }
+        let half = per_socket / 2;
+        let sibling = (0..machine.nr_cpus())
+            .map(|c| {
+                let first = c / per_socket * per_socket;
+                first + (c - first + half) % per_socket
+            })
+            .collect();
+        Some(Smt {
+            gain_per_spin,
+            gain_cap,
+            sibling,
+            credit: vec![0.0; machine.nr_cpus() as usize],
+        })
+    }
 }
 
 impl Sim {
@@ -458,6 +525,7 @@ impl Sim {
             tick_due: vec![0; nr_cpus as usize],
             in_step: false,
             warmup: None,
+            smt: None,
         }
     }
 
@@ -472,6 +540,9 @@ impl Sim {
             self.machine.llc_bytes,
             &cost,
         );
+        self.smt = cost
+            .smt_gain()
+            .and_then(|gain| Smt::new(&self.machine, gain));
         self.cost = cost;
     }
 
@@ -514,7 +585,12 @@ impl Sim {
     /// `cpu` computes for `ns`: the workload's own work (protocol, copy set-up, user
     /// code), which the cache model's background references are counted against.
     pub fn work(&mut self, cpu: u32, ns: u64) {
-        self.charge(cpu, ns);
+        let gained = match &mut self.smt {
+            Some(smt) => smt.take_gain(cpu, ns),
+            None => 0,
+        };
+        self.stats.smt_gain_ns += gained;
+        self.charge(cpu, ns - gained);
         self.stats.work_ns += ns;
     }
 
@@ -639,6 +715,9 @@ impl Sim {
             self.stats.spin_ns += grant - t;
             self.spin_bins.add(t, grant);
             self.stats.lock_contended += 1;
+            if let Some(smt) = &mut self.smt {
+                smt.give(cpu, grant - t);
+            }
         }
         self.stats.lock_acquisitions += 1;
         self.stats.lock_hold_ns += hold_ns;
@@ -696,11 +775,15 @@ impl Sim {
             self.stats.lock_levels += levels;
             let ns = self.cost.hold_ns(hold.blocks, levels);
             let spin = self.acquire(slot, cpu, ns, hold.blocks);
-            if let HoldKind::Drain(reason) = hold.kind {
-                self.stats.drain_ns += ns + spin;
-                if reason == DrainReason::FreeHigh {
-                    self.free_high += 1;
+            match hold.kind {
+                HoldKind::Drain(reason) => {
+                    self.stats.drain_ns += ns + spin;
+                    if reason == DrainReason::FreeHigh {
+                        self.free_high += 1;
+                    }
                 }
+                HoldKind::BuddyFree => self.stats.buddy_free_ns += ns + spin,
+                _ => {}
             }
         }
         self.report.holds.clear();
@@ -1152,5 +1235,43 @@ impl Sim {
             self.cpus[c].scheduled = Some(at);
             self.queue.set_step(c, event_key(at, KIND_STEP, cpu));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn siblings_are_a_half_socket_apart_within_a_socket() {
+        let machine = MachineSpec::spr_224();
+        let smt = Smt::new(&machine, (0.6, 0.375)).expect("112 CPUs a socket pair up");
+        assert_eq!(smt.sibling[0], 56);
+        assert_eq!(smt.sibling[56], 0);
+        assert_eq!(smt.sibling[111], 55);
+        assert_eq!(smt.sibling[112], 168);
+        assert_eq!(smt.sibling[223], 167);
+        for (cpu, &sibling) in smt.sibling.iter().enumerate() {
+            assert_ne!(cpu as u32, sibling);
+            assert_eq!(smt.sibling[sibling as usize], cpu as u32);
+            assert_eq!(machine.socket_of(cpu as u32), machine.socket_of(sibling));
+        }
+        let odd = MachineSpec {
+            cpus_per_socket: 3,
+            ..machine
+        };
+        assert!(Smt::new(&odd, (0.6, 0.375)).is_none());
+    }
+
+    #[test]
+    fn a_cpu_uses_its_credit_up_to_a_lone_threads_speed_up() {
+        let machine = MachineSpec::spr_224();
+        let mut smt = Smt::new(&machine, (0.6, 0.375)).unwrap();
+        smt.give(0, 1000);
+        assert_eq!(smt.credit[56], 600.0);
+        assert_eq!(smt.take_gain(0, 1000), 0, "the credit is the sibling's");
+        assert_eq!(smt.take_gain(56, 800), 300, "at most 0.375 of the work");
+        assert_eq!(smt.take_gain(56, 10_000), 300, "what is left");
+        assert_eq!(smt.take_gain(56, 10_000), 0);
     }
 }

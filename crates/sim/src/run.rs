@@ -195,6 +195,10 @@ pub struct RunResult {
     /// Time in PCP drains (zone-lock hold and spin) / busy time, in %: what a call-graph
     /// `cycles` profile shows as `free_pcppages_bulk`'s children.
     pub drain_pct: f64,
+    /// Time freeing blocks straight to the buddy lists (zone-lock hold and spin) / busy
+    /// time, in %: what a call-graph profile shows as `__free_pages_ok`'s lock work.
+    #[serde(default)]
+    pub buddy_free_pct: f64,
     /// PCP drains by the `free_high` rule.
     pub free_high: u64,
     /// Pages taken from the buddy lists (refills + direct buddy allocations).
@@ -445,6 +449,7 @@ fn result(
         spin_of_wall_pct: 100.0 * stats.spin_ns as f64
             / (machine.nr_cpus() as f64 * window.measured_ns.max(1) as f64),
         drain_pct: 100.0 * stats.drain_ns as f64 / stats.busy_ns.max(1) as f64,
+        buddy_free_pct: 100.0 * stats.buddy_free_ns as f64 / stats.busy_ns.max(1) as f64,
         free_high: pcp_drains[DrainReason::FreeHigh as usize],
         alloc_zone: sum(&|t| t.alloc_zone),
         pgalloc: sum(&|t| t.pgalloc),

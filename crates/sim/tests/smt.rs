@@ -1,0 +1,69 @@
+//! Hyperthreads (`CostModel::smt_yield`, `mmkit sim --smt-yield`): a CPU whose sibling
+//! spins on a zone lock runs its own work as if alone. Off in the committed model.
+
+use mmkit_core::Policy;
+use mmkit_sim::{run, CostModel, RunResult, RunSpec, WorkloadKind};
+
+/// A small kbuild: 8 CPUs on one socket (siblings 0–4, 1–5, …) on a 1 GiB node, its fault
+/// rate raised so that the zone lock is contended.
+fn kbuild(smt_yield: Option<f64>) -> RunSpec {
+    let mut spec = RunSpec {
+        cpus: Some(8),
+        seed: 5,
+        scale: 0.05,
+        node_bytes: Some(1 << 30),
+        ..RunSpec::new(WorkloadKind::Kbuild)
+    };
+    spec.cost.smt_yield = smt_yield;
+    spec.cost.lock_lines = 4.0;
+    spec
+}
+
+fn base(spec: &RunSpec) -> RunResult {
+    run(spec, Policy::preset("base").unwrap(), &mut |_| {}).expect("a small kbuild runs")
+}
+
+#[test]
+fn hyperthreads_are_off_in_the_committed_model() {
+    assert_eq!(CostModel::calibrated().smt_yield, None);
+    let r = base(&kbuild(None));
+    assert!(r.stats.spin_ns > 0, "the lock was contended");
+    assert_eq!(r.stats.smt_gain_ns, 0);
+}
+
+/// What a CPU gains is what its sibling's spin gave it, at `2/Y − 1` per ns, and never
+/// more than a lone thread's speed-up of its work, `1 − Y/2` of it; and the build ends
+/// sooner than with hyperthreads ignored.
+#[test]
+fn a_cpu_gains_what_its_siblings_spin_gives_and_no_more() {
+    let y = 1.25;
+    let off = base(&kbuild(None));
+    let on = base(&kbuild(Some(y)));
+    let s = &on.stats;
+    assert!(s.smt_gain_ns > 0, "siblings spun, so CPUs gained");
+    assert!(
+        s.smt_gain_ns as f64 <= s.spin_ns as f64 * (2.0 / y - 1.0),
+        "gained {} ns from {} ns of spin",
+        s.smt_gain_ns,
+        s.spin_ns
+    );
+    assert!(s.smt_gain_ns as f64 <= s.work_ns as f64 * (1.0 - y / 2.0));
+    // Work is counted as done (nominal), busy time as spent.
+    assert!(s.busy_ns + s.smt_gain_ns >= s.work_ns + s.spin_ns);
+    assert_eq!(on.work_done, off.work_done, "the same build");
+    assert!(
+        on.score < off.score,
+        "with siblings running alone while the other spins the build is shorter: {} vs {}",
+        on.score,
+        off.score
+    );
+}
+
+#[test]
+fn runs_with_hyperthreads_are_deterministic() {
+    let spec = kbuild(Some(1.2));
+    let (a, b) = (base(&spec), base(&spec));
+    assert_eq!(a.stats.smt_gain_ns, b.stats.smt_gain_ns);
+    assert_eq!(a.stats.busy_ns, b.stats.busy_ns);
+    assert_eq!(a.score, b.score);
+}
