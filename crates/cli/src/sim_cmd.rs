@@ -71,9 +71,10 @@ pub struct SimArgs {
     /// default: the committed calibration's.
     #[arg(long, value_name = "LINES")]
     pub lock_lines: Option<f64>,
-    /// Cost-model sensitivity: model hyperthreads, two to a core, with this throughput of a
-    /// core running both over one running alone (Intel gives 1.15–1.30); a CPU runs its
-    /// work as if alone while its sibling spins on a zone lock. Default: not modelled.
+    /// Cost-model sensitivity: the throughput of a core running both its hyperthreads over
+    /// one running alone (Intel gives 1.15–1.30); a CPU runs its work as if alone while its
+    /// sibling spins on a zone lock. 2 gains nothing from a spinning sibling. Default: the
+    /// model's 1.225.
     #[arg(long, value_name = "Y")]
     pub smt_yield: Option<f64>,
     /// Workload sensitivity: kbuild's page faults per second of a running process;

@@ -52,9 +52,11 @@ pub struct CostModel {
     /// code, user code), which hit; the denominator of the miss rate besides page data.
     pub background_refs_per_us: f64,
     /// Y: the throughput of a core running two busy hyperthreads, over one running alone
-    /// (`None`: hyperthreads are not modelled, every CPU runs as if alone). With it, a CPU
-    /// whose sibling spins on a zone lock runs its work faster, as if alone: the spin loop's
-    /// `PAUSE` gives the core's resources to the other thread. A sensitivity option.
+    /// (`None`: hyperthreads are not modelled). A CPU whose sibling spins on a zone lock
+    /// runs its work faster, as if alone: the spin loop's `PAUSE` gives the core's
+    /// resources to the other thread. Work times are those of a CPU beside a busy sibling
+    /// (kbuild and netperf keep every core's two threads busy; lmbench's pairs have a core
+    /// each, so its siblings idle and never spin).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub smt_yield: Option<f64>,
 }
@@ -96,7 +98,7 @@ pub const PARAMETERS: &[Parameter] = &[
     Parameter { name: "touch_cold_ns", source: Source::Published("64 lines from memory at ~10 GB/s per core (§3.1)") },
     Parameter { name: "llc_share", source: Source::Published("§3.3: ω ≈ 0.5 for code and other data") },
     Parameter { name: "llc_remote_miss_weight", source: Source::Published("Intel: a snoop hit in another core's cache is not an LLC miss event") },
-    Parameter { name: "smt_yield", source: Source::Published("Intel: Hyper-Threading gives 15-30 % more throughput on multithreaded work; the PAUSE of a spin-wait loop yields the core to the sibling (Intel SDM, PAUSE). Off in the committed model: a sensitivity option, `--smt-yield`") },
+    Parameter { name: "smt_yield", source: Source::Published("Intel: Hyper-Threading gives 15-30 % more throughput on multithreaded work, 1.225 the middle; the PAUSE of a spin-wait loop yields the core to the sibling (Intel SDM, PAUSE)") },
     Parameter { name: "background_refs_per_us", source: Source::Fitted("base cache miss rate% of netperf (1.3) and lmbench (0.2)") },
     Parameter { name: "unix.placement", source: Source::Fitted("lmbench's base lock contend% (51.4): spread or one-node, whichever fits stage 1 better") },
     Parameter { name: "kbuild.faults_per_s", source: Source::Fitted("kbuild's base lock contend% (14.0); measured 36k/s on a 2-CPU VM for small gcc runs (§2.1)") },
@@ -149,7 +151,7 @@ impl CostModel {
             llc_share: 0.5,
             llc_remote_miss_weight: 0.0,
             background_refs_per_us: fit.background_refs_per_us,
-            smt_yield: None,
+            smt_yield: Some(1.225),
         }
     }
 

@@ -435,21 +435,12 @@ impl Smt {
         gained as u64
     }
 
-    /// Siblings on `machine`: within a socket, CPU `i` and `i + cpus_per_socket / 2`, as
-    /// Linux numbers the threads of Intel's two-socket servers (the second thread of each
-    /// core after all the first ones). `None` when a socket has an odd number of CPUs.
+    /// Siblings on `machine` ([`MachineSpec::sibling_of`]); `None` when a socket's CPUs
+    /// do not pair up.
     fn new(machine: &MachineSpec, (gain_per_spin, gain_cap): (f64, f64)) -> Option<Smt> {
-        let per_socket = machine.cpus_per_socket;
-        if per_socket < 2 || per_socket % 2 != 0 {
-            return None;
-        }
-        let half = per_socket / 2;
         let sibling = (0..machine.nr_cpus())
-            .map(|c| {
-                let first = c / per_socket * per_socket;
-                first + (c - first + half) % per_socket
-            })
-            .collect();
+            .map(|c| machine.sibling_of(c))
+            .collect::<Option<Vec<u32>>>()?;
         Some(Smt {
             gain_per_spin,
             gain_cap,

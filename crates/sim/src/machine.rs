@@ -301,6 +301,12 @@ impl MachineSpec {
         cpu / self.cpus_per_socket
     }
 
+    /// The hyperthread sibling of `cpu`, on a machine of `cpus_per_socket` CPUs a socket
+    /// ([`smt_sibling`]).
+    pub fn sibling_of(&self, cpu: u32) -> Option<u32> {
+        smt_sibling(cpu, self.cpus_per_socket)
+    }
+
     /// The core's machine description: one Normal zone per node, at x86-64 addresses.
     pub fn topology(&self) -> Topology {
         let sizes: Vec<ZoneSize> = (0..self.sockets)
@@ -359,6 +365,19 @@ pub fn linux_low_wmark_pages(node_pages: u64, nodes: u64) -> u64 {
     ));
     let marks = watermark::zone_watermarks(ZoneType::Normal, node_pages, kbytes / 4, lowmem, 10);
     marks.low
+}
+
+/// The hyperthread sibling of `cpu` when sockets have `cpus_per_socket` CPUs, two threads
+/// to a core: CPUs are numbered socket by socket, and within a socket the cores' first
+/// threads come before their second ones (the order Linux gives the threads of Intel's
+/// servers), so the sibling is half a socket away. `None` when a socket's CPUs do not
+/// pair up.
+pub fn smt_sibling(cpu: u32, cpus_per_socket: u32) -> Option<u32> {
+    if cpus_per_socket < 2 || cpus_per_socket % 2 != 0 {
+        return None;
+    }
+    let first = cpu / cpus_per_socket * cpus_per_socket;
+    Some(first + (cpu - first + cpus_per_socket / 2) % cpus_per_socket)
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use mmkit_core::{Order, Pfn};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{Sim, SimError, Step, Workload};
+use crate::machine::smt_sibling;
 use crate::rng::Rng;
 
 /// An entry of [`StreamParams::message_blocks`] that draws this takes no block.
@@ -236,13 +237,24 @@ impl Stream {
         let order = placement.permutation(cpus);
         let pairs_n = params.pairs.min(cpus / 2);
         let sockets = cpus.div_ceil(cpus_per_socket.max(1)) as usize;
+        // Each socket's CPUs in the random order, the cores' first threads before their
+        // second ones: Linux's wake-up path looks for an idle core before an idle thread
+        // (`select_idle_core`), so a pair shares a core with another task only once every
+        // core of the socket is busy. Popped from the end.
+        let per_socket = cpus_per_socket.max(1);
+        let second_thread = |c: u32| smt_sibling(c, per_socket).is_some_and(|sibling| sibling < c);
         let mut free: Vec<Vec<u32>> = (0..sockets)
             .map(|s| {
-                order
+                let on_socket = order
                     .iter()
                     .copied()
-                    .filter(|&c| (c / cpus_per_socket.max(1)) as usize == s)
+                    .filter(|&c| (c / per_socket) as usize == s);
+                let (seconds, firsts): (Vec<u32>, Vec<u32>) =
+                    on_socket.partition(|&c| second_thread(c));
+                seconds
+                    .into_iter()
                     .rev()
+                    .chain(firsts.into_iter().rev())
                     .collect()
             })
             .collect();
@@ -577,6 +589,30 @@ mod tests {
             sockets(Placement::Spread, 4),
             vec![[0, 0], [1, 1], [0, 0], [1, 1]]
         );
+    }
+
+    /// Pairs take idle cores before idle threads: on 2 × 8 CPUs (4 cores of 2 threads a
+    /// socket, siblings `i` and `i + 4`), two pairs on socket 0 use its 4 first threads;
+    /// four pairs use all 8, so every core then runs two of the pairs' CPUs.
+    #[test]
+    fn pairs_take_idle_cores_before_idle_threads() {
+        let cpus = |placement: Placement, pairs: u32| -> Vec<u32> {
+            let params = StreamParams {
+                pairs,
+                placement,
+                ..StreamParams::unix(0.01)
+            };
+            let mut cpus: Vec<u32> = Stream::new(params, 16, 8, 7)
+                .pairs
+                .iter()
+                .flat_map(|p| p.cpus)
+                .collect();
+            cpus.sort_unstable();
+            cpus
+        };
+        assert_eq!(cpus(Placement::OneNode, 2), [0, 1, 2, 3]);
+        assert_eq!(cpus(Placement::OneNode, 4), (0..8).collect::<Vec<_>>());
+        assert_eq!(cpus(Placement::Spread, 4), [0, 1, 2, 3, 8, 9, 10, 11]);
     }
 
     #[test]
