@@ -1247,6 +1247,11 @@ mod tests {
             assert_eq!(smt.sibling[sibling as usize], cpu as u32);
             assert_eq!(machine.socket_of(cpu as u32), machine.socket_of(sibling));
         }
+        let single = MachineSpec {
+            threads_per_core: 1,
+            ..machine.clone()
+        };
+        assert!(Smt::new(&single, (0.6, 0.375)).is_none());
         let odd = MachineSpec {
             cpus_per_socket: 3,
             ..machine

@@ -28,6 +28,10 @@ pub struct MachineSpec {
     pub sockets: u32,
     /// CPUs per socket (SMT siblings count).
     pub cpus_per_socket: u32,
+    /// Hardware threads per core: 2 on the published machines, 1 on one without SMT
+    /// (a file written before this field existed reads as 1).
+    #[serde(default = "one_thread_per_core")]
+    pub threads_per_core: u32,
     /// Managed pages of each node's Normal zone.
     pub node_pages: u64,
     /// Last-level cache per socket, in bytes.
@@ -84,6 +88,7 @@ impl MachineSpec {
             name: "spr-2s-224".into(),
             sockets: 2,
             cpus_per_socket: 112,
+            threads_per_core: 2,
             node_pages: 128 * GIB_PAGES,
             llc_bytes: 105 << 20,
             l2_bytes: 2 << 20,
@@ -102,6 +107,7 @@ impl MachineSpec {
             name: "icl-2s-128".into(),
             sockets: 2,
             cpus_per_socket: 64,
+            threads_per_core: 2,
             node_pages: 128 * GIB_PAGES,
             llc_bytes: 48 << 20,
             l2_bytes: 1280 << 10,
@@ -157,6 +163,8 @@ impl MachineSpec {
             name: name.to_owned(),
             sockets,
             cpus_per_socket: cpus / sockets,
+            // Not in zoneinfo either: the measuring VM shows one thread per core (`lscpu`).
+            threads_per_core: 1,
             node_pages: first.managed,
             llc_bytes,
             l2_bytes,
@@ -301,9 +309,12 @@ impl MachineSpec {
         cpu / self.cpus_per_socket
     }
 
-    /// The hyperthread sibling of `cpu`, on a machine of `cpus_per_socket` CPUs a socket
-    /// ([`smt_sibling`]).
+    /// The hyperthread sibling of `cpu` ([`smt_sibling`]); `None` on a machine with one
+    /// thread per core.
     pub fn sibling_of(&self, cpu: u32) -> Option<u32> {
+        if self.threads_per_core != 2 {
+            return None;
+        }
         smt_sibling(cpu, self.cpus_per_socket)
     }
 
@@ -365,6 +376,10 @@ pub fn linux_low_wmark_pages(node_pages: u64, nodes: u64) -> u64 {
     ));
     let marks = watermark::zone_watermarks(ZoneType::Normal, node_pages, kbytes / 4, lowmem, 10);
     marks.low
+}
+
+fn one_thread_per_core() -> u32 {
+    1
 }
 
 /// The hyperthread sibling of `cpu` when sockets have `cpus_per_socket` CPUs, two threads
@@ -478,6 +493,9 @@ Node 0, zone   Normal
         let zones = mmkit_core::views::zoneinfo::parse(VM_ZONEINFO).unwrap();
         let spec = MachineSpec::from_zoneinfo("vm", &zones, 480 << 20, 2 << 20).unwrap();
         assert_eq!((spec.sockets, spec.nr_cpus()), (1, 2));
+        // The measuring VM's two CPUs are cores of their own, not hyperthreads.
+        assert_eq!(spec.threads_per_core, 1);
+        assert_eq!(spec.sibling_of(0), None);
         assert_eq!(spec.node_pages, 5_394_258);
         let allocator =
             PageAllocator::new(spec.topology(), spec.settings(), Policy::LINUX_6_18).unwrap();

@@ -298,8 +298,7 @@ pub fn run(
         )),
         WorkloadKind::Netperf => Built::Stream(Stream::new(
             stream(StreamParams::netperf(scale)),
-            cpus,
-            machine.cpus_per_socket,
+            &machine,
             spec.seed,
         )),
         WorkloadKind::Unix => Built::Stream(Stream::new(
@@ -307,8 +306,7 @@ pub fn run(
                 placement: spec.unix_placement,
                 ..StreamParams::unix(scale)
             }),
-            cpus,
-            machine.cpus_per_socket,
+            &machine,
             spec.seed,
         )),
         WorkloadKind::Pagealloc => Built::Pagealloc(Pagealloc::new(PageallocParams::scaled(scale))),

@@ -19,7 +19,7 @@ use mmkit_core::{Order, Pfn};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{Sim, SimError, Step, Workload};
-use crate::machine::smt_sibling;
+use crate::machine::MachineSpec;
 use crate::rng::Rng;
 
 /// An entry of [`StreamParams::message_blocks`] that draws this takes no block.
@@ -228,11 +228,12 @@ pub struct Stream {
 }
 
 impl Stream {
-    /// The workload on `cpus` CPUs, `cpus_per_socket` to a socket. Pairs take distinct
+    /// The workload on `machine`'s CPUs. Pairs take distinct
     /// CPUs in a seeded random order, both CPUs of a pair on one socket (the two ends wake
     /// each other at every message, and the scheduler's `wake_affine` pulls a wakee to its
     /// waker's LLC), the pairs over the sockets as `params.placement` says.
-    pub fn new(params: StreamParams, cpus: u32, cpus_per_socket: u32, seed: u64) -> Stream {
+    pub fn new(params: StreamParams, machine: &MachineSpec, seed: u64) -> Stream {
+        let (cpus, cpus_per_socket) = (machine.nr_cpus(), machine.cpus_per_socket);
         let mut placement = Rng::new(seed, 0x7374_0000);
         let order = placement.permutation(cpus);
         let pairs_n = params.pairs.min(cpus / 2);
@@ -242,7 +243,7 @@ impl Stream {
         // (`select_idle_core`), so a pair shares a core with another task only once every
         // core of the socket is busy. Popped from the end.
         let per_socket = cpus_per_socket.max(1);
-        let second_thread = |c: u32| smt_sibling(c, per_socket).is_some_and(|sibling| sibling < c);
+        let second_thread = |c: u32| machine.sibling_of(c).is_some_and(|sibling| sibling < c);
         let mut free: Vec<Vec<u32>> = (0..sockets)
             .map(|s| {
                 let on_socket = order
@@ -561,6 +562,16 @@ impl Workload for Stream {
 mod tests {
     use super::*;
 
+    /// 2 sockets of 8 CPUs, 4 cores of 2 threads each.
+    fn two_sockets_of_8() -> MachineSpec {
+        MachineSpec {
+            sockets: 2,
+            cpus_per_socket: 8,
+            threads_per_core: 2,
+            ..MachineSpec::icl_128()
+        }
+    }
+
     /// The sockets of each pair's two CPUs, for `pairs` unix pairs on 2 × 8 CPUs.
     fn sockets(placement: Placement, pairs: u32) -> Vec<[u32; 2]> {
         let params = StreamParams {
@@ -568,7 +579,7 @@ mod tests {
             placement,
             ..StreamParams::unix(0.01)
         };
-        Stream::new(params, 16, 8, 7)
+        Stream::new(params, &two_sockets_of_8(), 7)
             .pairs
             .iter()
             .map(|p| [p.cpus[0] / 8, p.cpus[1] / 8])
@@ -602,7 +613,7 @@ mod tests {
                 placement,
                 ..StreamParams::unix(0.01)
             };
-            let mut cpus: Vec<u32> = Stream::new(params, 16, 8, 7)
+            let mut cpus: Vec<u32> = Stream::new(params, &two_sockets_of_8(), 7)
                 .pairs
                 .iter()
                 .flat_map(|p| p.cpus)
