@@ -186,8 +186,8 @@ impl SimStats {
             lock_blocks: self.lock_blocks - earlier.lock_blocks,
             lock_levels: self.lock_levels - earlier.lock_levels,
             drain_ns: self.drain_ns - earlier.drain_ns,
-            smt_gain_ns: self.smt_gain_ns - earlier.smt_gain_ns,
             buddy_free_ns: self.buddy_free_ns - earlier.buddy_free_ns,
+            smt_gain_ns: self.smt_gain_ns - earlier.smt_gain_ns,
             busy_ns: self.busy_ns - earlier.busy_ns,
             work_ns: self.work_ns - earlier.work_ns,
             requests_ahead: self.requests_ahead - earlier.requests_ahead,
@@ -412,8 +412,8 @@ struct Smt {
     /// Per CPU: its sibling.
     sibling: Vec<u32>,
     /// Per CPU: work ns it has gained from its sibling's spin and not yet used. The spin
-    /// and the work it speeds up are paired by order, not by time: in the workloads that
-    /// use it (kbuild) both siblings are busy nearly all the time.
+    /// and the work it speeds up are paired by order, not by time: in the workloads whose
+    /// siblings both work (kbuild, netperf) both are busy nearly all the time.
     credit: Vec<f64>,
 }
 
@@ -475,6 +475,7 @@ impl Sim {
             slot_of_zone[zone] = slot;
         }
         let cost = CostModel::calibrated();
+        let smt = cost.smt_gain().and_then(|gain| Smt::new(machine, gain));
         let nr_cpus = machine.nr_cpus();
         assert!(
             nr_cpus <= MAX_CPUS,
@@ -516,7 +517,7 @@ impl Sim {
             tick_due: vec![0; nr_cpus as usize],
             in_step: false,
             warmup: None,
-            smt: None,
+            smt,
         }
     }
 
@@ -1257,6 +1258,27 @@ mod tests {
             ..machine
         };
         assert!(Smt::new(&odd, (0.6, 0.375)).is_none());
+    }
+
+    /// The model's hyperthreads are in force from `Sim::new`, not only after `set_cost`,
+    /// and follow the cost model there.
+    #[test]
+    fn a_new_simulator_has_the_models_hyperthreads() {
+        let machine = MachineSpec::spr_224().with_cpus(8).with_node_bytes(1 << 30);
+        let options = SimOptions {
+            sample_ns: 1_000_000,
+            verify_every: None,
+            high_cpus: Vec::new(),
+            measure_from_ns: 0,
+        };
+        let mut sim = Sim::new(&machine, Policy::preset("base").unwrap(), options);
+        assert!(sim.cost.smt_yield.is_some());
+        assert_eq!(sim.smt.as_ref().map(|smt| smt.sibling[1]), Some(3));
+        sim.set_cost(CostModel {
+            smt_yield: None,
+            ..CostModel::calibrated()
+        });
+        assert!(sim.smt.is_none());
     }
 
     #[test]
