@@ -22,6 +22,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod contestant;
+pub mod handoff;
 pub mod pagealloc;
 pub mod peers;
 pub mod plot;

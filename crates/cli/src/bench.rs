@@ -37,6 +37,26 @@ enum BenchCommand {
     /// T threads allocating and freeing order-0 pages for a while: pages per second,
     /// latency percentiles, and each peer against mmkit.
     Threads(ThreadsArgs),
+    /// The hand-off of a cache line between two CPUs (the simulator's
+    /// `handoff_socket_ns`): two pinned threads take turns writing one word.
+    Handoff(HandoffArgs),
+}
+
+/// Arguments of `mmkit bench handoff`.
+#[derive(Args, Debug)]
+struct HandoffArgs {
+    /// The two CPUs, as A,B.
+    #[arg(long, value_delimiter = ',', default_value = "0,1")]
+    cpus: Vec<usize>,
+    /// Hand-offs per run.
+    #[arg(long, default_value_t = 1_000_000)]
+    handoffs: u64,
+    /// Runs; the median is the figure.
+    #[arg(long, default_value_t = 7)]
+    repeat: usize,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 /// What is written into each block after allocation and read back before its free.
@@ -149,6 +169,7 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
     match &args.command {
         BenchCommand::Pagealloc(args) => pagealloc(args),
         BenchCommand::Threads(args) => threads(args),
+        BenchCommand::Handoff(args) => handoff(args),
     }
 }
 
@@ -350,6 +371,46 @@ fn save_json(
     if let Some(path) = path {
         std::fs::write(path, crate::output::json(report)? + "\n")
             .map_err(|e| CliError::failed(format!("cannot write {}: {e}", path.display())))?;
+    }
+    Ok(())
+}
+
+/// `mmkit bench handoff`: the median ns per hand-off of a cache line between two CPUs.
+fn handoff(args: &HandoffArgs) -> Result<(), CliError> {
+    use mmkit_bench::handoff::{measure, HandoffConfig};
+    if args.handoffs > 1_000_000_000 || args.repeat > 1_000 {
+        return Err(CliError::usage(
+            "--handoffs up to 1000000000 and --repeat up to 1000",
+        ));
+    }
+    let [a, b] = args.cpus[..] else {
+        return Err(CliError::usage("--cpus takes two CPUs, as A,B"));
+    };
+    let config = HandoffConfig {
+        cpus: (a, b),
+        handoffs: args.handoffs,
+        repeat: args.repeat,
+    };
+    let result = measure(&config).map_err(|e| CliError::usage(e.to_string()))?;
+    if args.json {
+        let json = serde_json::json!({
+            "cpus": args.cpus,
+            "handoffs": args.handoffs,
+            "runs_ns": result.runs_ns,
+            "median_ns": result.median_ns,
+        });
+        println!("{json}");
+    } else {
+        let runs: Vec<String> = result.runs_ns.iter().map(|ns| format!("{ns:.1}")).collect();
+        println!(
+            "cache-line hand-off CPU {} <-> CPU {}: {:.1} ns (median of {} runs of {} hand-offs; runs: {})",
+            a,
+            b,
+            result.median_ns,
+            args.repeat,
+            args.handoffs,
+            runs.join(", ")
+        );
     }
     Ok(())
 }

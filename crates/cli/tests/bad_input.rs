@@ -758,3 +758,17 @@ fn trace_record_checks_its_output_and_buffer_before_tracing() {
         "--buffer-kb",
     );
 }
+
+#[test]
+fn bench_handoff_refuses_what_it_cannot_measure() {
+    refused(&["bench", "handoff", "--cpus", "0,0"], "two CPUs");
+    refused(&["bench", "handoff", "--cpus", "0"], "--cpus");
+    refused(&["bench", "handoff", "--cpus", "0,1,2"], "--cpus");
+    refused(&["bench", "handoff", "--cpus", "0,99999"], "CPU 99999");
+    refused(&["bench", "handoff", "--handoffs", "1"], "hand-offs");
+    refused(&["bench", "handoff", "--repeat", "0"], "runs");
+    refused(
+        &["bench", "handoff", "--handoffs", "2000000000"],
+        "--handoffs",
+    );
+}

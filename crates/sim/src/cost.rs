@@ -90,7 +90,7 @@ pub const PARAMETERS: &[Parameter] = &[
     Parameter { name: "lock_ns", source: Source::Published("Brouer 2017, time_bench: spin_lock_unlock_irqsave 62 cycles (§1a)") },
     Parameter { name: "hold_per_block_ns", source: Source::Published("Huang 2023, patch 4: locked sections of rmqueue_bulk and free_pcppages_bulk timed at 2.0-3.5 µs per 63 pages, 32-56 ns per page (§1a); 40, as in §3.1") },
     Parameter { name: "merge_ns", source: Source::Published("Lu 2018: cold struct page lines dominate zone-lock hold; §3.1 range 20-80 ns, the middle") },
-    Parameter { name: "handoff_socket_ns", source: Source::Published("core-to-core latency literature, same socket (§3.1)") },
+    Parameter { name: "handoff_socket_ns", source: Source::Published("core-to-core latency literature, same socket (§3.1); `mmkit bench handoff` measured 59-67 ns on a Sapphire Rapids VM (docs/EXPERIMENTS.md)") },
     Parameter { name: "handoff_cross_socket_ns", source: Source::Published("core-to-core latency literature, cross socket (§3.1)") },
     Parameter { name: "lock_lines", source: Source::Fitted("base lock contend% of lmbench (51.4) and netperf (2.1), netperf's base free_pcppages_bulk share of cycles (2.04)") },
     Parameter { name: "touch_l2_ns", source: Source::Published("64 lines from L2 (§3.1)") },
