@@ -269,9 +269,10 @@ pub struct Observed {
     pub per_cpu: Vec<Counts>,
     /// All CPUs.
     pub total: Counts,
-    /// Huang 2023's metrics (free_high inferred: a drain right after two consecutive frees of
-    /// orders 1–3 with no allocation between on that CPU).
+    /// Huang 2023's metrics (free_high inferred by [`Observed::free_high_rule`]).
     pub seed: SeedMetrics,
+    /// The recorded kernel's `free_high` rule, by which the trace's drains are told apart.
+    pub free_high_rule: FreeHighRule,
     /// Pages allocated (`mm_page_alloc`, Σ 2^order).
     pub alloc_pages: u64,
     /// Pages freed (`mm_page_free`).
@@ -466,6 +467,51 @@ pub struct Replay {
     pub events: usize,
 }
 
+/// When the recorded kernel drained a pageset after a free of order 1–3 (`free_high`, in
+/// `free_unref_page_commit`): what tells a `free_high` drain in a trace from the drain of a
+/// pageset past its `high`. Both rules see a drain that starts right after such a free,
+/// with no allocation on that CPU between.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum FreeHighRule {
+    /// Linux 5.19 to 6.6 (and a kernel older than the rule, where it finds none): every free
+    /// of order 1–3 while the pageset is freeing heavily (`free_factor > 0`, which the trace
+    /// does not show, so the drain that follows is what counts).
+    AnyHighOrder,
+    /// Linux 6.7 on (Huang 2023's patch 1): only a free of order 1–3 that follows another
+    /// (`PCPF_PREV_FREE_HIGH_ORDER`), so that a process's exit, whose order-1 PGD follows
+    /// its order-0 pages, no longer drains.
+    Consecutive,
+}
+
+impl FreeHighRule {
+    /// The rule of a kernel release as `uname -r` prints it (`6.1.0-57-amd64`,
+    /// `6.18.44-fc`); a trace without one (plain tracefs text) is read by 6.7's rule.
+    pub fn for_kernel(release: Option<&str>) -> FreeHighRule {
+        let version = release.and_then(|r| {
+            let mut parts = r.split('.');
+            let major: u32 = parts.next()?.parse().ok()?;
+            let minor: String = parts
+                .next()?
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            Some((major, minor.parse::<u32>().ok()?))
+        });
+        match version {
+            Some(v) if v < (6, 7) => FreeHighRule::AnyHighOrder,
+            _ => FreeHighRule::Consecutive,
+        }
+    }
+
+    /// High-order frees in a row, with no allocation between, that the rule needs.
+    fn frees_needed(self) -> u32 {
+        match self {
+            FreeHighRule::AnyHighOrder => 1,
+            FreeHighRule::Consecutive => 2,
+        }
+    }
+}
+
 /// Count what the trace shows, grouping per-CPU bursts.
 pub fn observe(trace: &Trace, machine: &Machine) -> Observed {
     let nr_cpus = machine
@@ -477,10 +523,13 @@ pub fn observe(trace: &Trace, machine: &Machine) -> Observed {
     let mut high_order_frees: Vec<u32> = vec![0; nr_cpus as usize];
     let mut in_free_high: Vec<bool> = vec![false; nr_cpus as usize];
     let mut seed = SeedMetrics::default();
+    let free_high_rule =
+        FreeHighRule::for_kernel(trace.recording.as_ref().and_then(|r| r.meta("kernel")));
     let mut observed = Observed {
         per_cpu: Vec::new(),
         total: Counts::default(),
         seed,
+        free_high_rule,
         alloc_pages: 0,
         free_pages: 0,
         direct_zone_pages: 0,
@@ -541,7 +590,7 @@ pub fn observe(trace: &Trace, machine: &Machine) -> Observed {
                 counts.drain_pages += pages;
                 if !continues {
                     counts.drain_events += 1;
-                    in_free_high[cpu] = high_order_frees[cpu] >= 2;
+                    in_free_high[cpu] = high_order_frees[cpu] >= free_high_rule.frees_needed();
                     if in_free_high[cpu] {
                         seed.free_high_drains += 1;
                     }

@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
-use crate::replay::{Counts, Replay};
+use crate::replay::{Counts, FreeHighRule, Replay};
 
 /// Relative error `(predicted − observed) / observed`; `None` when nothing was observed.
 pub fn relative_error(predicted: u64, observed: u64) -> Option<f64> {
@@ -140,14 +140,20 @@ pub fn table(replay: &Replay) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<20} {:>10} {:>6.2}% {:>8} ({:>8})   snapshots: {} before, {} after (kernel; free_high inferred)",
+        "{:<20} {:>10} {:>6.2}% {:>8} ({:>8})   snapshots: {} before, {} after (kernel; free_high inferred, {})",
         "kernel (trace)",
         o.seed.alloc_zone_pages,
         o.seed.alloc_zone_share * 100.0,
         o.seed.free_high_drains,
         o.seed.free_high_drain_pages,
         o.pcp_pages_before,
-        o.pcp_pages_after.map_or("?".to_string(), |p| p.to_string())
+        o.pcp_pages_after.map_or("?".to_string(), |p| p.to_string()),
+        match o.free_high_rule {
+            FreeHighRule::AnyHighOrder =>
+                "5.19-6.6 rule: a drain right after a free of order 1-3",
+            FreeHighRule::Consecutive =>
+                "6.7 rule: a drain right after two frees of order 1-3 in a row",
+        }
     );
     for p in &replay.predicted {
         let _ = writeln!(

@@ -263,6 +263,81 @@ fn observed_events_are_grouped_into_bursts_per_cpu() {
     assert_eq!(observed.seed.alloc_zone_pages, 4 + 16);
 }
 
+/// A `free_high` drain is told apart by the recorded kernel's rule: before 6.7 one free of
+/// order 1–3 right before the drain is enough; from 6.7 on (patch 1) the free must follow
+/// another, so an exit's PGD after its order-0 pages is no longer one.
+#[test]
+fn observed_free_high_follows_the_recorded_kernels_rule() {
+    use mmkit_trace::replay::FreeHighRule;
+    assert_eq!(
+        FreeHighRule::for_kernel(Some("6.1.0-57-amd64")),
+        FreeHighRule::AnyHighOrder
+    );
+    assert_eq!(
+        FreeHighRule::for_kernel(Some("5.19.0")),
+        FreeHighRule::AnyHighOrder
+    );
+    assert_eq!(
+        FreeHighRule::for_kernel(Some("6.7.0")),
+        FreeHighRule::Consecutive
+    );
+    assert_eq!(
+        FreeHighRule::for_kernel(Some("6.18.44-fc-v1045")),
+        FreeHighRule::Consecutive
+    );
+    assert_eq!(FreeHighRule::for_kernel(None), FreeHighRule::Consecutive);
+    assert_eq!(
+        FreeHighRule::for_kernel(Some("garbage")),
+        FreeHighRule::Consecutive
+    );
+
+    let zoneinfo = String::from_utf8(data("compile.zoneinfo.txt")).unwrap();
+    let line = |cpu: u32, ts: &str, event: &str, fields: &str| {
+        format!("  cc-7 [{cpu:03}] ..... {ts}: {event}: {fields}\n")
+    };
+    let drain = "pfn=0x200040 order=0 migratetype=1";
+    let mut text = String::new();
+    // CPU 0: an exit's order-0 page, then its order-1 PGD, then a drain.
+    text += &line(0, "1.000001", "mm_page_free", "pfn=0x300000 order=0");
+    text += &line(0, "1.000002", "mm_page_free", "pfn=0x300002 order=1");
+    text += &line(0, "1.000003", "mm_page_pcpu_drain", drain);
+    // CPU 1: two order-1 frees in a row, then a drain.
+    text += &line(1, "1.000004", "mm_page_free", "pfn=0x300004 order=1");
+    text += &line(1, "1.000005", "mm_page_free", "pfn=0x300006 order=1");
+    text += &line(1, "1.000006", "mm_page_pcpu_drain", drain);
+    text += &line(1, "1.000007", "mm_page_pcpu_drain", drain);
+    // CPU 1 again: an allocation between the high-order free and the drain's start.
+    text += &line(1, "1.000008", "mm_page_free", "pfn=0x300008 order=1");
+    text += &line(
+        1,
+        "1.000009",
+        "mm_page_alloc",
+        "pfn=0x300010 order=0 migratetype=1",
+    );
+    text += &line(1, "1.000010", "mm_page_pcpu_drain", drain);
+    let observed_on = |kernel: &str| {
+        let mut trace = parse::parse_text(&text);
+        assert_eq!(trace.problems.total(), 0, "{:?}", trace.problems);
+        trace.recording = Some(parse::Recording {
+            metadata: vec![("kernel".to_string(), kernel.to_string())],
+            sections: Default::default(),
+            complete: true,
+        });
+        let machine = Machine::from_trace(&trace, Some(&zoneinfo)).unwrap();
+        let observed = replay::observe(&trace, &machine);
+        (
+            observed.free_high_rule,
+            observed.seed.free_high_drains,
+            observed.seed.free_high_drain_pages,
+        )
+    };
+    assert_eq!(
+        observed_on("6.1.0-57-amd64"),
+        (FreeHighRule::AnyHighOrder, 2, 3)
+    );
+    assert_eq!(observed_on("6.7.0"), (FreeHighRule::Consecutive, 1, 2));
+}
+
 /// `empties`: the kernel refills a list only when it is empty, so a list that the trace
 /// shows refilled after 100 allocations (and 10 frees of blocks allocated in the trace)
 /// started with 90 blocks; the replay then refills at that same allocation, where the
