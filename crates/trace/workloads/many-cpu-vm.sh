@@ -1,0 +1,45 @@
+#!/bin/sh
+# Record the compile-like workload on a machine with more CPUs than this one: a QEMU guest
+# with C virtual CPUs, booted with virtme-ng on a packaged kernel and this machine's root
+# file system (read-only 9p, so the guest runs the same mmkit binary and gcc).
+#
+# Usage: many-cpu-vm.sh KERNEL CPUS LOOPS ROUNDS OUT [MEM]
+#   KERNEL  a vmlinuz whose modules are installed under /lib/modules (9p as modules or built in)
+#   CPUS    virtual CPUs of the guest
+#   LOOPS   parallel copies of `compile.sh ROUNDS` (each a `make -j2`)
+#   OUT     the recording, written by the guest (its folder must exist; the guest writes it)
+#   MEM     guest memory, default 8G
+#
+# Needs: qemu-system-x86, virtme-ng (`pip install virtme-ng`), root. It uses KVM when it
+# works and `--disable-kvm` (TCG, software emulation) when asked with KVM=0: on a VM whose
+# nested KVM cannot run the guest, TCG is the way, 20-40 times slower, and its timer ticks
+# and RCU grace periods come that many times more often per unit of the guest's work.
+#
+# The guest side (`--guest`) runs `mmkit trace record --command-only` around the loops, with
+# 16 MiB of trace buffer per CPU (CPUS x 16 MiB of the guest's memory).
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../../.." && pwd)
+
+if [ "${1:-}" = "--guest" ]; then
+    loops=$2 rounds=$3 out=$4
+    cd "$repo"
+    echo "guest: $(nproc) CPUs, Linux $(uname -r), $(grep MemTotal /proc/meminfo | tr -s ' ')"
+    exec target/release/mmkit trace record --command-only --buffer-kb 16384 --out "$out" -- \
+        sh -c "for i in \$(seq $loops); do sh crates/trace/workloads/compile.sh $rounds & done; wait"
+fi
+
+if [ $# -lt 5 ]; then
+    sed -n '2,20p' "$0" >&2
+    exit 2
+fi
+kernel=$1 cpus=$2 loops=$3 rounds=$4 out=$5 mem=${6:-8G}
+command -v vng >/dev/null || { echo "many-cpu-vm.sh: virtme-ng (vng) is not installed" >&2; exit 1; }
+command -v qemu-system-x86_64 >/dev/null || { echo "many-cpu-vm.sh: qemu-system-x86 is not installed" >&2; exit 1; }
+[ -x "$repo/target/release/mmkit" ] || { echo "many-cpu-vm.sh: build it first: cargo build --release -p mmkit-cli" >&2; exit 1; }
+outdir=$(cd "$(dirname "$out")" && pwd)
+accel=""
+[ "${KVM:-1}" = 0 ] && accel="--disable-kvm"
+# shellcheck disable=SC2086 # $accel is one flag or none
+vng -r "$kernel" $accel --force-9p --cpus "$cpus" -m "$mem" --rwdir "$outdir" \
+    --exec "sh $here/many-cpu-vm.sh --guest $loops $rounds $outdir/$(basename "$out")"
