@@ -7,6 +7,7 @@
 #   KERNEL  a vmlinuz whose modules are installed under /lib/modules (9p as modules or built in)
 #   CPUS    virtual CPUs of the guest
 #   LOOPS   parallel copies of `compile.sh ROUNDS` (each a `make -j2`)
+#   ROUNDS  clean rebuilds each copy makes
 #   OUT     the recording, written by the guest (its folder must exist; the guest writes it)
 #   MEM     guest memory, default 8G
 #
