@@ -473,9 +473,10 @@ pub struct Replay {
 /// with no allocation on that CPU between.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum FreeHighRule {
-    /// Linux 5.19 to 6.6 (and a kernel older than the rule, where it finds none): every free
-    /// of order 1–3 while the pageset is freeing heavily (`free_factor > 0`, which the trace
-    /// does not show, so the drain that follows is what counts).
+    /// Linux 5.19 to 6.6: every free of order 1–3 while the pageset is freeing heavily
+    /// (`free_factor > 0`, which the trace does not show, so the drain that follows is what
+    /// counts). A kernel before 5.19 has no `free_high` and is read by this rule too, so a
+    /// drain past `high` right after such a free would be counted: an upper bound there.
     AnyHighOrder,
     /// Linux 6.7 on (Huang 2023's patch 1): only a free of order 1–3 that follows another
     /// (`PCPF_PREV_FREE_HIGH_ORDER`), so that a process's exit, whose order-1 PGD follows
@@ -500,6 +501,16 @@ impl FreeHighRule {
         match version {
             Some(v) if v < (6, 7) => FreeHighRule::AnyHighOrder,
             _ => FreeHighRule::Consecutive,
+        }
+    }
+
+    /// The rule in words, for the replay's report.
+    pub fn describe(self) -> &'static str {
+        match self {
+            FreeHighRule::AnyHighOrder => "5.19-6.6 rule: a drain right after a free of order 1-3",
+            FreeHighRule::Consecutive => {
+                "6.7 rule: a drain right after two frees of order 1-3 in a row"
+            }
         }
     }
 

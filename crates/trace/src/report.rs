@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
-use crate::replay::{Counts, FreeHighRule, Replay};
+use crate::replay::{Counts, Replay};
 
 /// Relative error `(predicted − observed) / observed`; `None` when nothing was observed.
 pub fn relative_error(predicted: u64, observed: u64) -> Option<f64> {
@@ -148,12 +148,7 @@ pub fn table(replay: &Replay) -> String {
         o.seed.free_high_drain_pages,
         o.pcp_pages_before,
         o.pcp_pages_after.map_or("?".to_string(), |p| p.to_string()),
-        match o.free_high_rule {
-            FreeHighRule::AnyHighOrder =>
-                "5.19-6.6 rule: a drain right after a free of order 1-3",
-            FreeHighRule::Consecutive =>
-                "6.7 rule: a drain right after two frees of order 1-3 in a row",
-        }
+        o.free_high_rule.describe()
     );
     for p in &replay.predicted {
         let _ = writeln!(

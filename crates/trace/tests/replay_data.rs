@@ -268,28 +268,17 @@ fn observed_events_are_grouped_into_bursts_per_cpu() {
 /// another, so an exit's PGD after its order-0 pages is no longer one.
 #[test]
 fn observed_free_high_follows_the_recorded_kernels_rule() {
-    use mmkit_trace::replay::FreeHighRule;
-    assert_eq!(
-        FreeHighRule::for_kernel(Some("6.1.0-57-amd64")),
-        FreeHighRule::AnyHighOrder
-    );
-    assert_eq!(
-        FreeHighRule::for_kernel(Some("5.19.0")),
-        FreeHighRule::AnyHighOrder
-    );
-    assert_eq!(
-        FreeHighRule::for_kernel(Some("6.7.0")),
-        FreeHighRule::Consecutive
-    );
-    assert_eq!(
-        FreeHighRule::for_kernel(Some("6.18.44-fc-v1045")),
-        FreeHighRule::Consecutive
-    );
-    assert_eq!(FreeHighRule::for_kernel(None), FreeHighRule::Consecutive);
-    assert_eq!(
-        FreeHighRule::for_kernel(Some("garbage")),
-        FreeHighRule::Consecutive
-    );
+    use mmkit_trace::replay::FreeHighRule::{self, AnyHighOrder, Consecutive};
+    for (release, rule) in [
+        (Some("6.1.0-57-amd64"), AnyHighOrder),
+        (Some("5.19.0"), AnyHighOrder),
+        (Some("6.7.0"), Consecutive),
+        (Some("6.18.44-fc-v1045"), Consecutive),
+        (None, Consecutive),
+        (Some("garbage"), Consecutive),
+    ] {
+        assert_eq!(FreeHighRule::for_kernel(release), rule, "{release:?}");
+    }
 
     let zoneinfo = String::from_utf8(data("compile.zoneinfo.txt")).unwrap();
     let line = |cpu: u32, ts: &str, event: &str, fields: &str| {
@@ -331,11 +320,8 @@ fn observed_free_high_follows_the_recorded_kernels_rule() {
             observed.seed.free_high_drain_pages,
         )
     };
-    assert_eq!(
-        observed_on("6.1.0-57-amd64"),
-        (FreeHighRule::AnyHighOrder, 2, 3)
-    );
-    assert_eq!(observed_on("6.7.0"), (FreeHighRule::Consecutive, 1, 2));
+    assert_eq!(observed_on("6.1.0-57-amd64"), (AnyHighOrder, 2, 3));
+    assert_eq!(observed_on("6.7.0"), (Consecutive, 1, 2));
 }
 
 /// `empties`: the kernel refills a list only when it is empty, so a list that the trace
