@@ -499,7 +499,9 @@ pub fn table(results: &[RunResult]) -> Vec<TableRow> {
     let Some(first) = results.first() else {
         return Vec::new();
     };
-    let rel = |v: f64, base: f64| if base == 0.0 { 0.0 } else { 100.0 * v / base };
+    // `v / base` first: the base row's own ratio is then exactly 1, and its value 100
+    // (100 · v / v can round to 100.00000000000001).
+    let rel = |v: f64, base: f64| if base == 0.0 { 0.0 } else { 100.0 * (v / base) };
     // A fixed-work benchmark (lmbench moves a fixed amount of data) counts events per
     // unit of work; a fixed-time one (netperf, 300 s) counts totals.
     let per = |r: &RunResult| {
