@@ -4,6 +4,7 @@
 //! allocator behaviour.
 
 mod bench;
+mod blocks_cmd;
 mod calibrate_cmd;
 mod compare_sim;
 mod demo;

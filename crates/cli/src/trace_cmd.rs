@@ -46,6 +46,10 @@ enum TraceCommand {
     /// fault, after a high-order free, runs, and where in a process's life (exit, mid-life,
     /// kernel thread, softirq), with the mean ± sd over the recordings.
     HighOrder(crate::high_order_cmd::HighOrderArgs),
+    /// Count the blocks a recorded workload allocated, by order, and where each was freed:
+    /// on the allocating CPU or another, in a task's context or in softirq (per unit of
+    /// work with --per, e.g. the messages a stream sent).
+    Blocks(crate::blocks_cmd::BlocksArgs),
 }
 
 #[derive(Args, Debug)]
@@ -139,6 +143,7 @@ pub fn run(args: &TraceArgs) -> Result<(), CliError> {
         TraceCommand::Replay(args) => run_replay(args),
         TraceCommand::CompareSim(args) => crate::compare_sim::run(args),
         TraceCommand::HighOrder(args) => crate::high_order_cmd::run(args),
+        TraceCommand::Blocks(args) => crate::blocks_cmd::run(args),
     }
 }
 

@@ -1,5 +1,5 @@
-//! `mmkit trace replay` and `mmkit trace high-order` on the committed traces, and bad input
-//! exits with status 2.
+//! `mmkit trace replay`, `mmkit trace high-order` and `mmkit trace blocks` on the committed
+//! traces, and bad input exits with status 2.
 
 mod common;
 
@@ -173,4 +173,30 @@ fn high_order_refuses_a_file_without_page_events() {
         .assert()
         .code(2);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn blocks_counts_pool_and_refuse_bad_units() {
+    let one = data("compile.mmkit.gz");
+    let json = json_of(mmkit().args(["trace", "blocks", "--json", &one, &one]));
+    let rows = json["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    let order0 = |v: &serde_json::Value| v["movable"][0]["allocated"].as_u64().unwrap();
+    assert!(order0(&rows[0]["fates"]) > 0);
+    assert_eq!(order0(&json["pooled"]), 2 * order0(&rows[0]["fates"]));
+    mmkit()
+        .args(["trace", "blocks", "--per", "10", &one, &one])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("one per recording"));
+    mmkit()
+        .args(["trace", "blocks", "--per", "0", &one])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("at least 1"));
+    mmkit()
+        .args(["trace", "blocks", "--per", "10", &one])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("per unit of --per"));
 }

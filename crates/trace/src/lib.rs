@@ -11,12 +11,14 @@
 //! | [`machine`] | this machine's zones, sysctls and LLC from `/proc` and `/sys` |
 //! | [`work`] | a recorded workload's processes, blocks and refills, for a simulation of it |
 //! | [`high_order`] | when a recorded workload frees blocks of orders 1–3, and what each pageset freed before |
+//! | [`blocks`] | a recorded workload's blocks by order, and on which CPU and in which context each was freed |
 //!
 //! Linux counterpart: `include/trace/events/kmem.h` (the events), `kernel/trace/`
 //! (tracefs). `docs/FIDELITY.md` reports how well the replay predicts real traces.
 
 #![deny(missing_docs)]
 
+pub mod blocks;
 pub mod high_order;
 pub mod machine;
 pub mod parse;
