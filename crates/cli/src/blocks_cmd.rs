@@ -7,7 +7,6 @@ use std::path::PathBuf;
 
 use clap::Args;
 use mmkit_trace::blocks::{self, BlockFates, Fates, ORDERS};
-use mmkit_trace::parse;
 use serde::Serialize;
 
 use crate::CliError;
@@ -43,19 +42,8 @@ struct Report {
     pooled_units: Option<u64>,
 }
 
-fn load(file: &PathBuf) -> Result<BlockFates, CliError> {
-    let name = file.display();
-    let bytes =
-        std::fs::read(file).map_err(|e| CliError::usage(format!("cannot read {name}: {e}")))?;
-    let trace = parse::load(&bytes).map_err(|e| CliError::usage(format!("{name}: {e}")))?;
-    if let Some(why) = trace.truncation() {
-        return Err(CliError::usage(format!("{name} is truncated: {why}")));
-    }
-    if trace.events.is_empty() {
-        return Err(CliError::usage(format!(
-            "{name}: no kmem page events found"
-        )));
-    }
+fn load(file: &std::path::Path) -> Result<BlockFates, CliError> {
+    let trace = crate::trace_cmd::load_complete(file)?;
     Ok(blocks::measure(&trace))
 }
 

@@ -22,7 +22,6 @@ use mmkit_core::page_alloc::DrainReason;
 use mmkit_core::Policy;
 use mmkit_sim::measured::{MeasuredBuild, MeasuredStream};
 use mmkit_sim::{MachineSpec, RunResult, RunSpec, WorkloadKind, WorkloadParams};
-use mmkit_trace::parse;
 use mmkit_trace::replay::Machine;
 use mmkit_trace::work::{self, Work};
 use serde::Serialize;
@@ -167,24 +166,14 @@ struct Recording {
     work: Work,
 }
 
-fn load(file: &PathBuf) -> Result<Recording, CliError> {
+fn load(file: &std::path::Path) -> Result<Recording, CliError> {
     let name = file.display();
-    let bytes =
-        std::fs::read(file).map_err(|e| CliError::usage(format!("cannot read {name}: {e}")))?;
-    let trace = parse::load(&bytes).map_err(|e| CliError::usage(format!("{name}: {e}")))?;
-    if let Some(why) = trace.truncation() {
-        return Err(CliError::usage(format!("{name} is truncated: {why}")));
-    }
-    if trace.events.is_empty() {
-        return Err(CliError::usage(format!(
-            "{name}: no kmem page events found"
-        )));
-    }
+    let trace = crate::trace_cmd::load_complete(file)?;
     let machine =
         Machine::from_trace(&trace, None).map_err(|e| CliError::usage(format!("{name}: {e}")))?;
     let work = work::measure(&trace, &machine);
     Ok(Recording {
-        file: file.clone(),
+        file: file.to_path_buf(),
         machine,
         work,
     })
@@ -352,7 +341,11 @@ pub fn run(args: &CompareSimArgs) -> Result<(), CliError> {
         (_, None) => 0,
     };
     let policy: Policy = policy_preset(&args.policy)?;
-    let recordings: Vec<Recording> = args.files.iter().map(load).collect::<Result<_, _>>()?;
+    let recordings: Vec<Recording> = args
+        .files
+        .iter()
+        .map(|f| load(f))
+        .collect::<Result<_, _>>()?;
     let mut jobs = Vec::new();
     let mut inputs = Vec::new();
     for recording in &recordings {

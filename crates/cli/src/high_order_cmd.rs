@@ -7,7 +7,6 @@ use std::path::PathBuf;
 
 use clap::Args;
 use mmkit_trace::high_order::{self, HighOrderFrees, EXIT_TAIL_FREES, RUN_BUCKETS};
-use mmkit_trace::parse;
 use mmkit_trace::replay::Machine;
 use serde::Serialize;
 
@@ -47,19 +46,8 @@ struct Report {
     metrics: Vec<Metric>,
 }
 
-fn load(file: &PathBuf) -> Result<HighOrderFrees, CliError> {
-    let name = file.display();
-    let bytes =
-        std::fs::read(file).map_err(|e| CliError::usage(format!("cannot read {name}: {e}")))?;
-    let trace = parse::load(&bytes).map_err(|e| CliError::usage(format!("{name}: {e}")))?;
-    if let Some(why) = trace.truncation() {
-        return Err(CliError::usage(format!("{name} is truncated: {why}")));
-    }
-    if trace.events.is_empty() {
-        return Err(CliError::usage(format!(
-            "{name}: no kmem page events found"
-        )));
-    }
+fn load(file: &std::path::Path) -> Result<HighOrderFrees, CliError> {
+    let trace = crate::trace_cmd::load_complete(file)?;
     // A plain trace without a snapshot splits frees by CPU only.
     let zones = Machine::from_trace(&trace, None)
         .map(|m| m.zones)

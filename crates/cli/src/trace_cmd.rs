@@ -137,6 +137,25 @@ impl From<SeedArg> for SeedRule {
 }
 
 /// Run `mmkit trace`.
+/// A recording read whole for counting (`high-order`, `blocks`, `compare-sim`): a file
+/// that cannot be read, parsed, was truncated or holds no page events is a usage error
+/// naming the file.
+pub(crate) fn load_complete(file: &std::path::Path) -> Result<parse::Trace, CliError> {
+    let name = file.display();
+    let bytes =
+        std::fs::read(file).map_err(|e| CliError::usage(format!("cannot read {name}: {e}")))?;
+    let trace = parse::load(&bytes).map_err(|e| CliError::usage(format!("{name}: {e}")))?;
+    if let Some(why) = trace.truncation() {
+        return Err(CliError::usage(format!("{name} is truncated: {why}")));
+    }
+    if trace.events.is_empty() {
+        return Err(CliError::usage(format!(
+            "{name}: no kmem page events found"
+        )));
+    }
+    Ok(trace)
+}
+
 pub fn run(args: &TraceArgs) -> Result<(), CliError> {
     match &args.command {
         TraceCommand::Record(args) => run_record(args),

@@ -356,7 +356,10 @@ fn placement_moves_the_unix_pairs_and_is_refused_elsewhere() {
                     "--scale",
                     "0.02",
                 ])
-                .args(["--policies", "base", "--json", "--placement", placement]),
+                .args(["--policies", "base", "--json", "--placement", placement])
+                // The placement, not the calibration's hand-off cost, is under test: with
+                // a hand-off of several lines each, both placements saturate the lock.
+                .args(["--lock-lines", "0.3"]),
         );
         json["runs"][0]["lock_contend_pct"].as_f64().unwrap()
     };

@@ -175,6 +175,51 @@ fn high_order_refuses_a_file_without_page_events() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The SCTP recordings `StreamParams::netperf` draws its packet buffers from
+/// (`crates/trace/workloads/sctp-vm.sh`), with the messages `sctp_stream.py` reported
+/// sending in each.
+const SCTP: [(&str, u64); 3] = [
+    ("sctp-1.mmkit.gz", 7793),
+    ("sctp-2.mmkit.gz", 13732),
+    ("sctp-3.mmkit.gz", 10293),
+];
+
+#[test]
+fn blocks_of_the_sctp_recordings_are_the_netperf_models_packets() {
+    let files: Vec<String> = SCTP.iter().map(|(f, _)| data(f)).collect();
+    let per: Vec<String> = SCTP.iter().map(|(_, n)| n.to_string()).collect();
+    let json = json_of(
+        mmkit()
+            .args(["trace", "blocks", "--json", "--per", &per.join(",")])
+            .args(&files),
+    );
+    let messages = json["pooled_units"].as_f64().unwrap();
+    assert_eq!(messages, 31818.0);
+    let kernel = &json["pooled"]["kernel"];
+    let allocated = |order: usize| kernel[order]["allocated"].as_f64().unwrap();
+    // Every message has one order-2 chunk; the order-2 blocks beyond those are packets.
+    let measured = [
+        (2, (allocated(2) - messages) / messages),
+        (3, allocated(3) / messages),
+        (4, allocated(4) / messages),
+    ];
+    let params = mmkit_sim::workload::stream::StreamParams::netperf(1.0);
+    assert_eq!(params.chunk_order, Some(2));
+    for (order, share) in measured {
+        let model = params.message_blocks[0]
+            .iter()
+            .find(|c| c.0 == order)
+            .map_or(0.0, |c| c.1);
+        assert!(
+            (model - share).abs() < 0.0006,
+            "order {order}: the model draws {model} per message, the recordings show {share:.4}"
+        );
+    }
+    // The receiver (CPU 1) frees the packets in its task; the sender its chunks.
+    assert!(kernel[3]["other_cpu_task"].as_f64().unwrap() > 0.98 * allocated(3));
+    assert!(kernel[2]["same_cpu_task"].as_f64().unwrap() > 0.9 * messages);
+}
+
 #[test]
 fn blocks_counts_pool_and_refuse_bad_units() {
     let one = data("compile.mmkit.gz");

@@ -33,8 +33,8 @@ pub struct KbuildParams {
     /// per CPU; each CPU's pageset fills once at the start (from patch 7 up to `high_max`),
     /// and a short build cannot amortise that fill as the published build's did. What
     /// amortises it is the pages faulted per CPU: at the calibrated fault rate a process
-    /// faults 3.4 times the pages it did at the measured 36,000 per second, so 16
-    /// processes per CPU fault about what 48 did then (when 12 left patch 7's alloc_zone
+    /// faults 2.6 times the pages it did at the measured 36,000 per second, so 16
+    /// processes per CPU fault about what 42 did then (when 12 left patch 7's alloc_zone
     /// at 44 % of base and 48 at 21 %, EXPERIMENTS.md). 16 is what the demo's two-minute
     /// budget allows.
     pub jobs_per_cpu: u32,

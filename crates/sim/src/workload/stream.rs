@@ -40,9 +40,9 @@ pub struct StreamParams {
     /// drawn per entry of `message_blocks` (lmbench: fixed 3, 2, 1, 0; netperf: the packet
     /// buffer).
     pub message_blocks: Vec<Vec<(u8, f64)>>,
-    /// Bytes the sender writes into (and the receiver reads from) each block; `None`: the
-    /// whole block.
-    pub block_payload_bytes: Option<u64>,
+    /// Bytes the sender writes into (and the receiver reads from) a block, by the block's
+    /// order (index 0 to 4; higher orders as 4); `None`: the whole block.
+    pub block_payload_bytes: Option<[u64; 5]>,
     /// Order of the sender-freed chunk buffer per message (netperf's order-2 SCTP chunk),
     /// or none.
     pub chunk_order: Option<u8>,
@@ -121,17 +121,28 @@ impl StreamParams {
     /// base run moved 564,052 Mbit/s in all on 128 busy CPUs, 6.89 M messages of 10 KiB
     /// per second, so 128 / 6.89 M = 18.6 µs of CPU per message, sender and receiver
     /// together; the protocol work below is that less the allocator's and the copies'
-    /// ≈ 1.6 µs. Pages per message: LKP's `pgalloc_normal`, 1.533e10 pages in 300 s,
-    /// over those 6.89 M messages per second is 7.4: the 4-page order-2 chunk and, for 85 %
-    /// of the messages, an order-2 packet buffer (the others' data goes out bundled in
-    /// another message's packet).
+    /// ≈ 1.6 µs.
+    ///
+    /// Blocks per message, measured: three recordings of one SCTP association over
+    /// loopback, 10 KiB messages (`crates/trace/workloads/sctp-vm.sh`; the recordings are
+    /// `crates/trace/tests/data/sctp-1.mmkit.gz`, `sctp-2.mmkit.gz` and `sctp-3.mmkit.gz`,
+    /// counted by `mmkit trace blocks`; docs/EXPERIMENTS.md, "netperf's blocks, measured"),
+    /// 31,818 messages.
+    /// Every message has its order-2 chunk buffer, freed by the sender after the SACK; the
+    /// chunks go out bundled in packet buffers that the receiver frees: per message 0.011
+    /// order-2 packets (one chunk), 0.134 order-3 (two or three chunks) and 0.138 order-4
+    /// (the rest, 4.7 chunks each), 7.32 pages per message in all against the 7.4 of LKP's
+    /// `pgalloc_normal` (1.533e10 pages in 300 s over 6.89 M messages per second). The
+    /// payload of a packet is its chunks: 10 KiB in an order-2 block, 25 KiB (2.5 chunks)
+    /// in an order-3 one and 48 KiB in an order-4 one, so that the packets carry the
+    /// messages' 10 KiB each.
     pub fn netperf(scale: f64) -> StreamParams {
         StreamParams {
             pairs: 64,
             duration_ms: 1250.0 * scale,
             warmup_ms: 250.0 * scale,
-            message_blocks: vec![vec![(2, 0.85), (NO_BLOCK, 0.15)]],
-            block_payload_bytes: Some(10 << 10),
+            message_blocks: vec![vec![(2, 0.011), (3, 0.134), (4, 0.138), (NO_BLOCK, 0.717)]],
+            block_payload_bytes: Some([4 << 10, 8 << 10, 10 << 10, 25 << 10, 48 << 10]),
             chunk_order: Some(2),
             chunk_rtt_us: (10.0, 50.0),
             send_work_ns: 9_000,
@@ -481,10 +492,11 @@ impl Stream {
 
 /// Lines of each page of a block of `order` that `bytes` of payload cover (at least 1;
 /// all 64 when the payload fills the block).
-fn lines_per_page(bytes: Option<u64>, order: Order) -> u32 {
-    let Some(bytes) = bytes else {
+fn lines_per_page(bytes: Option<[u64; 5]>, order: Order) -> u32 {
+    let Some(by_order) = bytes else {
         return 64;
     };
+    let bytes = by_order[(order.get() as usize).min(4)];
     let lines = bytes.div_ceil(64) / order.pages();
     lines.clamp(1, 64) as u32
 }
@@ -584,6 +596,42 @@ mod tests {
             .iter()
             .map(|p| [p.cpus[0] / 8, p.cpus[1] / 8])
             .collect()
+    }
+
+    /// netperf's blocks are the measured ones (`mmkit trace blocks` of three SCTP
+    /// recordings): 7.32 pages per message, within 2 % of the 7.4 LKP's `pgalloc_normal`
+    /// gives for the published machine, and packets whose payloads carry each message's
+    /// 10 KiB once.
+    #[test]
+    fn netperf_blocks_per_message_add_up_to_the_measured_pages_and_payload() {
+        let p = StreamParams::netperf(1.0);
+        let chunk = p.chunk_order.map_or(0.0, |o| (1u64 << o) as f64);
+        let [packets] = p.message_blocks.as_slice() else {
+            panic!("one packet buffer entry per message");
+        };
+        let total: f64 = packets.iter().map(|c| c.1).sum();
+        assert!((total - 1.0).abs() < 1e-9, "weights are shares of messages");
+        let blocks = packets.iter().filter(|c| c.0 != NO_BLOCK);
+        let pages: f64 = chunk
+            + blocks
+                .clone()
+                .map(|c| (1u64 << c.0) as f64 * c.1)
+                .sum::<f64>();
+        assert!((pages - 7.32).abs() < 0.01, "{pages} pages per message");
+        assert!(
+            (pages / 7.4 - 1.0).abs() < 0.02,
+            "{pages} against LKP's 7.4"
+        );
+        let payload = p.block_payload_bytes.expect("netperf's payloads are given");
+        let carried: f64 = blocks.map(|c| payload[c.0 as usize] as f64 * c.1).sum();
+        assert!(
+            (carried / 10240.0 - 1.0).abs() < 0.05,
+            "packets carry {carried} bytes per 10 KiB message"
+        );
+        // A block never carries more than it holds, so no page is touched past its end.
+        for order in 0..5u8 {
+            assert!(payload[order as usize] <= 4096 << order);
+        }
     }
 
     #[test]
