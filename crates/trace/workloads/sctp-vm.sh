@@ -22,7 +22,9 @@ if [ "${1:-}" = "--guest" ]; then
     cd "$repo"
     modprobe sctp
     echo "guest: $(nproc) CPUs, Linux $(uname -r)"
-    exec target/release/mmkit trace record --command-only --buffer-kb 65536 --out "$out" -- \
+    # The whole guest, not --command-only: the receiver's CPU runs part of the protocol's
+    # softirq work in the idle task's context, and its frees fill that CPU's pagesets.
+    exec target/release/mmkit trace record --buffer-kb 65536 --out "$out" -- \
         python3 crates/trace/workloads/sctp_stream.py "$seconds"
 fi
 
