@@ -35,13 +35,16 @@ pub struct CompareSimArgs {
     /// Recordings of one workload, one per repeat (`mmkit trace record --command-only`).
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
-    /// What the recordings ran: unix (crates/trace/workloads/af_unix.py --mib N) or
-    /// kbuild (crates/trace/workloads/compile.sh).
+    /// What the recordings ran: unix (crates/trace/workloads/af_unix.py --mib N),
+    /// netperf (crates/trace/workloads/sctp_stream.py, recorded by sctp-vm.sh) or kbuild
+    /// (crates/trace/workloads/compile.sh).
     #[arg(long)]
     workload: String,
-    /// unix: the messages each recording sent (af_unix.py --mib N sends 16 N).
-    #[arg(long)]
-    messages: Option<u64>,
+    /// unix and netperf: the messages each recording sent, one count for all recordings
+    /// (af_unix.py --mib N sends 16 N) or one per recording in their order (what
+    /// sctp_stream.py printed).
+    #[arg(long, value_delimiter = ',', value_name = "N[,N...]")]
+    messages: Vec<u64>,
     /// The policy preset the simulator runs.
     #[arg(long, default_value = "linux-6.18")]
     policy: String,
@@ -67,7 +70,7 @@ const L2_BYTES: u64 = 2 << 20;
 /// Per unit of work, one side.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 struct PerUnit {
-    /// Units of work: messages (unix) or processes (kbuild).
+    /// Units of work: messages (unix, netperf) or processes (kbuild).
     units: f64,
     /// Pages allocated per unit.
     alloc_pages: f64,
@@ -201,6 +204,23 @@ fn spec(
     };
     let work = &recording.work;
     let (params, inputs) = match workload {
+        WorkloadKind::Netperf => {
+            let stream = MeasuredStream {
+                messages,
+                seconds: work.seconds,
+            };
+            let per = |order: u8| {
+                work.allocations.get(&(order, 0)).copied().unwrap_or(0) as f64 / messages as f64
+            };
+            let inputs = format!(
+                "{messages} messages in {:.2} s; UNMOVABLE blocks per message of order 2/3/4: {:.3}/{:.3}/{:.3} (sim: the chunk and 0.011/0.134/0.138)",
+                work.seconds,
+                per(2),
+                per(3),
+                per(4)
+            );
+            (WorkloadParams::Stream(stream.netperf_params()), inputs)
+        }
         WorkloadKind::Unix => {
             let stream = MeasuredStream {
                 messages,
@@ -318,27 +338,39 @@ fn row(recording: &Recording, result: &RunResult, units: f64, inputs: String) ->
 /// `mmkit trace compare-sim`.
 pub fn run(args: &CompareSimArgs) -> Result<(), CliError> {
     let workload = crate::sim_cmd::workload(&args.workload)?;
-    if !matches!(workload, WorkloadKind::Unix | WorkloadKind::Kbuild) {
+    if !matches!(
+        workload,
+        WorkloadKind::Unix | WorkloadKind::Netperf | WorkloadKind::Kbuild
+    ) {
         return Err(CliError::usage(format!(
-            "--workload {workload}: compare-sim knows unix and kbuild"
+            "--workload {workload}: compare-sim knows unix, netperf and kbuild"
         )));
     }
-    let messages = match (workload, args.messages) {
-        (WorkloadKind::Unix, Some(0)) => {
-            return Err(CliError::usage("--messages must be at least 1"))
-        }
-        (WorkloadKind::Unix, Some(n)) => n,
-        (WorkloadKind::Unix, None) => {
-            return Err(CliError::usage(
-                "--workload unix needs --messages N (af_unix.py --mib M sends 16 M)",
-            ))
-        }
-        (_, Some(_)) => {
-            return Err(CliError::usage(
-                "--messages is for --workload unix; kbuild counts processes in the trace",
-            ))
-        }
-        (_, None) => 0,
+    let streams = matches!(workload, WorkloadKind::Unix | WorkloadKind::Netperf);
+    if streams && args.messages.is_empty() {
+        return Err(CliError::usage(format!(
+            "--workload {workload} needs --messages N (af_unix.py --mib M sends 16 M; sctp_stream.py prints its count)"
+        )));
+    }
+    if !streams && !args.messages.is_empty() {
+        return Err(CliError::usage(
+            "--messages is for the stream workloads; kbuild counts processes in the trace",
+        ));
+    }
+    if args.messages.contains(&0) {
+        return Err(CliError::usage("--messages must be at least 1"));
+    }
+    if args.messages.len() > 1 && args.messages.len() != args.files.len() {
+        return Err(CliError::usage(format!(
+            "--messages gives {} counts for {} recordings: give one for all, or one per recording",
+            args.messages.len(),
+            args.files.len()
+        )));
+    }
+    let messages_of = |i: usize| match args.messages.as_slice() {
+        [] => 0,
+        [one] => *one,
+        each => each[i],
     };
     let policy: Policy = policy_preset(&args.policy)?;
     let recordings: Vec<Recording> = args
@@ -348,11 +380,11 @@ pub fn run(args: &CompareSimArgs) -> Result<(), CliError> {
         .collect::<Result<_, _>>()?;
     let mut jobs = Vec::new();
     let mut inputs = Vec::new();
-    for recording in &recordings {
+    for (i, recording) in recordings.iter().enumerate() {
         let (spec, words) = spec(
             recording,
             workload,
-            messages,
+            messages_of(i),
             (args.seed, args.warm_pagesets),
         )?;
         jobs.push((spec, policy));
@@ -363,10 +395,11 @@ pub fn run(args: &CompareSimArgs) -> Result<(), CliError> {
         .iter()
         .zip(&results)
         .zip(inputs)
-        .map(|((recording, result), words)| {
-            let units = match workload {
-                WorkloadKind::Unix => messages as f64,
-                _ => recording.work.processes.len() as f64,
+        .enumerate()
+        .map(|(i, ((recording, result), words))| {
+            let units = match streams {
+                true => messages_of(i) as f64,
+                false => recording.work.processes.len() as f64,
             };
             row(recording, result, units, words)
         })
@@ -377,11 +410,7 @@ pub fn run(args: &CompareSimArgs) -> Result<(), CliError> {
     let report = Report {
         workload,
         policy: policy.name.to_owned(),
-        unit: if workload == WorkloadKind::Unix {
-            "message"
-        } else {
-            "process"
-        },
+        unit: if streams { "message" } else { "process" },
         refill_pages: compared(&rows, |p| p.refill_pages),
         drain_pages: compared(&rows, |p| p.drain_pages),
         refill_pages_per_1000_allocated: compared(&rows, per_kpage(|p| p.refill_pages)),

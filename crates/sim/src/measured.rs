@@ -121,6 +121,28 @@ impl MeasuredStream {
     }
 }
 
+impl MeasuredStream {
+    /// netperf's SCTP stream as `crates/trace/workloads/sctp_stream.py` runs it: one pair
+    /// whose roles stay put (the script pins the sender to CPU 0 and the receiver to CPU
+    /// 1), the published model's blocks per message (the chunk and the measured packet
+    /// buffers), at the measured pace: each side's work per message is the measured time
+    /// per message. It runs as many messages as were measured after the published warm-up.
+    pub fn netperf_params(&self) -> StreamParams {
+        let published = StreamParams::netperf(1.0);
+        let ns_per_message = (self.seconds.max(1e-6) * 1e9 / self.messages.max(1) as f64) as u64;
+        let measured_ms = self.messages as f64 * ns_per_message as f64 / 1e6;
+        StreamParams {
+            pairs: 1,
+            duration_ms: published.warmup_ms + measured_ms,
+            send_work_ns: ns_per_message,
+            recv_work_ns: ns_per_message,
+            epoch_ms: 0.0,
+            swap_share: 0.0,
+            ..published
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,6 +179,20 @@ mod tests {
         let p = KbuildParams::measured(&b);
         assert_eq!((p.pgd_order, p.page_tables), (1, (20, 20)));
         assert!((p.kernel_blocks_per_fault[0] - 2.0 / 5080.0).abs() < 1e-15);
+    }
+
+    #[test]
+    fn measured_netperf_keeps_the_models_blocks_and_its_roles() {
+        let s = MeasuredStream {
+            messages: 1000,
+            seconds: 0.5,
+        };
+        let p = s.netperf_params();
+        assert_eq!((p.pairs, p.send_work_ns, p.epoch_ms), (1, 500_000, 0.0));
+        assert_eq!(p.duration_ms - p.warmup_ms, 500.0);
+        let published = StreamParams::netperf(1.0);
+        assert_eq!(p.message_blocks, published.message_blocks);
+        assert_eq!(p.chunk_order, published.chunk_order);
     }
 
     #[test]
