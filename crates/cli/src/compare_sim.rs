@@ -209,17 +209,28 @@ fn spec(
                 messages,
                 seconds: work.seconds,
             };
+            let params = stream.netperf_params();
             let per = |order: u8| {
                 work.allocations.get(&(order, 0)).copied().unwrap_or(0) as f64 / messages as f64
             };
+            let modelled = |order: u8| {
+                params.message_blocks[0]
+                    .iter()
+                    .filter(|c| c.0 == order)
+                    .map(|c| c.1)
+                    .sum::<f64>()
+            };
             let inputs = format!(
-                "{messages} messages in {:.2} s; UNMOVABLE blocks per message of order 2/3/4: {:.3}/{:.3}/{:.3} (sim: the chunk and 0.011/0.134/0.138)",
+                "{messages} messages in {:.2} s; UNMOVABLE blocks per message of order 2/3/4: {:.3}/{:.3}/{:.3} (sim: the chunk and {:.3}/{:.3}/{:.3})",
                 work.seconds,
                 per(2),
                 per(3),
-                per(4)
+                per(4),
+                modelled(2),
+                modelled(3),
+                modelled(4)
             );
-            (WorkloadParams::Stream(stream.netperf_params()), inputs)
+            (WorkloadParams::Stream(params), inputs)
         }
         WorkloadKind::Unix => {
             let stream = MeasuredStream {
