@@ -108,7 +108,12 @@ impl MeasuredStream {
     /// message, so that the simulated stream sees as many vmstat ticks per message. It
     /// runs as many messages as were measured after the published warm-up of 250 ms.
     pub fn unix_params(&self) -> StreamParams {
-        let published = StreamParams::unix(1.0);
+        self.at_measured_pace(StreamParams::unix(1.0))
+    }
+
+    /// One pair of `published`'s stream whose two sides each work the measured time per
+    /// message, for as many messages as were measured after `published`'s warm-up.
+    fn at_measured_pace(&self, published: StreamParams) -> StreamParams {
         let ns_per_message = (self.seconds.max(1e-6) * 1e9 / self.messages.max(1) as f64) as u64;
         let measured_ms = self.messages as f64 * ns_per_message as f64 / 1e6;
         StreamParams {
@@ -128,17 +133,10 @@ impl MeasuredStream {
     /// buffers), at the measured pace: each side's work per message is the measured time
     /// per message. It runs as many messages as were measured after the published warm-up.
     pub fn netperf_params(&self) -> StreamParams {
-        let published = StreamParams::netperf(1.0);
-        let ns_per_message = (self.seconds.max(1e-6) * 1e9 / self.messages.max(1) as f64) as u64;
-        let measured_ms = self.messages as f64 * ns_per_message as f64 / 1e6;
         StreamParams {
-            pairs: 1,
-            duration_ms: published.warmup_ms + measured_ms,
-            send_work_ns: ns_per_message,
-            recv_work_ns: ns_per_message,
             epoch_ms: 0.0,
             swap_share: 0.0,
-            ..published
+            ..self.at_measured_pace(StreamParams::netperf(1.0))
         }
     }
 }
