@@ -152,6 +152,17 @@ fn bad_input_exits_2_and_prints_nothing() {
 
 #[test]
 fn live_check_records_both_workloads_as_root_and_says_why_not_otherwise() {
+    // The trace crate's recording tests hold this lock while they record: `cargo nextest`
+    // may run them beside this one, in processes of their own.
+    let path = std::env::temp_dir().join("mmkit-trace-tests.lock");
+    let lock = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+        .unwrap_or_else(|e| panic!("flock {}: {e}", path.display()));
     if let Some(why) = mmkit_trace::record::tracing_in_use() {
         eprintln!("skipped: {why}");
         return;

@@ -2,6 +2,7 @@
 //! tracefs at once, the tracefs settings a recording must leave as it found them, the
 //! options of a recording, and the processes a recorded command leaves (or must not).
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -12,16 +13,37 @@ use mmkit_trace::record::{self, RecordOptions, TRACEFS};
 /// A bound on waits that end within milliseconds on any machine; reaching it means a hang.
 pub const HANG: Duration = Duration::from_secs(600);
 
-/// Held by every test that records.
+/// Held by every test of this process that records.
 static TRACEFS_LOCK: Mutex<()> = Mutex::new(());
 
+/// Held while a test records: the lock of this process's threads (`cargo test` runs a
+/// binary's tests as threads) and an exclusive `flock` that keeps other processes out
+/// (`cargo nextest` runs every test in a process of its own).
+pub struct RecordingLock {
+    _threads: MutexGuard<'static, ()>,
+    _processes: File,
+}
+
 /// The lock, or `None` (with the reason printed) where recording is impossible.
-pub fn may_record() -> Option<MutexGuard<'static, ()>> {
+pub fn may_record() -> Option<RecordingLock> {
     if let Some(why) = record::tracing_unavailable() {
         println!("skipped: recording needs root and tracefs: {why}");
         return None;
     }
-    Some(TRACEFS_LOCK.lock().unwrap_or_else(|e| e.into_inner()))
+    let threads = TRACEFS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let path = std::env::temp_dir().join("mmkit-trace-tests.lock");
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+        .unwrap_or_else(|e| panic!("flock {}: {e}", path.display()));
+    Some(RecordingLock {
+        _threads: threads,
+        _processes: file,
+    })
 }
 
 /// The tracefs values the recorder changes, read through a mount of our own if needed.
