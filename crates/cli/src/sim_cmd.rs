@@ -59,10 +59,15 @@ pub struct SimArgs {
     /// Parallel runs; default: the available cores.
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Cost-model sensitivity: h_merge, the zone-lock hold per buddy merge level in ns
-    /// (docs/reference/workloads.md §3.1 gives 20–80); default: the model's 50.
-    #[arg(long, value_name = "NS")]
-    pub merge_ns: Option<u64>,
+    /// Cost-model sensitivity: descriptor cache lines, written last by another CPU, that
+    /// one buddy merge level touches under the zone lock, each a same-socket transfer;
+    /// default: the model's 3 (the buddy and its two list neighbours).
+    #[arg(long, value_name = "LINES")]
+    pub merge_lines: Option<f64>,
+    /// Cost-model sensitivity: such lines of one split level; default: the model's 2 (the
+    /// freed half and the list's old first entry).
+    #[arg(long, value_name = "LINES")]
+    pub split_lines: Option<f64>,
     /// Cost-model sensitivity: zone-lock hold per block moved, ns; default: the
     /// committed calibration's.
     #[arg(long, value_name = "NS")]
@@ -528,13 +533,11 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
     };
     spec.validate()
         .map_err(|e| CliError::usage(e.to_string()))?;
-    if let Some(ns) = args.merge_ns {
-        if ns > 10_000 {
-            return Err(CliError::usage(format!(
-                "--merge-ns {ns} is not a plausible hold time: use at most 10000"
-            )));
-        }
-        spec.cost.merge_ns = ns;
+    if let Some(lines) = args.merge_lines {
+        spec.cost.merge_lines = in_range("--merge-lines", lines, 0.0, 64.0)?;
+    }
+    if let Some(lines) = args.split_lines {
+        spec.cost.split_lines = in_range("--split-lines", lines, 0.0, 64.0)?;
     }
     if let Some(ns) = args.hold_per_block_ns {
         spec.cost.hold_per_block_ns = in_range("--hold-per-block-ns", ns, 0.0, 10_000.0)?;

@@ -529,8 +529,9 @@ fn sim_and_demo_check_their_output_folder_before_simulating() {
         ];
         refused(&overriding(&base, extra), culprit);
     };
-    sim(&["--merge-ns", "99999999999999999999"], "--merge-ns");
-    sim(&["--merge-ns", "10001"], "--merge-ns");
+    sim(&["--merge-lines", "65"], "--merge-lines");
+    sim(&["--merge-lines", "-1"], "--merge-lines");
+    sim(&["--split-lines", "NaN"], "--split-lines");
     sim(&["--lock-lines", "65"], "--lock-lines 65");
     sim(&["--hold-per-block-ns", "NaN"], "--hold-per-block-ns");
     sim(&["--smt-yield", "0.9"], "--smt-yield");

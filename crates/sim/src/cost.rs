@@ -25,9 +25,15 @@ pub struct CostModel {
     /// Hold time per block moved under the zone lock, by `rmqueue_bulk` or
     /// `free_pcppages_bulk`: the list operations and the block's cold page descriptor.
     pub hold_per_block_ns: f64,
-    /// h_merge: extra hold per buddy merge level in `__free_one_page` (the buddy's page
-    /// descriptor is cold) and per split level in `expand` (the freed half's is).
-    pub merge_ns: u64,
+    /// Cache lines another CPU wrote last that one buddy merge level in
+    /// `__free_one_page` touches under the lock: the buddy's page descriptor, which
+    /// `page_is_buddy` reads and `del_page_from_free_list` clears, and its two list
+    /// neighbours, whose links the unlinking rewrites. Each costs a same-socket transfer.
+    pub merge_lines: f64,
+    /// Such lines of one split level in `expand`: the freed half's descriptor
+    /// (`set_buddy_order`) and the list's old first entry, whose back link
+    /// `add_to_free_list` rewrites.
+    pub split_lines: f64,
     /// Lock cache-line hand-off to another CPU of the same socket.
     pub handoff_socket_ns: u64,
     /// Lock cache-line hand-off to a CPU of the other socket.
@@ -89,7 +95,8 @@ pub const PARAMETERS: &[Parameter] = &[
     Parameter { name: "free_hit_ns", source: Source::Published("Gorman 2017, pagealloc: order-0 free 42-83 cycles per page (§1a)") },
     Parameter { name: "lock_ns", source: Source::Published("Brouer 2017, time_bench: spin_lock_unlock_irqsave 62 cycles (§1a)") },
     Parameter { name: "hold_per_block_ns", source: Source::Published("Huang 2023, patch 4: locked sections of rmqueue_bulk and free_pcppages_bulk timed at 2.0-3.5 µs per 63 pages, 32-56 ns per page (§1a); 40, as in §3.1") },
-    Parameter { name: "merge_ns", source: Source::Published("Lu 2018: cold struct page lines dominate zone-lock hold; §3.1 range 20-80 ns, the middle") },
+    Parameter { name: "merge_lines", source: Source::Published("counted in Linux v6.7 mm/page_alloc.c, __free_one_page: the buddy's descriptor and its two list neighbours; Lu 2018: cache misses on struct page dominate zone-lock hold (docs/EXPERIMENTS.md, \"A buddy level's cost\")") },
+    Parameter { name: "split_lines", source: Source::Published("counted in Linux v6.7 mm/page_alloc.c, expand: the freed half's descriptor and the list's old first entry") },
     Parameter { name: "handoff_socket_ns", source: Source::Published("core-to-core latency literature, same socket (§3.1); `mmkit bench handoff` measured 59-67 ns on a Sapphire Rapids VM (docs/EXPERIMENTS.md)") },
     Parameter { name: "handoff_cross_socket_ns", source: Source::Published("core-to-core latency literature, cross socket (§3.1)") },
     Parameter { name: "lock_lines", source: Source::Fitted("base lock contend% of lmbench (51.4) and netperf (2.1), netperf's base free_pcppages_bulk share of cycles (2.04)") },
@@ -141,7 +148,8 @@ impl CostModel {
             free_hit_ns: 15,
             lock_ns: 20,
             hold_per_block_ns: 40.0,
-            merge_ns: 50,
+            merge_lines: 3.0,
+            split_lines: 2.0,
             handoff_socket_ns: 70,
             handoff_cross_socket_ns: 180,
             lock_lines: fit.lock_lines,
@@ -161,12 +169,14 @@ impl CostModel {
         CostModel::with_fit(&calibrated_fit())
     }
 
-    /// Zone-lock hold for moving `blocks` blocks with `merges` buddy merge or split
-    /// levels: `c_lock + n · h_page + merges · h_merge` (§3.1).
-    pub fn hold_ns(&self, blocks: u64, merges: u64) -> u64 {
+    /// Zone-lock hold for moving `blocks` blocks with `merges` buddy merge levels and
+    /// `splits` split levels: `c_lock + n · h_page + (merges · L_merge + splits ·
+    /// L_split) · t_xfer` (§3.1, with h_merge counted in lines).
+    pub fn hold_ns(&self, blocks: u64, merges: u64, splits: u64) -> u64 {
+        let level_lines = merges as f64 * self.merge_lines + splits as f64 * self.split_lines;
         self.lock_ns
             + (blocks as f64 * self.hold_per_block_ns).round() as u64
-            + merges * self.merge_ns
+            + (level_lines * self.handoff_socket_ns as f64).round() as u64
     }
 
     /// Of each ns a CPU spins, the ns of work its hyperthread sibling gains, and of each ns

@@ -10,7 +10,8 @@
 //! - a PCP hit costs `alloc_hit_ns` / `free_hit_ns`;
 //! - each reported hold (a refill, a drain and its reason, a direct buddy allocation or
 //!   free) is one acquisition of its zone's lock, held
-//!   `c_lock + blocks · h_page + (merges + splits) · h_merge`;
+//!   `c_lock + blocks · h_page + (merges · L_merge + splits · L_split) · t_xfer` (the
+//!   descriptor lines each buddy level touches that another CPU wrote last);
 //! - the zone lock is a FIFO server: a request at `t` is granted at
 //!   `max(t, free_at) + t_xfer · (1 + lock_lines)` (the lock word and the zone lines that
 //!   follow it, if the last holder was another CPU), and the CPU spins from `t` to the
@@ -142,7 +143,8 @@ pub struct SimStats {
     pub lock_contended: u64,
     /// Blocks moved under zone locks.
     pub lock_blocks: u64,
-    /// Buddy merge and split levels done under zone locks (each charged h_merge).
+    /// Buddy merge and split levels done under zone locks (each charged its lines'
+    /// transfers).
     #[serde(default)]
     pub lock_levels: u64,
     /// Time CPUs spent in PCP drains (`free_pcppages_bulk`): their zone-lock holds and the
@@ -746,7 +748,7 @@ impl Sim {
 
     /// Charge the zone-lock holds the last call reported, in the order it made them, to
     /// `cpu`: each one acquisition of the zone's lock, held for
-    /// `c_lock + blocks · h_page + (merges + splits) · h_merge`.
+    /// `c_lock + blocks · h_page + (merges · L_merge + splits · L_split) · t_xfer`.
     ///
     /// Inlined: nearly every call is a pageset hit that reported no hold, and that test
     /// is all it costs then; the charging is out of line.
@@ -765,7 +767,7 @@ impl Sim {
             let slot = self.slot_of_zone[hold.zone];
             let levels = hold.merges + hold.splits;
             self.stats.lock_levels += levels;
-            let ns = self.cost.hold_ns(hold.blocks, levels);
+            let ns = self.cost.hold_ns(hold.blocks, hold.merges, hold.splits);
             let spin = self.acquire(slot, cpu, ns, hold.blocks);
             match hold.kind {
                 HoldKind::Drain(reason) => {
@@ -1098,6 +1100,11 @@ impl Sim {
             now = t;
             match kind {
                 KIND_TICK => {
+                    // The measured window is [measure_from, end): a tick due at its first
+                    // instant sorts before that instant's sample, so the window opens here.
+                    if self.warmup.is_none() && t >= self.options.measure_from_ns {
+                        self.warmup = Some(self.warmup_state(t, workload.work_done()));
+                    }
                     let c = cpu as usize;
                     if self.cpus[c].clock > t {
                         // Busy past the tick: the work runs when the CPU gets to it, not
