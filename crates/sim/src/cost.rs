@@ -217,6 +217,28 @@ mod tests {
     }
 
     #[test]
+    fn a_buddy_level_costs_its_lines_transfers() {
+        let cost = CostModel::calibrated();
+        let t = cost.handoff_socket_ns;
+        let plain = cost.hold_ns(3, 0, 0);
+        assert_eq!(plain, 20 + 120, "c_lock + 3 blocks at h_page");
+        // A merge level: the buddy and its two list neighbours; a split level: the freed
+        // half and the list's old first entry.
+        assert_eq!(cost.hold_ns(3, 1, 0) - plain, 3 * t);
+        assert_eq!(cost.hold_ns(3, 0, 1) - plain, 2 * t);
+        assert_eq!(cost.hold_ns(3, 4, 2) - plain, (4 * 3 + 2 * 2) * t);
+        let cross = CostModel {
+            handoff_socket_ns: 100,
+            ..cost
+        };
+        assert_eq!(
+            cross.hold_ns(0, 1, 1),
+            20 + 500,
+            "lines are priced at t_xfer"
+        );
+    }
+
+    #[test]
     fn committed_calibration_parses() {
         let fit = calibrated_fit();
         assert!(fit.lock_lines >= 0.0 && fit.kbuild_faults_per_s > 0.0);
