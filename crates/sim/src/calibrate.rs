@@ -39,6 +39,10 @@ pub enum Metric {
     /// Time in PCP drains (hold and spin) over busy time, % (perf's `free_pcppages_bulk`
     /// with its children).
     DrainPct,
+    /// [`Metric::DrainPct`] over [`Metric::LockContendPct`]: the drains' share of cycles
+    /// against the spinning, a ratio a profile gives even when it was taken on a run of
+    /// another size than the table's (more pairs raise both together).
+    DrainOfContention,
 }
 
 /// One published figure of a base row that the fit aims at.
@@ -158,6 +162,7 @@ pub fn metric_of(result: &RunResult, metric: Metric, cost: &CostModel) -> f64 {
     match metric {
         Metric::LockContendPct => result.lock_contend_pct,
         Metric::DrainPct => result.drain_pct,
+        Metric::DrainOfContention => result.drain_pct / result.lock_contend_pct.max(1e-9),
         Metric::CacheMissPct => result.cache.miss_rate_pct(cost, result.stats.work_ns),
     }
 }

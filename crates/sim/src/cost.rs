@@ -99,7 +99,7 @@ pub const PARAMETERS: &[Parameter] = &[
     Parameter { name: "split_lines", source: Source::Published("counted in Linux v6.7 mm/page_alloc.c, expand: the freed half's descriptor and the list's old first entry") },
     Parameter { name: "handoff_socket_ns", source: Source::Published("core-to-core latency literature, same socket (§3.1); `mmkit bench handoff` measured 59-67 ns on a Sapphire Rapids VM (docs/EXPERIMENTS.md)") },
     Parameter { name: "handoff_cross_socket_ns", source: Source::Published("core-to-core latency literature, cross socket (§3.1)") },
-    Parameter { name: "lock_lines", source: Source::Fitted("base lock contend% of lmbench (51.4) and netperf (2.1), netperf's base free_pcppages_bulk share of cycles (2.04)") },
+    Parameter { name: "lock_lines", source: Source::Fitted("base lock contend% of lmbench (51.4) and netperf (2.1), and the ratio of netperf's free_pcppages_bulk share to its spin in LKP's profile (2.04 / 5.97)") },
     Parameter { name: "touch_l2_ns", source: Source::Published("64 lines from L2 (§3.1)") },
     Parameter { name: "touch_llc_ns", source: Source::Published("64 lines from the LLC (§3.1)") },
     Parameter { name: "touch_cold_ns", source: Source::Published("64 lines from memory at ~10 GB/s per core (§3.1)") },
