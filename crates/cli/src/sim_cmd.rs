@@ -86,6 +86,12 @@ pub struct SimArgs {
     /// default: the committed calibration's.
     #[arg(long, value_name = "RATE")]
     pub kbuild_faults_per_s: Option<f64>,
+    /// Workload sensitivity (kbuild): measure the build's middle only, from when half the
+    /// processes have exited to when the last one starts, leaving out the start-up (the
+    /// pagesets filling) and the tail (a few long compilers). The build time is still the
+    /// whole build's. Combine with `--scale` for a longer middle.
+    #[arg(long)]
+    pub steady_window: bool,
     /// Workload sensitivity: where the unix workload's pairs run, `spread` evenly over the
     /// sockets or all on `one-node`; default: the committed calibration's.
     #[arg(long, value_name = "PLACEMENT")]
@@ -550,6 +556,14 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
     }
     if let Some(rate) = args.kbuild_faults_per_s {
         spec.kbuild_faults_per_s = in_range("--kbuild-faults-per-s", rate, 1.0, 1e7)?;
+    }
+    if args.steady_window {
+        if workload != WorkloadKind::Kbuild {
+            return Err(CliError::usage(
+                "--steady-window: only kbuild has a start-up and a tail to leave out",
+            ));
+        }
+        spec.kbuild_steady_window = true;
     }
     if let Some(placement) = &args.placement {
         if workload != WorkloadKind::Unix {

@@ -122,6 +122,17 @@ pub trait Workload {
     /// Units of work done so far (messages, processes, loops): what a fixed-work
     /// benchmark's counts are divided by.
     fn work_done(&self) -> u64;
+    /// Whether the measurement window may open, besides its time bound
+    /// (`SimOptions::measure_from_ns`): a workload that measures a steady state waits
+    /// until its start-up is behind it.
+    fn window_may_open(&self) -> bool {
+        true
+    }
+    /// Whether the measurement window has closed: a workload whose end is a tail of
+    /// fewer busy CPUs closes it when the tail begins. The run goes on to its end.
+    fn window_closed(&self) -> bool {
+        false
+    }
 }
 
 /// Totals the engine keeps.
@@ -402,6 +413,8 @@ pub struct Sim {
     in_step: bool,
     /// The state when the measurement window opened, once it has.
     pub warmup: Option<Warmup>,
+    /// The state when the window closed, if the workload closed it before the run's end.
+    pub until: Option<Warmup>,
     /// Hyperthreads, when the cost model has an SMT yield ([`CostModel::smt_gain`]).
     smt: Option<Smt>,
 }
@@ -519,6 +532,7 @@ impl Sim {
             tick_due: vec![0; nr_cpus as usize],
             in_step: false,
             warmup: None,
+            until: None,
             smt,
         }
     }
@@ -1022,6 +1036,18 @@ impl Sim {
         }
     }
 
+    /// Open the measurement window at `t` if it is due and the workload allows it, and
+    /// close it if it is open and the workload has closed it.
+    fn mark_window<W: Workload + ?Sized>(&mut self, workload: &W, t: u64) {
+        if self.warmup.is_none() {
+            if t >= self.options.measure_from_ns && workload.window_may_open() {
+                self.warmup = Some(self.warmup_state(t, workload.work_done()));
+            }
+        } else if self.until.is_none() && workload.window_closed() {
+            self.until = Some(self.warmup_state(t, workload.work_done()));
+        }
+    }
+
     fn warmup_state(&self, t_ns: u64, work_done: u64) -> Warmup {
         Warmup {
             t_ns,
@@ -1102,9 +1128,7 @@ impl Sim {
                 KIND_TICK => {
                     // The measured window is [measure_from, end): a tick due at its first
                     // instant sorts before that instant's sample, so the window opens here.
-                    if self.warmup.is_none() && t >= self.options.measure_from_ns {
-                        self.warmup = Some(self.warmup_state(t, workload.work_done()));
-                    }
+                    self.mark_window(workload, t);
                     let c = cpu as usize;
                     if self.cpus[c].clock > t {
                         // Busy past the tick: the work runs when the CPU gets to it, not
@@ -1120,9 +1144,7 @@ impl Sim {
                     }
                 }
                 KIND_SAMPLE => {
-                    if self.warmup.is_none() && t >= self.options.measure_from_ns {
-                        self.warmup = Some(self.warmup_state(t, workload.work_done()));
-                    }
+                    self.mark_window(workload, t);
                     self.sample(t, workload.held_pages());
                     self.queue
                         .set_sample(event_key(t + self.options.sample_ns, KIND_SAMPLE, 0));

@@ -44,6 +44,8 @@ pub struct RunSpec {
     /// Where lmbench's pairs run: the committed calibration's unless a sensitivity run or
     /// `mmkit sim calibrate` is trying another.
     pub unix_placement: Placement,
+    /// kbuild: measure the build's middle only ([`KbuildParams::steady_window`]).
+    pub kbuild_steady_window: bool,
     /// The machine to simulate instead of the published run's (e.g. one built from a
     /// zoneinfo snapshot, [`MachineSpec::from_zoneinfo`]); `cpus` and `node_bytes` still
     /// apply to it.
@@ -79,6 +81,7 @@ impl RunSpec {
             cost: CostModel::calibrated(),
             kbuild_faults_per_s: crate::cost::calibrated_fit().kbuild_faults_per_s,
             unix_placement: crate::cost::calibrated_fit().unix_placement,
+            kbuild_steady_window: false,
             machine: None,
             params: None,
         }
@@ -289,6 +292,7 @@ pub fn run(
                 Some(WorkloadParams::Kbuild(params)) => params.clone(),
                 _ => KbuildParams {
                     faults_per_s: spec.kbuild_faults_per_s,
+                    steady_window: spec.kbuild_steady_window,
                     ..KbuildParams::scaled(scale)
                 },
             },
@@ -341,10 +345,15 @@ pub fn run(
         Built::Pageout(p) => p.loops_done(),
     };
     let warmup = sim.warmup.clone().unwrap_or_default();
+    // A window the workload closed before the run's end ends there; else at the end.
+    let (until_ns, until_work) = sim
+        .until
+        .as_ref()
+        .map_or((wall_ns, work_done), |u| (u.t_ns, u.work_done));
     let window = Window {
         wall_ns,
-        measured_ns: wall_ns - warmup.t_ns,
-        work_done: work_done - warmup.work_done,
+        measured_ns: until_ns - warmup.t_ns,
+        work_done: until_work - warmup.work_done,
     };
     let window_s = window.measured_ns as f64 / 1e9;
     let score = match &built {
@@ -394,7 +403,10 @@ fn result(
         .iter()
         .filter(|z| z.managed() > 0)
         .collect();
-    let end = sim.zone_totals();
+    let end = sim
+        .until
+        .as_ref()
+        .map_or_else(|| sim.zone_totals(), |u| u.zones.clone());
     let totals: Vec<ZoneTotals> = end
         .iter()
         .enumerate()
@@ -404,14 +416,19 @@ fn result(
     let pcp_drains = core::array::from_fn(|r| sum(&|t| t.pcp_drains[r]));
     let pcp_drain_pages = core::array::from_fn(|r| sum(&|t| t.pcp_drain_pages[r]));
     let pageset = zones[0].pageset(0).expect("CPU 0 has a pageset");
-    let stats = sim.stats.since(&warmup.stats);
-    let cache = sim.cache.counts.since(&warmup.cache);
+    let (stats, cache, until_ns) = match &sim.until {
+        Some(u) => (u.stats, u.cache, u.t_ns),
+        None => (sim.stats, sim.cache.counts, u64::MAX),
+    };
+    let stats = stats.since(&warmup.stats);
+    let cache = cache.since(&warmup.cache);
     let series = sim.series.clone();
+    let in_window = |t: u64| t >= warmup.t_ns && t < until_ns;
     let measured: Vec<u64> = series
         .t_ns
         .iter()
         .zip(&series.pcp_pages)
-        .filter(|(t, _)| **t >= warmup.t_ns)
+        .filter(|(t, _)| in_window(**t))
         .map(|(_, p)| *p)
         .collect();
     let samples = measured.len().max(1) as f64;
@@ -419,7 +436,7 @@ fn result(
         .t_ns
         .iter()
         .zip(series.pcp_pages.iter().zip(&series.held_pages))
-        .filter(|(t, _)| **t >= warmup.t_ns)
+        .filter(|(t, _)| in_window(**t))
         .map(|(_, (pcp, held))| pcp + held)
         .sum();
     let (score_name, higher_is_better) = spec.workload.score_name();

@@ -147,3 +147,38 @@ fn kbuild_frees_kernel_blocks_at_the_measured_rate() {
         r.stats.pages_allocated
     );
 }
+
+/// Runs must measure a steady state (item 5's rule, for kbuild): with `steady_window` the
+/// window opens once half the processes have exited and closes when the last one starts,
+/// so it leaves out the pagesets' first fill and the tail; the build time stays the
+/// whole build's.
+#[test]
+fn kbuilds_steady_window_leaves_out_the_start_and_the_tail() {
+    let whole = small(WorkloadKind::Kbuild, 8, 1.0);
+    let steady = RunSpec {
+        kbuild_steady_window: true,
+        ..whole.clone()
+    };
+    let (w, s) = (run_preset(&whole, "base"), run_preset(&steady, "base"));
+    let jobs = w.work_done;
+    assert_eq!(
+        w.measured_ns, w.wall_ns,
+        "without it the whole build is measured"
+    );
+    assert_eq!(s.wall_ns, w.wall_ns, "the window does not change the run");
+    assert_eq!(s.score, w.score, "the build time is the whole build's");
+    assert!(
+        s.measured_ns > 0 && s.measured_ns < s.wall_ns / 2,
+        "{} of {} ns",
+        s.measured_ns,
+        s.wall_ns
+    );
+    // Processes that exited inside the window: at most the half left when it opened,
+    // less those still running when the last one started.
+    assert!(
+        s.work_done > 0 && 2 * s.work_done <= jobs,
+        "{} of {jobs}",
+        s.work_done
+    );
+    assert!(s.stats.alloc_calls < w.stats.alloc_calls / 2);
+}

@@ -84,10 +84,12 @@ impl WorkloadKind {
     }
 
     /// Whether the benchmark does a fixed amount of work (lmbench's bw_unix moves a fixed
-    /// number of bytes), so that its event counts compare per unit of work; the others
-    /// run for a fixed time (netperf) or to the end of a fixed build.
+    /// number of bytes, kbuild builds a fixed tree), so that its event counts compare per
+    /// unit of work (a message, a process: a kbuild window that leaves out the build's
+    /// start and tail holds a different number of processes under each policy); the
+    /// others run for a fixed time (netperf).
     pub fn fixed_work(self) -> bool {
-        matches!(self, WorkloadKind::Unix)
+        matches!(self, WorkloadKind::Unix | WorkloadKind::Kbuild)
     }
 
     /// What the score measures and whether higher is better.
