@@ -3,6 +3,8 @@
 //! workloads when it runs as root and says why it does not otherwise.
 
 mod common;
+#[path = "../../trace/tests/common/tracefs_lock.rs"]
+mod tracefs_lock;
 
 use common::{json_of, mmkit, trace_data as data, Scratch};
 
@@ -154,15 +156,7 @@ fn bad_input_exits_2_and_prints_nothing() {
 fn live_check_records_both_workloads_as_root_and_says_why_not_otherwise() {
     // The trace crate's recording tests hold this lock while they record: `cargo nextest`
     // may run them beside this one, in processes of their own.
-    let path = std::env::temp_dir().join("mmkit-trace-tests.lock");
-    let lock = std::fs::File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
-        .unwrap_or_else(|e| panic!("flock {}: {e}", path.display()));
+    let _lock = tracefs_lock::hold();
     if let Some(why) = mmkit_trace::record::tracing_in_use() {
         eprintln!("skipped: {why}");
         return;

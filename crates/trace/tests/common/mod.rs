@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+mod tracefs_lock;
+
 use mmkit_trace::parse;
 use mmkit_trace::record::{self, RecordOptions, TRACEFS};
 
@@ -31,18 +33,9 @@ pub fn may_record() -> Option<RecordingLock> {
         return None;
     }
     let threads = TRACEFS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let path = std::env::temp_dir().join("mmkit-trace-tests.lock");
-    let file = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
-        .unwrap_or_else(|e| panic!("flock {}: {e}", path.display()));
     Some(RecordingLock {
         _threads: threads,
-        _processes: file,
+        _processes: tracefs_lock::hold(),
     })
 }
 
