@@ -247,7 +247,7 @@ pub fn beside_published(results: &[RunResult]) -> Option<DemoTable> {
         .collect();
     let used_memory = (workload == WorkloadKind::Kbuild).then(|| {
         format!(
-            "used memory (pages held + pagesets, mean over the build) vs base: patch7 {:+.1} %, patch9 {:+.1} %; published: up to +{} %",
+            "used memory (pages held + pagesets, mean over the measured window) vs base: patch7 {:+.1} %, patch9 {:+.1} %; published: up to +{} %",
             rows.get(4).map_or(0.0, |r| r.used_memory_mean_pct),
             rows.get(5).map_or(0.0, |r| r.used_memory_mean_pct),
             published::KBUILD_USED_MEMORY_PCT

@@ -87,6 +87,8 @@ impl KbuildParams {
             kernel_blocks_per_fault: blocks.map(|b| b as f64 / faults),
             cross_cpu_free_share: build.cross_cpu_free_share,
             warmup_ms: seconds * 1e3,
+            // The second pass, whole: the measured build's processes, run once warm.
+            steady_window: false,
             ..KbuildParams::default()
         }
     }

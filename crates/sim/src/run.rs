@@ -44,7 +44,8 @@ pub struct RunSpec {
     /// Where lmbench's pairs run: the committed calibration's unless a sensitivity run or
     /// `mmkit sim calibrate` is trying another.
     pub unix_placement: Placement,
-    /// kbuild: measure the build's middle only ([`KbuildParams::steady_window`]).
+    /// kbuild: measure the build's middle only ([`KbuildParams::steady_window`], the
+    /// default); `false` measures the whole build.
     pub kbuild_steady_window: bool,
     /// The machine to simulate instead of the published run's (e.g. one built from a
     /// zoneinfo snapshot, [`MachineSpec::from_zoneinfo`]); `cpus` and `node_bytes` still
@@ -81,7 +82,7 @@ impl RunSpec {
             cost: CostModel::calibrated(),
             kbuild_faults_per_s: crate::cost::calibrated_fit().kbuild_faults_per_s,
             unix_placement: crate::cost::calibrated_fit().unix_placement,
-            kbuild_steady_window: false,
+            kbuild_steady_window: true,
             machine: None,
             params: None,
         }
@@ -357,6 +358,10 @@ pub fn run(
     };
     let window_s = window.measured_ns as f64 / 1e9;
     let score = match &built {
+        // The middle's pace over the whole build: what a build that is all middle takes.
+        Built::Kbuild(k) if k.steady_window() && window.work_done > 0 => {
+            window.measured_ns as f64 / window.work_done as f64 * k.jobs_total() as f64 / 1e6
+        }
         Built::Kbuild(_) => wall_ns as f64 / 1e6,
         Built::Stream(_) => window.work_done as f64 / window_s,
         Built::Pagealloc(p) => {
