@@ -18,7 +18,7 @@ use mmkit_sim::calibrate::{
 };
 use mmkit_sim::cost::Fitted;
 use mmkit_sim::workload::stream::Placement;
-use mmkit_sim::{RunSpec, SimError};
+use mmkit_sim::{RunResult, RunSpec, SimError};
 use serde::{Deserialize, Serialize};
 
 use crate::shard::{Shard, ShardArgs};
@@ -111,9 +111,9 @@ pub fn run_calibrate(args: &CalibrateArgs) -> Result<(), CliError> {
         start,
     };
     let threads = args.threads;
-    let mut runner = |jobs: &[(RunSpec, Policy)]| {
+    let mut runner = once_each(|jobs: &[(RunSpec, Policy)]| {
         run_all(jobs, threads, true).map_err(|e| SimError::Invalid(e.message().to_owned()))
-    };
+    });
     let mut log = |line: &str| eprintln!("calibrate: {line}");
     if let Some(shard) = shard {
         return write_shard(&identity, &shard, args, &mut |c| {
@@ -149,6 +149,40 @@ pub fn run_calibrate(args: &CalibrateArgs) -> Result<(), CliError> {
         None => println!("{json}"),
     }
     Ok(())
+}
+
+/// `run` behind a memo, so that each distinct run is made once per process: a run is
+/// deterministic, and the fit asks for the same one again (stage 2 fits kbuild, which no
+/// placement changes, once per candidate; the final record reruns base runs the stages
+/// made). Results come back in the order of the jobs asked for.
+fn once_each<'a>(
+    mut run: impl FnMut(&[(RunSpec, Policy)]) -> Result<Vec<RunResult>, SimError> + 'a,
+) -> impl FnMut(&[(RunSpec, Policy)]) -> Result<Vec<RunResult>, SimError> + 'a {
+    let mut done: Vec<(RunSpec, Policy, RunResult)> = Vec::new();
+    move |jobs: &[(RunSpec, Policy)]| {
+        let ran = |done: &[(RunSpec, Policy, RunResult)], (spec, policy): &(RunSpec, Policy)| {
+            done.iter().position(|(s, p, _)| s == spec && p == policy)
+        };
+        let mut missing: Vec<(RunSpec, Policy)> = Vec::new();
+        for job in jobs {
+            if ran(&done, job).is_none() && !missing.contains(job) {
+                missing.push(job.clone());
+            }
+        }
+        if !missing.is_empty() {
+            let results = run(&missing)?;
+            done.extend(
+                missing
+                    .into_iter()
+                    .zip(results)
+                    .map(|((spec, policy), result)| (spec, policy, result)),
+            );
+        }
+        Ok(jobs
+            .iter()
+            .map(|job| done[ran(&done, job).expect("every job ran")].2.clone())
+            .collect())
+    }
 }
 
 /// Stages 1 and 2 for candidate `c` of `identity`.
@@ -284,4 +318,37 @@ fn differs(ours: &Identity, theirs: &Identity) -> Option<&'static str> {
     .into_iter()
     .find(|(_, d)| *d)
     .map(|(name, _)| name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mmkit_sim::WorkloadKind;
+
+    /// A run asked for again comes from the memo, in the order asked for; a new one runs.
+    #[test]
+    fn each_distinct_run_is_made_once() {
+        let tiny = |seed| RunSpec {
+            cpus: Some(2),
+            seed,
+            scale: 0.001,
+            ..RunSpec::new(WorkloadKind::Unix)
+        };
+        let mut made: Vec<u64> = Vec::new();
+        let mut runner = once_each(|jobs: &[(RunSpec, Policy)]| {
+            made.extend(jobs.iter().map(|(spec, _)| spec.seed));
+            Ok(jobs
+                .iter()
+                .map(|(spec, policy)| mmkit_sim::run(spec, *policy, &mut |_| {}).unwrap())
+                .collect())
+        });
+        let (a, b) = ((tiny(1), Policy::BASE), (tiny(2), Policy::BASE));
+        let first = runner(&[a.clone(), a.clone()]).unwrap();
+        let second = runner(&[b.clone(), a.clone()]).unwrap();
+        drop(runner);
+        assert_eq!(made, [1, 2], "seed 1 once, then seed 2 only");
+        assert_eq!(first[0], first[1]);
+        assert_eq!(second[1], first[0]);
+        assert_eq!((second[0].seed, second[1].seed), (2, 1));
+    }
 }

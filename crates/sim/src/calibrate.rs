@@ -12,7 +12,7 @@
 //!    published, with a finite-difference derivative and backtracking. The work per block
 //!    moved (`hold_per_block_ns`) is published (Huang 2023 timed it) and not fitted;
 //! 2. kbuild's fault rate against kbuild's base lock contend% (a safeguarded secant on
-//!    logarithms, [`fit_rate`]: contention grows with the rate, steeply near the lock's
+//!    logarithms, `fit_rate`: contention grows with the rate, steeply near the lock's
 //!    saturation);
 //! 3. `background_refs_per_us` against the base miss rates, in closed form from the
 //!    last stage-1 runs' line counts (no run).
