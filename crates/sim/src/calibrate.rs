@@ -369,12 +369,13 @@ pub fn fit_candidate(
 
 /// Stage 2's search: the log fault rate at which `error` (ln simulated / published
 /// contention, which grows with the rate) is within 0.02 of 0, from `start`, in at most
-/// [`STAGE2_RUNS`] runs; the best rate it ran if none is. Returns the rate and its error. Near the lock's saturation the
-/// contention climbs steeply and not smoothly (at the demo's scale 71,236 and 72,913
-/// faults per second gave 12.53 and 12.52 %, 125,476 gave 55.6 %), so a plain secant
-/// overshoots and can stall; this one keeps the last rates on either side of the target
-/// and takes the secant step only well inside them, else halves them (Dekker's
-/// safeguard). The first step assumes contention ∝ rate².
+/// [`STAGE2_RUNS`] tries; the best rate it tried if none is. Returns the rate and its
+/// error. Near the lock's saturation the contention climbs steeply and not smoothly (at
+/// the demo's scale 71,236 and 72,913 faults per second gave 12.53 and 12.52 %, 125,476
+/// gave 55.6 %), so a plain secant overshoots and can stall; this one keeps the last
+/// rates on either side of the target and takes the secant step only well inside them,
+/// else halves them (Dekker's safeguard). Until both sides are known it steps as if
+/// contention ∝ rate², by at most 1 in ln rate.
 fn fit_rate(
     start: f64,
     error: &mut dyn FnMut(f64, usize) -> Result<f64, SimError>,
@@ -395,7 +396,7 @@ fn fit_rate(
             above = Some((rate, e));
         }
         let next = match (below, above) {
-            // Both sides known: the secant between them, which stays inside.
+            // Both sides known: the secant between them, or their midpoint.
             (Some((lo, elo)), Some((hi, ehi))) => {
                 let secant = lo - elo * (hi - lo) / (ehi - elo);
                 // A step into the outer tenth of the bracket is a sign of curvature:
@@ -407,7 +408,7 @@ fn fit_rate(
                     0.5 * (lo + hi)
                 }
             }
-            // One side only: step out, assuming contention ∝ rate², at most e.
+            // One side only: step out, assuming contention ∝ rate², by at most 1.
             _ => rate - (e / 2.0).clamp(-1.0, 1.0),
         };
         last = (next, error(next, iteration)?);
@@ -418,7 +419,7 @@ fn fit_rate(
     Ok(best)
 }
 
-/// The most kbuild runs stage 2 makes per candidate.
+/// The most fault rates stage 2 tries per candidate (each one [`KBUILD_FIT_SEEDS`] runs).
 pub const STAGE2_RUNS: usize = 8;
 
 /// Fit the model against `targets` with runs at `scale` and `seed`; `runner` runs each
