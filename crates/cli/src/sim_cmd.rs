@@ -31,8 +31,8 @@ pub struct SimArgs {
     /// Workload: kbuild, netperf, unix, pagealloc or pageout.
     #[arg(long, required = true)]
     pub workload: Option<String>,
-    /// Virtual CPUs; default: the published run's machine (kbuild 224, netperf/unix 128,
-    /// pageout 96, pagealloc 1).
+    /// Virtual CPUs; default: the workload's machine (kbuild 112, one socket of the
+    /// published 224; netperf/unix 128, pageout 96, pagealloc 1).
     #[arg(long)]
     pub cpus: Option<u32>,
     /// Policy presets, comma-separated; values are relative to the first.
@@ -86,8 +86,8 @@ pub struct SimArgs {
     /// default: the committed calibration's.
     #[arg(long, value_name = "RATE")]
     pub kbuild_faults_per_s: Option<f64>,
-    /// Workload sensitivity (kbuild): measure the whole build, its start-up (224 empty
-    /// pagesets filling from fresh memory) and its tail (a few long compilers) included,
+    /// Workload sensitivity (kbuild): measure the whole build, its start-up (every empty
+    /// pageset filling from fresh memory) and its tail (a few long compilers) included,
     /// with the build time the last exit's. By default only the middle is measured,
     /// from when half the processes have exited to when the last one starts, and the
     /// build time is the middle's pace, as the published test's long run was nearly all
@@ -113,10 +113,10 @@ pub struct SimArgs {
     /// (managed / 8 / CPUs of the node) follows the memory.
     #[arg(long, value_name = "GIB")]
     pub node_gib: Option<u64>,
-    /// Machine sensitivity: simulate this many of the published machine's sockets, each
-    /// as it was (CPUs, node memory, LLC, low watermark). kbuild's sockets share no zone,
-    /// zone lock or LLC, so `--sockets 1` is the same experiment on half the processes,
-    /// at about three times the speed.
+    /// Simulate this many of the published machine's sockets, each as it was (CPUs, node
+    /// memory, LLC, low watermark). kbuild's sockets share no zone, zone lock or LLC, so
+    /// it runs on one by default (the same experiment on half the processes, at about
+    /// 40 % of the simulator's time); `--sockets 2` simulates the whole 224-CPU machine.
     #[arg(long, value_name = "N")]
     pub sockets: Option<u32>,
     /// CONFIG_PCP_BATCH_SCALE_MAX and vm.stat_interval of the simulated kernel.
@@ -588,7 +588,7 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
                 "--sockets {sockets}: 1 to 8 sockets of the published machine (not with --zoneinfo)"
             )));
         }
-        spec.machine = Some(workload.machine().with_sockets(sockets));
+        spec.machine = Some(workload.published_machine().with_sockets(sockets));
     }
     if let Some(gib) = args.node_gib {
         if !(1..=512).contains(&gib) {

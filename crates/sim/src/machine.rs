@@ -209,6 +209,9 @@ impl MachineSpec {
     /// zone lock or LLC (kbuild: each CPU allocates from its own node) runs the same
     /// experiment on fewer sockets, with proportionally fewer processes and events.
     pub fn with_sockets(mut self, sockets: u32) -> MachineSpec {
+        if sockets == self.sockets {
+            return self;
+        }
         self.sockets = sockets;
         self.name = format!("{}-{}s", self.name, sockets);
         self

@@ -5,11 +5,17 @@ use mmkit_core::Policy;
 use mmkit_sim::{run, table, RunResult, RunSpec, WorkloadKind};
 
 fn small(workload: WorkloadKind, cpus: u32, scale: f64) -> RunSpec {
+    // kbuild runs on one socket, so its one node holds what two held: 2 GiB.
+    let gib = if workload == WorkloadKind::Kbuild {
+        2
+    } else {
+        1
+    };
     RunSpec {
         cpus: Some(cpus),
         seed: 3,
         scale,
-        node_bytes: Some(1 << 30),
+        node_bytes: Some(gib << 30),
         ..RunSpec::new(workload)
     }
 }
