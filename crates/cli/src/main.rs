@@ -54,7 +54,7 @@ enum Command {
     /// Simulate one workload on many virtual CPUs under a list of policies and print the
     /// published study's table (Huang 2023) of lock contention, free_high, alloc_zone, cache misses and PCP
     /// memory (or JSON), with optional SVG plots.
-    Sim(sim_cmd::SimArgs),
+    Sim(Box<sim_cmd::SimArgs>),
     /// The main job: reproduce Huang 2023's three PCP tables (kbuild, netperf, lmbench) in
     /// the simulator, print them beside the published numbers, and write plots.
     Demo(demo::DemoArgs),

@@ -108,6 +108,13 @@ pub struct SimArgs {
     /// 1500,1500). Which end is slower decides which end sets a pipelined stream's pace.
     #[arg(long, value_name = "SEND,RECV", value_delimiter = ',', num_args = 1)]
     pub work_ns: Option<Vec<u64>>,
+    /// Workload sensitivity (netperf): how often a pair may swap its two CPUs' roles, in
+    /// ms (at each boundary a coin flip, as scheduling moves the sender and the receiver);
+    /// default: netperf's 10; 0: roles never move. The published run's rate is not known,
+    /// and a former sender's large `high` waits in the receiver's pageset until it
+    /// drains, so patch 7's rows depend on it.
+    #[arg(long, value_name = "MS")]
+    pub role_epoch_ms: Option<f64>,
     /// Machine sensitivity: memory per node in GiB (default: the published machines' 128).
     /// The low watermark per node, hence `high`, stays the published machine's; `high_max`
     /// (managed / 8 / CPUs of the node) follows the memory.
@@ -451,8 +458,8 @@ pub fn render_json(results: &[RunResult]) -> Result<String, CliError> {
     })
 }
 
-/// The stream workload `args`' `--window` and `--work-ns` describe: the published
-/// workload with those changed.
+/// The stream workload `args`' `--window`, `--work-ns` and `--role-epoch-ms` describe:
+/// the published workload with those changed.
 fn stream_params(
     args: &SimArgs,
     spec: &RunSpec,
@@ -466,7 +473,7 @@ fn stream_params(
         },
         _ => {
             return Err(CliError::usage(format!(
-                "--window and --work-ns change a stream (netperf, unix), not {workload}"
+                "--window, --work-ns and --role-epoch-ms change a stream (netperf, unix), not {workload}"
             )))
         }
     };
@@ -492,6 +499,19 @@ fn stream_params(
         }
         params.send_work_ns = send;
         params.recv_work_ns = recv;
+    }
+    if let Some(ms) = args.role_epoch_ms {
+        if workload != WorkloadKind::Netperf {
+            return Err(CliError::usage(format!(
+                "--role-epoch-ms: only netperf's pairs swap roles, not {workload}'s"
+            )));
+        }
+        if !(0.0..=1e6).contains(&ms) {
+            return Err(CliError::usage(format!(
+                "--role-epoch-ms {ms}: 0 (never) to 1000000 ms"
+            )));
+        }
+        params.epoch_ms = ms;
     }
     Ok(params)
 }
@@ -577,7 +597,7 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
             .parse()
             .map_err(|e| CliError::usage(format!("--placement: {e}")))?;
     }
-    if args.window.is_some() || args.work_ns.is_some() {
+    if args.window.is_some() || args.work_ns.is_some() || args.role_epoch_ms.is_some() {
         spec.params = Some(WorkloadParams::Stream(stream_params(
             args, &spec, workload,
         )?));

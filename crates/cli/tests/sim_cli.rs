@@ -113,6 +113,46 @@ fn stream_knobs_refuse_other_workloads_and_impossible_values() {
 }
 
 #[test]
+fn role_epoch_is_netperfs_and_refuses_impossible_values() {
+    for args in [
+        &["--workload", "unix", "--role-epoch-ms", "100"][..],
+        &["--workload", "kbuild", "--role-epoch-ms", "100"],
+        &["--workload", "netperf", "--role-epoch-ms=-5"],
+        &["--workload", "netperf", "--role-epoch-ms", "NaN"],
+        &["--workload", "netperf", "--role-epoch-ms", "2000000"],
+    ] {
+        let out = sim(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains("--role-epoch-ms"), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    // Roles that swap every 100 µs move the receivers' frees from CPU to CPU, which
+    // changes what the pagesets drain; with none (0) the run is another.
+    let drains = |ms: &str| {
+        let args = [
+            "--workload",
+            "netperf",
+            "--policies",
+            "patch7",
+            "--json",
+            "--role-epoch-ms",
+            ms,
+        ];
+        let out = sim(&args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let run = &json["runs"][0];
+        (run["pcp_drains"].clone(), run["pcp_refills"].clone())
+    };
+    assert_ne!(drains("0"), drains("0.1"));
+}
+
+#[test]
 fn sim_json_is_deterministic() {
     let run = || {
         sim(&[
