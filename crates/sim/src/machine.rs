@@ -406,12 +406,18 @@ mod tests {
 
     #[test]
     fn kbuild_machine_has_the_seed_pageset_limits() {
-        let spec = MachineSpec::spr_224();
-        let allocator = PageAllocator::new(spec.topology(), spec.settings(), Policy::BASE).unwrap();
-        let zone = allocator.zones().iter().find(|z| z.managed() > 0).unwrap();
-        let pcp = zone.pageset(0).unwrap();
-        assert_eq!((pcp.high, pcp.batch), (367, 63));
-        assert!(pcp.flags.free_high_batch, "105 MiB / 112 CPUs > 3 batches");
+        // The whole published machine, and the one socket of it kbuild simulates by
+        // default: a node and its pagesets are the same either way.
+        let one_socket = crate::WorkloadKind::Kbuild.machine();
+        assert_eq!((one_socket.sockets, one_socket.nr_cpus()), (1, 112));
+        for spec in [MachineSpec::spr_224(), one_socket] {
+            let allocator =
+                PageAllocator::new(spec.topology(), spec.settings(), Policy::BASE).unwrap();
+            let zone = allocator.zones().iter().find(|z| z.managed() > 0).unwrap();
+            let pcp = zone.pageset(0).unwrap();
+            assert_eq!((pcp.high, pcp.batch), (367, 63), "{}", spec.name);
+            assert!(pcp.flags.free_high_batch, "105 MiB / 112 CPUs > 3 batches");
+        }
     }
 
     /// The Normal zone of the measuring VM (2 CPUs, Linux 6.18) as its `/proc/zoneinfo`
