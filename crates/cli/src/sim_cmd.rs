@@ -45,9 +45,9 @@ pub struct SimArgs {
     /// Seed of every random choice of the workload.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Size of the run: 1 = the default scale (kbuild: 32 processes per CPU, more makes
-    /// the build longer; netperf and unix: 1.25 s of virtual time, of which 0.25 s warm-up);
-    /// smaller is faster.
+    /// Size of the run: 1 = the default scale (kbuild: 48 processes per CPU, more makes
+    /// the build longer; netperf: 1.25 s of virtual time, of which 0.25 s warm-up; unix:
+    /// 3.5 s, of which 3 s warm-up); smaller is faster.
     #[arg(long, default_value_t = 1.0)]
     pub scale: f64,
     /// Print JSON instead of a table.

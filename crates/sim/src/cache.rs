@@ -275,10 +275,46 @@ impl CacheModel {
         lines: u32,
         cost: &CostModel,
     ) -> u64 {
+        self.touch_as::<true>(cpu, zone, first, pages, lines, cost)
+    }
+
+    /// [`Self::touch`] of a block that a CPU of the same socket wrote moments before and
+    /// `cpu` now reads (a stream's receiver copying a message out): classified and stamped
+    /// as a touch, and its lines age `cpu`'s private cache, but not the socket's LLC. The
+    /// LLC holds them already, near the top of its LRU stack (a message's lines and the
+    /// few messages in flight since, against thousands of pages of LLC), and re-touching a
+    /// line at depth `k` moves only the `k − 1` lines above it: counting the read's lines
+    /// again would count each of the stream's lines twice, making its reuse distances
+    /// twice what they are.
+    #[inline]
+    pub fn read(
+        &mut self,
+        cpu: u32,
+        zone: usize,
+        first: u64,
+        pages: u64,
+        lines: u32,
+        cost: &CostModel,
+    ) -> u64 {
+        self.touch_as::<false>(cpu, zone, first, pages, lines, cost)
+    }
+
+    /// [`Self::touch`] (`AGES_LLC`) or [`Self::read`]: one page by the short path, more by
+    /// the block loop.
+    #[inline(always)]
+    fn touch_as<const AGES_LLC: bool>(
+        &mut self,
+        cpu: u32,
+        zone: usize,
+        first: u64,
+        pages: u64,
+        lines: u32,
+        cost: &CostModel,
+    ) -> u64 {
         if pages == 1 {
-            return self.touch_page(cpu, zone, first as usize, lines, cost);
+            return self.touch_page::<AGES_LLC>(cpu, zone, first as usize, lines, cost);
         }
-        self.touch_block(cpu, zone, first, pages, lines, cost)
+        self.touch_block::<AGES_LLC>(cpu, zone, first, pages, lines, cost)
     }
 
     /// [`Self::touch`] of one page (order 0: nearly every touch), without the block loop's
@@ -286,7 +322,7 @@ impl CacheModel {
     /// which grew when its own calls were inlined, the compiler made it a call again, ≈ 15
     /// instructions of register saves per touch). The same arithmetic as the loop's body.
     #[inline(always)]
-    fn touch_page(
+    fn touch_page<const AGES_LLC: bool>(
         &mut self,
         cpu: u32,
         zone: usize,
@@ -311,14 +347,16 @@ impl CacheModel {
         let stamp = stamp_mut(&mut stamps[zone], offset);
         let class = geometry.classify(cpu, socket, *cpu_lines, *socket_lines, stamp);
         *cpu_lines += lines64;
-        *socket_lines += lines64;
+        if AGES_LLC {
+            *socket_lines += lines64;
+        }
         *stamp = Stamp::packed(cpu, *cpu_lines, *socket_lines);
         counts.add(class, 1, lines64, cost)
     }
 
     /// [`Self::touch`] of a block of more than one page.
     #[inline(never)]
-    fn touch_block(
+    fn touch_block<const AGES_LLC: bool>(
         &mut self,
         cpu: u32,
         zone: usize,
@@ -344,7 +382,9 @@ impl CacheModel {
             let class = geometry.classify(cpu, socket, cpu_lines, socket_lines, stamp);
             class_pages[class as usize] += 1;
             cpu_lines += lines64;
-            socket_lines += lines64;
+            if AGES_LLC {
+                socket_lines += lines64;
+            }
             *stamp = Stamp::packed(cpu, cpu_lines, socket_lines);
         }
         self.cpu_touched[cpu as usize] = cpu_lines;
@@ -475,8 +515,18 @@ mod tests {
                     continue;
                 }
                 let lines = [1, 7, 10, 40, 64][rng.below(5) as usize];
+                if rng.chance(0.3) {
+                    let ns_block = blocks.read(cpu, 0, first, n, lines, &cost);
+                    let ns_pages: u64 = (first..first + n)
+                        .map(|offset| pages.read(cpu, 0, offset, 1, lines, &cost))
+                        .sum();
+                    assert_eq!(ns_block, ns_pages);
+                    continue;
+                }
                 touch_whole_and_by_page(&mut blocks, &mut pages, (cpu, first, n, lines), &cost);
             }
+            assert_eq!(blocks.counts, pages.counts);
+            assert_eq!(blocks.socket_touched, pages.socket_touched);
             assert_eq!(blocks.cpu_touched, pages.cpu_touched);
             let same = |a: &Stamp, b: &Stamp| {
                 a.socket_lines == b.socket_lines && a.cpu_lines_cpu == b.cpu_lines_cpu
@@ -486,6 +536,37 @@ mod tests {
                 .zip(&pages.stamps[0])
                 .all(|(a, b)| same(a, b)));
         }
+    }
+
+    /// A stream's receiver reading what a CPU of its socket wrote moments before ages its
+    /// own L2 but not the LLC, which held those lines already: counted twice, a stream's
+    /// lines would make every reuse distance on the socket twice what it is.
+    #[test]
+    fn a_read_of_fresh_lines_ages_the_l2_not_the_llc() {
+        let cost = CostModel::calibrated();
+        let mut m = model();
+        m.touch(0, 0, 0, 1, 64, &cost);
+        m.touch(1, 0, 1, 1, 64, &cost);
+        for page in [10, 11] {
+            m.touch(0, 0, page, 1, 64, &cost);
+            m.read(1, 0, page, 1, 64, &cost);
+        }
+        assert_eq!(m.socket_touched[0], 4 * 64, "writes only");
+        assert_eq!(m.cpu_touched[1], 3 * 64, "CPU 1's write and reads");
+        // Three pages came into the 4-page LLC after page 0: still there.
+        assert_eq!(
+            m.read(1, 0, 0, 1, 64, &cost),
+            cost.touch_llc_ns,
+            "the reads did not evict it"
+        );
+        assert_eq!(m.counts.cold_lines, 4 * 64, "only the first touches");
+        // CPU 1 read three pages since it wrote page 1 (a 2-page L2): in the LLC only.
+        assert_eq!(
+            m.touch(1, 0, 1, 1, 64, &cost),
+            cost.touch_llc_ns,
+            "the reads aged the L2"
+        );
+        assert_eq!(m.counts.l2_lines, 0);
     }
 
     #[test]

@@ -614,10 +614,22 @@ impl Sim {
     }
 
     /// `cpu` touches `lines` of the 64 lines of each page of the block at `pfn` (writing
-    /// it after allocation, or copying out of it). Charges the cache model's time.
+    /// it after allocation). Charges the cache model's time.
     pub fn touch(&mut self, cpu: u32, pfn: Pfn, order: Order, lines: u32) {
         let slot = self.zone_slot(pfn);
         self.touch_in(cpu, slot, pfn, order, lines);
+    }
+
+    /// `cpu` reads `lines` of each page of the block at `pfn`, which a CPU of its socket
+    /// wrote moments before (copying a message out): [`crate::cache::CacheModel::read`].
+    /// Charges the cache model's time.
+    pub fn read(&mut self, cpu: u32, pfn: Pfn, order: Order, lines: u32) {
+        let slot = self.zone_slot(pfn);
+        let offset = pfn.0 - self.zones[slot].1;
+        let ns = self
+            .cache
+            .read(cpu, slot, offset, order.pages(), lines, &self.cost);
+        self.charge(cpu, ns);
     }
 
     /// [`Self::touch`] of a block in zone `slot`, found already. Inlined (always: left to

@@ -469,7 +469,7 @@ impl Stream {
                 }
                 sim.work(cpu, p.recv_work_ns);
                 for &(pfn, order) in &blocks {
-                    sim.touch(cpu, pfn, order, self.lines[order.get() as usize]);
+                    sim.read(cpu, pfn, order, self.lines[order.get() as usize]);
                 }
                 let pair = &mut self.pairs[index];
                 if blocks.is_empty() {
