@@ -82,6 +82,12 @@ pub struct SimArgs {
     /// model's 1.225.
     #[arg(long, value_name = "Y")]
     pub smt_yield: Option<f64>,
+    /// Cost-model sensitivity: the share of each socket's LLC that holds page data, which
+    /// sets how long a page stays in the cache model's reach; above 1 it stands for
+    /// caches the model does not count (the cores' L2s beside a non-inclusive LLC).
+    /// Default: the model's 0.5.
+    #[arg(long, value_name = "SHARE")]
+    pub llc_share: Option<f64>,
     /// Workload sensitivity: kbuild's page faults per second of a running process;
     /// default: the committed calibration's.
     #[arg(long, value_name = "RATE")]
@@ -575,6 +581,9 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
     }
     if let Some(y) = args.smt_yield {
         spec.cost.smt_yield = Some(in_range("--smt-yield", y, 1.0, 2.0)?);
+    }
+    if let Some(share) = args.llc_share {
+        spec.cost.llc_share = in_range("--llc-share", share, 0.01, 64.0)?;
     }
     if let Some(rate) = args.kbuild_faults_per_s {
         spec.kbuild_faults_per_s = in_range("--kbuild-faults-per-s", rate, 1.0, 1e7)?;

@@ -153,6 +153,48 @@ fn role_epoch_is_netperfs_and_refuses_impossible_values() {
 }
 
 #[test]
+fn llc_share_sets_the_cache_models_reach_and_refuses_impossible_values() {
+    for args in [
+        &["--workload", "unix", "--llc-share", "0"][..],
+        &["--workload", "unix", "--llc-share=-1"],
+        &["--workload", "unix", "--llc-share", "NaN"],
+        &["--workload", "unix", "--llc-share", "100"],
+    ] {
+        let out = sim(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains("--llc-share"), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    // A larger share keeps pages in reach longer: fewer cold lines per message.
+    let cold_per_message = |share: &str| {
+        let args = [
+            "--workload",
+            "unix",
+            "--policies",
+            "patch5",
+            "--json",
+            "--llc-share",
+            share,
+        ];
+        let out = sim(&args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let run = &json["runs"][0];
+        run["cache"]["cold_lines"].as_f64().unwrap() / run["work_done"].as_f64().unwrap()
+    };
+    let (small, large) = (cold_per_message("0.5"), cold_per_message("16"));
+    assert!(
+        large < small / 2.0,
+        "share 16: {large} cold lines per message, 0.5: {small}"
+    );
+}
+
+#[test]
 fn sim_json_is_deterministic() {
     let run = || {
         sim(&[
