@@ -1,13 +1,12 @@
 //! `mmkit sim calibrate`: fit the cost model against a declared training set
 //! (`mmkit_sim::calibrate`), in one process or in shards.
 //!
-//! The fit's expensive part is one independent fit per candidate of stage 1's discrete
-//! choice (where lmbench's pairs run), each through stages 1 and 2. `--shard I/N` (or a
-//! Slurm array's or a Kubernetes Indexed Job's index, as for `mmkit sim`) fits the
-//! candidates c with c mod N = I and writes a *calibration shard file*; `--merge FILE...`
-//! checks that the files are shards of one calibration and hold every candidate once,
-//! then picks the best and runs stage 3 and the record runs, writing exactly what the
-//! single run writes.
+//! The fit runs stage 1 once per candidate of its discrete choice (where lmbench's pairs
+//! run), each independent of the others. `--shard I/N` (or a Slurm array's or a
+//! Kubernetes Indexed Job's index, as for `mmkit sim`) fits the candidates c with c mod
+//! N = I and writes a *calibration shard file*; `--merge FILE...` checks that the files
+//! are shards of one calibration and hold every candidate once, then picks the best and
+//! runs stages 2 and 3 and the record runs, writing exactly what the single run writes.
 
 use std::path::{Path, PathBuf};
 
@@ -152,9 +151,8 @@ pub fn run_calibrate(args: &CalibrateArgs) -> Result<(), CliError> {
 }
 
 /// `run` behind a memo, so that each distinct run is made once per process: a run is
-/// deterministic, and the fit asks for the same one again (stage 2 fits kbuild, which no
-/// placement changes, once per candidate; the final record reruns base runs the stages
-/// made). Results come back in the order of the jobs asked for.
+/// deterministic, and the fit asks for the same one again (the final record reruns base
+/// runs the stages made). Results come back in the order of the jobs asked for.
 fn once_each<'a>(
     mut run: impl FnMut(&[(RunSpec, Policy)]) -> Result<Vec<RunResult>, SimError> + 'a,
 ) -> impl FnMut(&[(RunSpec, Policy)]) -> Result<Vec<RunResult>, SimError> + 'a {
@@ -185,7 +183,7 @@ fn once_each<'a>(
     }
 }
 
-/// Stages 1 and 2 for candidate `c` of `identity`.
+/// Stage 1 for candidate `c` of `identity`.
 fn fit(
     identity: &Identity,
     c: usize,

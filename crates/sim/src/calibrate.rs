@@ -10,8 +10,10 @@
 //!    zone-lock work per acquisition) against the stream workloads' lock targets:
 //!    Gauss–Newton on ln(1 + lines) and the logarithm of every ratio simulated /
 //!    published, with a finite-difference derivative and backtracking. The work per block
-//!    moved (`hold_per_block_ns`) is published (Huang 2023 timed it) and not fitted;
-//! 2. kbuild's fault rate against kbuild's base lock contend%, the geometric mean over
+//!    moved (`hold_per_block_ns`) is published (Huang 2023 timed it) and not fitted.
+//!    Once for each placement of lmbench's pairs ([`candidates`]); the best fit is kept;
+//! 2. for the kept candidate only, kbuild's fault rate against kbuild's base lock
+//!    contend%, the geometric mean over
 //!    [`KBUILD_FIT_SEEDS`] seeds (a safeguarded secant on logarithms, `fit_rate`:
 //!    contention grows with the rate, steeply and unevenly near the lock's saturation);
 //! 3. `background_refs_per_us` against the base miss rates, in closed form from the
@@ -96,7 +98,7 @@ pub struct Calibration {
     pub command: String,
 }
 
-/// One candidate after stages 1 and 2.
+/// One candidate after stage 1.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Candidate {
     /// Its fitted values (`background_refs_per_us` is still the start's: stage 3 comes
@@ -120,8 +122,10 @@ pub struct Tried {
     pub unix_placement: Placement,
     /// The `lock_lines` stage 1 fitted for it.
     pub lock_lines: f64,
-    /// The fault rate stage 2 fitted for it.
-    pub kbuild_faults_per_s: f64,
+    /// The fault rate stage 2 fitted, for the candidate stage 1 chose (stage 2 runs for
+    /// that one only); `None` for the others.
+    #[serde(default)]
+    pub kbuild_faults_per_s: Option<f64>,
     /// Stage 1's misfit.
     pub stage1_sse: f64,
 }
@@ -248,7 +252,7 @@ pub fn candidates(targets: &Targets, start: &Fitted) -> Vec<Placement> {
     }
 }
 
-/// Stages 1 and 2 with lmbench's pairs placed at `placement`: the candidate's fitted
+/// Stage 1 with lmbench's pairs placed at `placement`: the candidate's fitted
 /// values, its stage-1 misfit and the stream runs stage 3 reads. Candidates are
 /// independent of each other, so `mmkit sim calibrate --shard I/N` fits them on
 /// different machines and [`finish`] picks one.
@@ -339,14 +343,34 @@ pub fn fit_candidate(
         last_stream_runs = runs;
     }
 
-    // Stage 2: kbuild's fault rate on its base lock contend%.
+    Ok(Candidate {
+        fitted: fit,
+        stage1_sse,
+        stream_runs: last_stream_runs,
+        kbuild_contention: None,
+    })
+}
+
+/// Stage 2: kbuild's fault rate on kbuild's base lock contend%, for the candidate stage 1
+/// chose (no stage-1 target is kbuild's, so the other candidates' rates would change
+/// nothing but their record). Sets `fit.kbuild_faults_per_s` and returns kbuild's
+/// contention there, or `None` without a kbuild target.
+fn fit_kbuild_rate(
+    targets: &Targets,
+    scale: f64,
+    seed: u64,
+    fit: &mut Fitted,
+    runner: &mut Runner<'_>,
+    log: &mut dyn FnMut(&str),
+) -> Result<Option<f64>, SimError> {
+    let placement = fit.unix_placement;
     let mut kbuild_value = None;
     if let Some(target) = targets
         .of(WorkloadKind::Kbuild, Metric::LockContendPct)
         .first()
     {
         let mut evaluate = |rate: f64, iteration: usize| -> Result<f64, SimError> {
-            let mut trial = fit;
+            let mut trial = *fit;
             trial.kbuild_faults_per_s = rate.exp();
             let (values, value) = kbuild_contention(scale, seed, &trial, runner)?;
             let each: Vec<String> = values.iter().map(|v| format!("{v:.2}")).collect();
@@ -363,12 +387,7 @@ pub fn fit_candidate(
         kbuild_value = Some(target.value * error.exp());
     }
 
-    Ok(Candidate {
-        fitted: fit,
-        stage1_sse,
-        stream_runs: last_stream_runs,
-        kbuild_contention: kbuild_value,
-    })
+    Ok(kbuild_value)
 }
 
 /// Stage 2's search: the log fault rate at which `error` (ln simulated / published
@@ -423,7 +442,7 @@ fn fit_rate(
     Ok(best)
 }
 
-/// The most fault rates stage 2 tries per candidate (each one [`KBUILD_FIT_SEEDS`] runs).
+/// The most fault rates stage 2 tries (each one [`KBUILD_FIT_SEEDS`] runs).
 pub const STAGE2_RUNS: usize = 8;
 
 /// Fit the model against `targets` with runs at `scale` and `seed`; `runner` runs each
@@ -455,26 +474,44 @@ pub fn finish(
     log: &mut dyn FnMut(&str),
 ) -> Result<Calibration, SimError> {
     targets.validate().map_err(SimError::Invalid)?;
-    let tried: Vec<Tried> = candidates
+    let best_index = candidates
+        .iter()
+        .enumerate()
+        .reduce(|a, b| {
+            if b.1.stage1_sse < a.1.stage1_sse {
+                b
+            } else {
+                a
+            }
+        })
+        .map(|(i, _)| i)
+        .ok_or_else(|| SimError::Invalid("no candidate to pick from".into()))?;
+    let mut tried: Vec<Tried> = candidates
         .iter()
         .map(|c| Tried {
             unix_placement: c.fitted.unix_placement,
             lock_lines: c.fitted.lock_lines,
-            kbuild_faults_per_s: c.fitted.kbuild_faults_per_s,
+            kbuild_faults_per_s: None,
             stage1_sse: c.stage1_sse,
         })
         .collect();
     let best = candidates
         .into_iter()
-        .reduce(|a, b| if b.stage1_sse < a.stage1_sse { b } else { a })
-        .ok_or_else(|| SimError::Invalid("no candidate to pick from".into()))?;
+        .nth(best_index)
+        .expect("the index of a candidate");
     log(&format!(
         "stage 1: {} fits best (Σ ln² {:.4})",
         best.fitted.unix_placement, best.stage1_sse
     ));
     let mut fit = best.fitted;
     let mut last_stream_runs = best.stream_runs;
-    let kbuild_value = best.kbuild_contention;
+    let kbuild_value = match best.kbuild_contention {
+        Some(value) => Some(value),
+        None => fit_kbuild_rate(targets, scale, seed, &mut fit, runner, log)?,
+    };
+    if kbuild_value.is_some() {
+        tried[best_index].kbuild_faults_per_s = Some(fit.kbuild_faults_per_s);
+    }
 
     // Stage 3: background references, in closed form from the stream runs' line counts:
     // the value that makes the geometric mean of simulated / published miss rates 1.
