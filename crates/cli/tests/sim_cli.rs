@@ -14,6 +14,27 @@ fn sim(args: &[&str]) -> Command {
     cmd
 }
 
+/// `mmkit sim` with `args` must exit 2 with an error naming `flag`, printing nothing.
+fn refused(args: &[&str], flag: &str) {
+    let out = sim(args).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{args:?}");
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains(flag), "{args:?}: {err}");
+    assert!(out.stdout.is_empty(), "{args:?}");
+}
+
+/// The JSON of the first run of `mmkit sim` with `args`, which must succeed.
+fn first_run(args: &[&str]) -> serde_json::Value {
+    let out = sim(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    json["runs"][0].clone()
+}
+
 #[test]
 fn sim_prints_a_table_relative_to_the_first_policy() {
     sim(&["--workload", "unix", "--policies", "base,patch3"])
@@ -104,11 +125,7 @@ fn stream_knobs_refuse_other_workloads_and_impossible_values() {
         &["--workload", "unix", "--work-ns", "1,2,3"],
         &["--workload", "unix", "--work-ns", "1500,2000000000"],
     ] {
-        let out = sim(args).output().unwrap();
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        let err = String::from_utf8(out.stderr).unwrap();
-        assert!(err.contains("--w"), "{args:?}: {err}");
-        assert!(out.stdout.is_empty(), "{args:?}");
+        refused(args, "--w");
     }
 }
 
@@ -121,11 +138,7 @@ fn role_epoch_is_netperfs_and_refuses_impossible_values() {
         &["--workload", "netperf", "--role-epoch-ms", "NaN"],
         &["--workload", "netperf", "--role-epoch-ms", "2000000"],
     ] {
-        let out = sim(args).output().unwrap();
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        let err = String::from_utf8(out.stderr).unwrap();
-        assert!(err.contains("--role-epoch-ms"), "{args:?}: {err}");
-        assert!(out.stdout.is_empty(), "{args:?}");
+        refused(args, "--role-epoch-ms");
     }
     // Roles that swap every 100 µs move the receivers' frees from CPU to CPU, which
     // changes what the pagesets drain; with none (0) the run is another.
@@ -139,14 +152,7 @@ fn role_epoch_is_netperfs_and_refuses_impossible_values() {
             "--role-epoch-ms",
             ms,
         ];
-        let out = sim(&args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let run = &json["runs"][0];
+        let run = &first_run(&args);
         (run["pcp_drains"].clone(), run["pcp_refills"].clone())
     };
     assert_ne!(drains("0"), drains("0.1"));
@@ -160,11 +166,7 @@ fn llc_share_sets_the_cache_models_reach_and_refuses_impossible_values() {
         &["--workload", "unix", "--llc-share", "NaN"],
         &["--workload", "unix", "--llc-share", "100"],
     ] {
-        let out = sim(args).output().unwrap();
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        let err = String::from_utf8(out.stderr).unwrap();
-        assert!(err.contains("--llc-share"), "{args:?}: {err}");
-        assert!(out.stdout.is_empty(), "{args:?}");
+        refused(args, "--llc-share");
     }
     // A larger share keeps pages in reach longer: fewer cold lines per message.
     let cold_per_message = |share: &str| {
@@ -177,14 +179,7 @@ fn llc_share_sets_the_cache_models_reach_and_refuses_impossible_values() {
             "--llc-share",
             share,
         ];
-        let out = sim(&args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let run = &json["runs"][0];
+        let run = &first_run(&args);
         run["cache"]["cold_lines"].as_f64().unwrap() / run["work_done"].as_f64().unwrap()
     };
     let (small, large) = (cold_per_message("0.5"), cold_per_message("16"));

@@ -108,11 +108,6 @@ pub struct Candidate {
     pub stage1_sse: f64,
     /// Stage 1's last runs, whose line counts stage 3 reads.
     pub stream_runs: Vec<RunResult>,
-    /// kbuild's base lock contend% at the fitted rate ([`kbuild_contention`]'s mean),
-    /// which the record takes instead of running kbuild again: stage 3 changes only the
-    /// background references, which a run's contention does not depend on.
-    #[serde(default)]
-    pub kbuild_contention: Option<f64>,
 }
 
 /// What [`Calibration::tried`] keeps of a candidate.
@@ -347,7 +342,6 @@ pub fn fit_candidate(
         fitted: fit,
         stage1_sse,
         stream_runs: last_stream_runs,
-        kbuild_contention: None,
     })
 }
 
@@ -505,10 +499,7 @@ pub fn finish(
     ));
     let mut fit = best.fitted;
     let mut last_stream_runs = best.stream_runs;
-    let kbuild_value = match best.kbuild_contention {
-        Some(value) => Some(value),
-        None => fit_kbuild_rate(targets, scale, seed, &mut fit, runner, log)?,
-    };
+    let kbuild_value = fit_kbuild_rate(targets, scale, seed, &mut fit, runner, log)?;
     if kbuild_value.is_some() {
         tried[best_index].kbuild_faults_per_s = Some(fit.kbuild_faults_per_s);
     }
