@@ -82,10 +82,10 @@ pub struct SimArgs {
     /// model's 1.225.
     #[arg(long, value_name = "Y")]
     pub smt_yield: Option<f64>,
-    /// Cost-model sensitivity: the share of each socket's LLC that holds page data, which
-    /// sets how long a page stays in the cache model's reach; above 1 it stands for
-    /// caches the model does not count (the cores' L2s beside a non-inclusive LLC).
-    /// Default: the model's 0.5.
+    /// Cost-model sensitivity: the share of each socket's caches (its LLC, and with a
+    /// non-inclusive LLC its cores' L2s too) that holds page data, which sets how long a
+    /// page stays in the cache model's reach; above 1 it stands for caches the model
+    /// does not count. Default: the model's 0.5.
     #[arg(long, value_name = "SHARE")]
     pub llc_share: Option<f64>,
     /// Workload sensitivity: kbuild's page faults per second of a running process;

@@ -223,13 +223,16 @@ pub struct CacheModel {
 }
 
 impl CacheModel {
-    /// A model for CPUs on `cpu_socket` sockets, `zones` zones, an L2 of `l2_bytes` and an
-    /// LLC of `llc_bytes` per socket of which page data may use `cost.llc_share`.
+    /// A model for CPUs on `cpu_socket` sockets, `zones` zones, an L2 of `l2_bytes` and
+    /// `socket_bytes` of cache per socket ([`MachineSpec::socket_cache_bytes`]) of which page
+    /// data may use `cost.llc_share`.
+    ///
+    /// [`MachineSpec::socket_cache_bytes`]: crate::MachineSpec::socket_cache_bytes
     pub fn new(
         cpu_socket: Vec<u32>,
         zones: usize,
         l2_bytes: u64,
-        llc_bytes: u64,
+        socket_bytes: u64,
         cost: &CostModel,
     ) -> CacheModel {
         // Every CPU number fits a stamp: the hot paths check only the line counters.
@@ -244,7 +247,7 @@ impl CacheModel {
             socket_touched: vec![0; sockets],
             geometry: Geometry {
                 private_lines: l2_bytes / 64,
-                llc_lines: (llc_bytes as f64 * cost.llc_share) as u64 / 64,
+                llc_lines: (socket_bytes as f64 * cost.llc_share) as u64 / 64,
                 cpu_socket,
             },
             stamps: (0..zones).map(|_| Vec::new()).collect(),

@@ -48,8 +48,9 @@ pub struct CostModel {
     pub touch_llc_ns: u64,
     /// Touching a whole page from memory (≈ 10 GB/s per core).
     pub touch_cold_ns: u64,
-    /// ω: the share of the LLC that page data may use; code and other data hold the rest
-    /// (`C_llc_eff = slice × CPUs on socket × ω`).
+    /// ω: the share of a socket's caches that page data may use; code and other data
+    /// hold the rest (`C_llc_eff = ω × (LLC + the cores' L2s if the LLC is not
+    /// inclusive)`, [`crate::MachineSpec::socket_cache_bytes`]).
     pub llc_share: f64,
     /// β: weight of a line that was hot in another CPU's cache of the same socket in the
     /// miss count. 0: on Intel such a snoop hit is not a `cache-misses` event.

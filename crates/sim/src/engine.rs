@@ -501,7 +501,7 @@ impl Sim {
             cpu_socket,
             zones.len(),
             machine.l2_bytes,
-            machine.llc_bytes,
+            machine.socket_cache_bytes(),
             &cost,
         );
         let mut series = Series {
@@ -545,7 +545,7 @@ impl Sim {
             cpu_socket,
             self.zones.len(),
             self.machine.l2_bytes,
-            self.machine.llc_bytes,
+            self.machine.socket_cache_bytes(),
             &cost,
         );
         self.smt = cost

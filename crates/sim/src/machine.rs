@@ -38,6 +38,14 @@ pub struct MachineSpec {
     pub llc_bytes: u64,
     /// Private L2 per CPU, in bytes.
     pub l2_bytes: u64,
+    /// Whether the LLC holds a copy of every line in its cores' L2s. Intel's server parts
+    /// since Skylake-SP (Ice Lake-SP and Sapphire Rapids among them) have a non-inclusive
+    /// L3: a line in a core's L2 is usually not in the L3 as well, so a socket keeps the
+    /// L3's lines and its cores' L2s' on chip, and a line in another core's L2 is served by
+    /// a snoop, not from memory ([`Self::socket_cache_bytes`]). `true` (a file written
+    /// before this field existed reads so): the L2s add nothing to the socket's reach.
+    #[serde(default = "inclusive")]
+    pub llc_inclusive: bool,
     /// Low watermark per node the published machine had, in pages; `None`: Linux's default
     /// formula on the simulated memory.
     pub low_wmark_pages: Option<u64>,
@@ -70,6 +78,10 @@ pub struct WarmPageset {
 /// Pages in a GiB.
 const GIB_PAGES: u64 = (1 << 30) >> 12;
 
+fn inclusive() -> bool {
+    true
+}
+
 fn default_pcp_batch_scale_max() -> u8 {
     Settings::DISTRIBUTION_KERNEL.pcp_batch_scale_max
 }
@@ -92,6 +104,7 @@ impl MachineSpec {
             node_pages: 128 * GIB_PAGES,
             llc_bytes: 105 << 20,
             l2_bytes: 2 << 20,
+            llc_inclusive: false,
             low_wmark_pages: Some(367 * 112 + 56),
             pcp_batch_scale_max: default_pcp_batch_scale_max(),
             stat_interval_ms: default_stat_interval_ms(),
@@ -111,6 +124,7 @@ impl MachineSpec {
             node_pages: 128 * GIB_PAGES,
             llc_bytes: 48 << 20,
             l2_bytes: 1280 << 10,
+            llc_inclusive: false,
             low_wmark_pages: Some(linux_low_wmark_pages(128 * GIB_PAGES, 2)),
             pcp_batch_scale_max: default_pcp_batch_scale_max(),
             stat_interval_ms: default_stat_interval_ms(),
@@ -168,6 +182,10 @@ impl MachineSpec {
             node_pages: first.managed,
             llc_bytes,
             l2_bytes,
+            // Not in zoneinfo, and a guest's cache hierarchy is what its host's is; the
+            // LLC alone, as before this field existed, keeps the recordings' comparisons
+            // (docs/FIDELITY.md) where they were measured.
+            llc_inclusive: true,
             low_wmark_pages: Some(first.low.saturating_sub(first.boost)),
             // Not in zoneinfo: the kernel's defaults, which `--pcp-batch-scale-max` and
             // `--stat-interval` change.
@@ -305,6 +323,19 @@ impl MachineSpec {
     /// All CPUs.
     pub fn nr_cpus(&self) -> u32 {
         self.sockets * self.cpus_per_socket
+    }
+
+    /// Bytes of page data a socket's caches can hold between them, before the cost
+    /// model's share for page data: the LLC, and with a non-inclusive LLC also its cores'
+    /// L2s (one per core, which its hardware threads share). Ice Lake-SP (Xeon Gold 6338:
+    /// 32 cores of 1.25 MiB L2 beside a 48 MiB L3) holds 88 MiB; Sapphire Rapids (56
+    /// cores of 2 MiB beside 105 MiB) 217 MiB.
+    pub fn socket_cache_bytes(&self) -> u64 {
+        if self.llc_inclusive {
+            return self.llc_bytes;
+        }
+        let cores = u64::from(self.cpus_per_socket / self.threads_per_core.max(1));
+        self.llc_bytes + cores * self.l2_bytes
     }
 
     /// The socket (= node) of `cpu`: CPUs are numbered socket by socket.
@@ -541,5 +572,27 @@ Node 0, zone   Normal
     fn icl_machine_uses_linux_watermarks_for_256_gb() {
         let low = linux_low_wmark_pages(128 * GIB_PAGES, 2);
         assert!((40_000..50_000).contains(&low), "{low}");
+    }
+
+    /// A socket with a non-inclusive L3 reaches its L3 and one L2 per core, not per
+    /// hardware thread; an inclusive one (and a machine file from before the field) its
+    /// LLC alone.
+    #[test]
+    fn a_non_inclusive_llc_adds_its_cores_l2s_to_the_sockets_reach() {
+        let icl = MachineSpec::icl_128();
+        assert_eq!(icl.socket_cache_bytes(), (48 + 40) << 20);
+        assert_eq!(
+            MachineSpec::spr_224().socket_cache_bytes(),
+            (105 + 112) << 20
+        );
+        let inclusive = MachineSpec {
+            llc_inclusive: true,
+            ..icl.clone()
+        };
+        assert_eq!(inclusive.socket_cache_bytes(), 48 << 20);
+        let mut old = serde_json::to_value(&icl).unwrap();
+        old.as_object_mut().unwrap().remove("llc_inclusive");
+        let old: MachineSpec = serde_json::from_value(old).unwrap();
+        assert_eq!(old.socket_cache_bytes(), 48 << 20);
     }
 }
