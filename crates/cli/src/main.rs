@@ -18,6 +18,7 @@ mod pcp_script;
 mod percpu_cmd;
 mod percpu_live;
 mod reclaim_cmd;
+mod refills_cmd;
 mod shard;
 mod sim_cmd;
 mod size;

@@ -50,6 +50,10 @@ enum TraceCommand {
     /// on the allocating CPU or another, in a task's context or in softirq (per unit of
     /// work with --per, e.g. the messages a stream sent).
     Blocks(crate::blocks_cmd::BlocksArgs),
+    /// Count the kernel's pageset refills by CPU, order and migratetype: how many, blocks
+    /// per refill, and the first refills' sizes in order with the frees the CPU made before
+    /// each (an order-0 refill doubles while its pageset frees nothing: `alloc_factor`).
+    Refills(crate::refills_cmd::RefillsArgs),
 }
 
 #[derive(Args, Debug)]
@@ -137,7 +141,7 @@ impl From<SeedArg> for SeedRule {
 }
 
 /// Run `mmkit trace`.
-/// A recording read whole for counting (`high-order`, `blocks`, `compare-sim`): a file
+/// A recording read whole for counting (`high-order`, `blocks`, `refills`, `compare-sim`): a file
 /// that cannot be read, parsed, was truncated or holds no page events is a usage error
 /// naming the file.
 pub(crate) fn load_complete(file: &std::path::Path) -> Result<parse::Trace, CliError> {
@@ -163,6 +167,7 @@ pub fn run(args: &TraceArgs) -> Result<(), CliError> {
         TraceCommand::CompareSim(args) => crate::compare_sim::run(args),
         TraceCommand::HighOrder(args) => crate::high_order_cmd::run(args),
         TraceCommand::Blocks(args) => crate::blocks_cmd::run(args),
+        TraceCommand::Refills(args) => crate::refills_cmd::run(args),
     }
 }
 

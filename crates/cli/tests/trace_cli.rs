@@ -245,3 +245,36 @@ fn blocks_counts_pool_and_refuse_bad_units() {
         .success()
         .stdout(predicate::str::contains("per unit of --per"));
 }
+
+/// The committed AF_UNIX recording (`af_unix.py --mib 64`): the writer's order-0
+/// UNMOVABLE refills on CPU 0, which a pageset sized near its `count` keeps at one or two
+/// batches, with the frees CPU 0 made before each.
+#[test]
+fn refills_lists_each_cpus_refills_in_order() {
+    let file = data("afunix-64mib.mmkit.gz");
+    let json = json_of(mmkit().args(["trace", "refills", "--json", &file]));
+    let lists = json[0]["lists"].as_array().unwrap();
+    let writer = lists
+        .iter()
+        .find(|l| l["cpu"] == 0 && l["order"] == 0 && l["migratetype"] == 0)
+        .expect("CPU 0 refills its order-0 UNMOVABLE list");
+    let u64s = |key: &str| -> Vec<u64> {
+        let values = writer[key].as_array().unwrap();
+        values.iter().map(|v| v.as_u64().unwrap()).collect()
+    };
+    assert_eq!(u64s("first"), [63, 126, 63, 126, 126, 63, 63, 126]);
+    assert_eq!(writer["largest"], 126);
+    assert_eq!(writer["mean_blocks"], 94.5);
+    assert_eq!(u64s("frees_before"), [6, 0, 0, 0, 1, 0, 21, 0]);
+    // The reader's refills are of its own (movable) pages, on CPU 1.
+    assert!(lists.iter().any(|l| l["cpu"] == 1 && l["migratetype"] == 1));
+    mmkit()
+        .args(["trace", "refills", &file])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("first sizes (frees before)"));
+    mmkit()
+        .args(["trace", "refills", "/nonexistent/trace"])
+        .assert()
+        .code(2);
+}

@@ -12,6 +12,7 @@
 //! | [`work`] | a recorded workload's processes, blocks and refills, for a simulation of it |
 //! | [`high_order`] | when a recorded workload frees blocks of orders 1–3, and what each pageset freed before |
 //! | [`blocks`] | a recorded workload's blocks by order, and on which CPU and in which context each was freed |
+//! | [`refills`] | the kernel's pageset refills as it made them: blocks per refill by CPU, order and migratetype |
 //!
 //! Linux counterpart: `include/trace/events/kmem.h` (the events), `kernel/trace/`
 //! (tracefs). `docs/FIDELITY.md` reports how well the replay predicts real traces.
@@ -23,6 +24,7 @@ pub mod high_order;
 pub mod machine;
 pub mod parse;
 pub mod record;
+pub mod refills;
 pub mod replay;
 pub mod report;
 pub mod work;
