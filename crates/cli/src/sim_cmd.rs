@@ -114,11 +114,11 @@ pub struct SimArgs {
     /// 1500,1500). Which end is slower decides which end sets a pipelined stream's pace.
     #[arg(long, value_name = "SEND,RECV", value_delimiter = ',', num_args = 1)]
     pub work_ns: Option<Vec<u64>>,
-    /// Workload sensitivity (netperf): how often a pair may swap its two CPUs' roles, in
-    /// ms (at each boundary a coin flip, as scheduling moves the sender and the receiver);
-    /// default: netperf's 10; 0: roles never move. The published run's rate is not known,
-    /// and a former sender's large `high` waits in the receiver's pageset until it
-    /// drains, so patch 7's rows depend on it.
+    /// Workload sensitivity (netperf, unix): how often a pair may swap its two CPUs'
+    /// roles, in ms (at each boundary a coin flip, as scheduling moves the sender and the
+    /// receiver); default: netperf's 10, unix's 0 (roles never move). The published runs'
+    /// rates are not known, and a former sender's pageset (large `high`, `alloc_factor`
+    /// grown) serves its next receiving, so patch 5 and 7's rows depend on it.
     #[arg(long, value_name = "MS")]
     pub role_epoch_ms: Option<f64>,
     /// Machine sensitivity: memory per node in GiB (default: the published machines' 128).
@@ -507,17 +507,15 @@ fn stream_params(
         params.recv_work_ns = recv;
     }
     if let Some(ms) = args.role_epoch_ms {
-        if workload != WorkloadKind::Netperf {
-            return Err(CliError::usage(format!(
-                "--role-epoch-ms: only netperf's pairs swap roles, not {workload}'s"
-            )));
-        }
         if !(0.0..=1e6).contains(&ms) {
             return Err(CliError::usage(format!(
                 "--role-epoch-ms {ms}: 0 (never) to 1000000 ms"
             )));
         }
         params.epoch_ms = ms;
+        if workload == WorkloadKind::Unix {
+            params.swap_share = 0.5;
+        }
     }
     Ok(params)
 }
