@@ -514,7 +514,9 @@ fn stream_params(
         }
         params.epoch_ms = ms;
         if workload == WorkloadKind::Unix {
-            params.swap_share = 0.5;
+            // lmbench's pairs never swap by default (share 0): asked to, they swap by
+            // netperf's rule, one coin flip per boundary.
+            params.swap_share = StreamParams::netperf(1.0).swap_share;
         }
     }
     Ok(params)
