@@ -3,7 +3,9 @@
  * that once running neither faults or frees a page of its own (af_unix.py, in Python,
  * does both). What the kernel then allocates and frees per write is the socket's.
  *
- * Usage: bw_unix SECONDS
+ * Usage: bw_unix SECONDS [unpinned]
+ * With "unpinned" neither task is pinned, as lmbench's are not, so the scheduler's
+ * migrations can be recorded (docs/EXPERIMENTS.md, "lmbench's pairs swapping roles").
  * Build and record (root; docs/EXPERIMENTS.md, "A socket's L2s beside its L3"):
  *   cc -O2 -o /tmp/bw_unix crates/trace/workloads/bw_unix.c
  *   mmkit trace record --seconds 1.5 --warmup 0.5 --buffer-kb 131072 --out F -- /tmp/bw_unix 3
@@ -44,6 +46,7 @@ static double now(void)
 int main(int argc, char **argv)
 {
 	double seconds = argc > 1 ? atof(argv[1]) : 2.0;
+	int pinned = !(argc > 2 && strcmp(argv[2], "unpinned") == 0);
 	int fds[2];
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds)) {
 		perror("socketpair");
@@ -53,7 +56,8 @@ int main(int argc, char **argv)
 	pid_t pid = fork();
 	if (pid == 0) {
 		close(fds[0]);
-		pin(1);
+		if (pinned)
+			pin(1);
 		for (;;) {
 			ssize_t n = read(fds[1], buf, XFER);
 			if (n <= 0)
@@ -61,7 +65,9 @@ int main(int argc, char **argv)
 		}
 	}
 	close(fds[1]);
-	pin(0);
+	if (pinned)
+		pin(0);
+	fprintf(stderr, "bw_unix: writer %d, reader %d\n", (int)getpid(), (int)pid);
 	double end = now() + seconds;
 	unsigned long sent = 0;
 	while (now() < end) {
