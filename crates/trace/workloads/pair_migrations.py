@@ -9,7 +9,9 @@ to), and prints its residences: each stretch of time on one CPU. Also the share 
 time the writer and the reader sat on the same CPU. Needs root, perf and a C compiler;
 writes nothing but a temporary perf file, removed at the end.
 
-Usage: pair_migrations.py SECONDS
+Usage: pair_migrations.py SECONDS [tcp]
+       (tcp: a loopback TCP stream of 10 KiB writes, netperf's message size, for a
+       kernel without SCTP)
 """
 import os
 import re
@@ -24,8 +26,8 @@ EVENT = re.compile(r"\s*([\d.]+):\s+sched:(sched_wakeup|sched_migrate_task):.*?\
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: pair_migrations.py SECONDS")
+    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["tcp"]):
+        sys.exit("usage: pair_migrations.py SECONDS [tcp]")
     seconds = float(sys.argv[1])
     with tempfile.TemporaryDirectory() as tmp:
         binary = os.path.join(tmp, "bw_unix")
@@ -33,7 +35,7 @@ def main():
         data = os.path.join(tmp, "perf.data")
         run = subprocess.run(["perf", "record", "-q", "-a", "-o", data,
                               "-e", "sched:sched_migrate_task", "-e", "sched:sched_wakeup",
-                              "--", binary, str(seconds), "unpinned"],
+                              "--", binary, str(seconds), "unpinned", *sys.argv[2:]],
                              check=True, stderr=subprocess.PIPE, text=True)
         sys.stderr.write(run.stderr)
         pids = re.search(r"writer (\d+), reader (\d+)", run.stderr)
