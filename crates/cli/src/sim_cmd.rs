@@ -116,10 +116,11 @@ pub struct SimArgs {
     pub work_ns: Option<Vec<u64>>,
     /// Workload sensitivity (netperf, unix): how often a pair may swap its two CPUs'
     /// roles, in ms (at each boundary a coin flip, as scheduling moves the sender and the
-    /// receiver), 0 for never; default: 312, the rate measured on a 2-CPU machine
-    /// (`ROLE_EPOCH_MS` of mmkit-sim). The published runs' rates are not known, and a
-    /// former sender's pageset (large `high`, `alloc_factor` grown) serves its next
-    /// receiving, so patch 5 and 7's rows depend on it.
+    /// receiver); default: netperf's 10, unix's 0 (roles never move). The published runs'
+    /// rates are not known (what this machine measures: docs/EXPERIMENTS.md, "The pairs'
+    /// swap rate, measured"), and a former sender's pageset (large `high`,
+    /// `alloc_factor` grown) serves its next receiving, so patch 5 and 7's rows depend on
+    /// it.
     #[arg(long, value_name = "MS")]
     pub role_epoch_ms: Option<f64>,
     /// Machine sensitivity: memory per node in GiB (default: the published machines' 128).
@@ -514,6 +515,11 @@ fn stream_params(
             )));
         }
         params.epoch_ms = ms;
+        if workload == WorkloadKind::Unix {
+            // lmbench's pairs never swap by default (share 0): asked to, they swap by
+            // netperf's rule, one coin flip per boundary.
+            params.swap_share = StreamParams::netperf(1.0).swap_share;
+        }
     }
     Ok(params)
 }

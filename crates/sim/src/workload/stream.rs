@@ -25,22 +25,6 @@ use crate::rng::Rng;
 /// An entry of [`StreamParams::message_blocks`] that draws this takes no block.
 pub const NO_BLOCK: u8 = u8::MAX;
 
-/// How often a stream pair may swap its CPUs' roles, ms, for netperf and lmbench alike:
-/// at each boundary the pair swaps with probability [`ROLE_SWAP_SHARE`], so its writer
-/// changes CPU `ROLE_SWAP_SHARE / ROLE_EPOCH_MS` times a millisecond.
-///
-/// Measured, on this project's 2-CPU machine (Linux 6.18): an unpinned writer and reader
-/// (`crates/trace/workloads/pair_migrations.py 10`, bw_unix's 64 KiB AF_UNIX writes, and
-/// with `tcp` 10 KiB loopback TCP writes, the stand-in for netperf's SCTP) changed CPU
-/// 251 times in 156.5 s over sixteen 10-s runs, 1.60 times a second (0.2–3.0 per run),
-/// nearly always as a swap (the two shared a CPU 0.4–23 % of the time). 0.5 / 1.60 per
-/// second is 312 ms. One pair on two busy CPUs is not the published 128-CPU machine;
-/// docs/EXPERIMENTS.md, "The pairs' swap rate, measured", says what that leaves open.
-pub const ROLE_EPOCH_MS: f64 = 312.0;
-
-/// The probability of a swap at each [`ROLE_EPOCH_MS`] boundary.
-pub const ROLE_SWAP_SHARE: f64 = 0.5;
-
 /// Parameters of a stream workload.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StreamParams {
@@ -73,7 +57,7 @@ pub struct StreamParams {
     /// Messages in flight before the sender blocks (socket buffer).
     pub window: u32,
     /// Role epoch, ms: at each epoch boundary a pair swaps its CPUs' roles with
-    /// `swap_share` probability. 0: roles never move. Both workloads: [`ROLE_EPOCH_MS`].
+    /// `swap_share` probability. 0: roles never move.
     pub epoch_ms: f64,
     /// Probability of a swap per epoch.
     pub swap_share: f64,
@@ -165,8 +149,8 @@ impl StreamParams {
             recv_work_ns: 8_000,
             wakeup_us: 5.0,
             window: 16,
-            epoch_ms: ROLE_EPOCH_MS,
-            swap_share: ROLE_SWAP_SHARE,
+            epoch_ms: 10.0,
+            swap_share: 0.5,
             gfp: Gfp::KERNEL,
             placement: Placement::Spread,
         }
@@ -199,8 +183,8 @@ impl StreamParams {
             recv_work_ns: 1_500,
             wakeup_us: 2.0,
             window: 3,
-            epoch_ms: ROLE_EPOCH_MS,
-            swap_share: ROLE_SWAP_SHARE,
+            epoch_ms: 0.0,
+            swap_share: 0.0,
             gfp: Gfp::KERNEL,
             placement: Placement::Spread,
         }
