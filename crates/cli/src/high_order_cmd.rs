@@ -19,6 +19,12 @@ pub struct HighOrderArgs {
     /// crates/trace/workloads/compile.sh 3`).
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
+    /// Leave out the events of tasks whose name starts with PREFIX (repeatable), as if
+    /// they had not run: e.g. `kdamond`, DAMON's reclaim thread on the measuring VM,
+    /// whose runs of high-order page-cache frees a whole-machine recording holds beside
+    /// the workload's.
+    #[arg(long, value_name = "PREFIX")]
+    without_task: Vec<String>,
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
@@ -28,6 +34,8 @@ pub struct HighOrderArgs {
 #[derive(Serialize)]
 struct Row {
     file: String,
+    /// Events left out by `--without-task`.
+    dropped_events: usize,
     counts: HighOrderFrees,
 }
 
@@ -46,13 +54,18 @@ struct Report {
     metrics: Vec<Metric>,
 }
 
-fn load(file: &std::path::Path) -> Result<HighOrderFrees, CliError> {
-    let trace = crate::trace_cmd::load_complete(file)?;
+fn load(file: &std::path::Path, without: &[String]) -> Result<Row, CliError> {
+    let mut trace = crate::trace_cmd::load_complete(file)?;
+    let dropped_events = trace.drop_tasks(without);
     // A plain trace without a snapshot splits frees by CPU only.
     let zones = Machine::from_trace(&trace, None)
         .map(|m| m.zones)
         .unwrap_or_default();
-    Ok(high_order::measure(&trace, &zones))
+    Ok(Row {
+        file: file.display().to_string(),
+        dropped_events,
+        counts: high_order::measure(&trace, &zones),
+    })
 }
 
 fn percent(n: u64, d: u64) -> f64 {
@@ -132,12 +145,7 @@ pub fn run(args: &HighOrderArgs) -> Result<(), CliError> {
     let rows = args
         .files
         .iter()
-        .map(|file| {
-            Ok(Row {
-                file: file.display().to_string(),
-                counts: load(file)?,
-            })
-        })
+        .map(|file| load(file, &args.without_task))
         .collect::<Result<Vec<_>, CliError>>()?;
     let report = Report {
         metrics: metrics(&rows),
@@ -163,12 +171,16 @@ fn render(report: &Report) -> String {
         let c = &row.counts;
         let _ = writeln!(
             out,
-            "  {}: {} ({}, {:.2} s); runs by length 1..{RUN_BUCKETS}+: {:?}",
+            "  {}: {} ({}, {:.2} s); runs by length 1..{RUN_BUCKETS}+: {:?}{}",
             i + 1,
             row.file,
             c.scope.as_deref().unwrap_or("system"),
             c.seconds,
-            c.runs
+            c.runs,
+            match row.dropped_events {
+                0 => String::new(),
+                n => format!("; {n} events of tasks left out (--without-task)"),
+            }
         );
     }
     let _ = write!(out, "{:<38}", "metric");

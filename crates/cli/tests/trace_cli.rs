@@ -159,6 +159,31 @@ fn high_order_counts_each_recording_and_the_mean_over_them() {
 }
 
 #[test]
+fn high_order_without_a_task_leaves_its_events_out() {
+    let faults = |extra: &[&str]| {
+        let mut args = vec!["trace", "high-order", "--json"];
+        args.extend_from_slice(extra);
+        let file = data("compile.mmkit.gz");
+        args.push(&file);
+        let json = json_of(mmkit().args(&args));
+        let row = &json["rows"][0];
+        (
+            row["counts"]["faults"].as_u64().unwrap(),
+            row["dropped_events"].as_u64().unwrap(),
+        )
+    };
+    let (all, none) = faults(&[]);
+    assert_eq!(none, 0);
+    assert_eq!(faults(&["--without-task", "no-such-task"]), (all, 0));
+    let (without_cc1, dropped) = faults(&["--without-task", "cc1"]);
+    assert!(dropped > 0, "the recording has cc1's events");
+    assert!(
+        without_cc1 < all,
+        "cc1's faults go with it: {without_cc1} of {all}"
+    );
+}
+
+#[test]
 fn high_order_refuses_a_file_without_page_events() {
     let dir = scratch("high-order");
     let garbage = dir.join("garbage.txt");

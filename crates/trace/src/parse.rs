@@ -200,6 +200,28 @@ pub struct Trace {
 }
 
 impl Trace {
+    /// Drop every event of the tasks whose name (their last `comm`) starts with one of
+    /// `prefixes`, as if they had not run; returns how many events went. For a
+    /// recording's own background: this measuring VM runs DAMON's `kdamond`, which
+    /// reclaims large page-cache folios in long runs of high-order frees that a
+    /// dedicated machine with memory to spare would not make, and a whole-machine
+    /// recording holds them beside the workload's (`mmkit trace high-order
+    /// --without-task kdamond`).
+    pub fn drop_tasks(&mut self, prefixes: &[String]) -> usize {
+        let dropped: std::collections::BTreeSet<u32> = self
+            .comms
+            .iter()
+            .filter(|(_, comm)| prefixes.iter().any(|p| comm.starts_with(p.as_str())))
+            .map(|(&pid, _)| pid)
+            .collect();
+        if dropped.is_empty() {
+            return 0;
+        }
+        let before = self.events.len();
+        self.events.retain(|e| !dropped.contains(&e.pid));
+        before - self.events.len()
+    }
+
     /// Why the file ends early, if it does: its gzip stream is cut or corrupt, or the
     /// recorder's container has no end marker. A replay of what is left sees the end of
     /// the run missing, so `mmkit trace replay` refuses it unless `--allow-truncated`.
@@ -550,6 +572,19 @@ mod tests {
         assert_eq!(trace.comms.get(&9).map(String::as_str), Some("cc1"));
         assert_eq!(trace.comms.get(&8).map(String::as_str), Some("make"));
         assert_eq!(trace.comms.len(), 2);
+    }
+
+    #[test]
+    fn dropping_a_task_removes_its_events_and_only_its() {
+        let text = "  kdamond.0-81 [000] ..... 1.0: mm_page_free: pfn=0x10 order=2\n  cc1-9 [000] ..... 1.1: mm_page_free: pfn=0x1 order=0\n  kdamond.0-81 [001] ..... 1.2: mm_page_free: pfn=0x14 order=2\n  kdamond-like-7 [001] ..... 1.3: mm_page_free: pfn=0x2 order=0\n";
+        let mut trace = parse_text(text);
+        assert_eq!(trace.drop_tasks(&["nothing".to_string()]), 0);
+        assert_eq!(trace.events.len(), 4);
+        assert_eq!(trace.drop_tasks(&["kdamond.".to_string()]), 2);
+        let pids: Vec<u32> = trace.events.iter().map(|e| e.pid).collect();
+        assert_eq!(pids, [9, 7], "cc1's and the other task's stay, in order");
+        assert_eq!(trace.drop_tasks(&["kdamond".to_string()]), 1);
+        assert_eq!(trace.events.len(), 1);
     }
 
     #[test]
