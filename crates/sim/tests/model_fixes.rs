@@ -123,9 +123,9 @@ fn every_cpu_ticks_inside_a_stream_runs_window() {
 /// Item 6: kbuild frees kernel blocks of orders 1–3 besides the PGD.
 #[test]
 fn kbuild_frees_high_order_kernel_blocks() {
-    // At the measured rate (9 blocks per 1,820,099 faults) a run needs well over 200,000
-    // faults to hold a few: scale 1 makes about 1.7 million (10 blocks expected; scale 0.2,
-    // about 2, drew none at the fault rate of the 2026-12-02 calibration).
+    // At the measured rate (97 blocks per 9,802,005 faults) a run needs well over 100,000
+    // faults to hold a few: scale 1 makes about 1.7 million (17 blocks expected; scale 0.2,
+    // about 3).
     let spec = small(WorkloadKind::Kbuild, 8, 1.0);
     let r = run_preset(&spec, "base");
     // Were every allocation but the PGDs (order 1, one per process) of order 0, the pages
@@ -140,11 +140,12 @@ fn kbuild_frees_high_order_kernel_blocks() {
 }
 
 /// Item 6, measured: kbuild's kernel blocks of orders 1–3 come at the rate `mmkit trace
-/// high-order` measured on a compile-like build (2 order-1 and 7 order-3 pageset frees
-/// among 1,820,099 faults, `KbuildParams::kernel_blocks_per_fault`): 51 pages beyond one
-/// per block per 1,820,099 faults, 2.8 per 100,000. Beyond the PGDs (one extra page
-/// each), the blocks add under 10 pages per 100,000 allocated. (At the earlier rate, 630
-/// blocks of orders 1–3 per 274,297 faults, they added about 670.)
+/// high-order` measured on a kernel build (11 order-1, 8 order-2 and 78 order-3 pageset
+/// frees among 9,802,005 faults, `KbuildParams::kernel_blocks_per_fault`): 581 pages
+/// beyond one per block per 9,802,005 faults, 5.9 per 100,000. Beyond the PGDs (one
+/// extra page each), the blocks add under 10 pages per 100,000 allocated. (At the
+/// earliest rate, 630 blocks of orders 1–3 per 274,297 faults, the whole machine's, they
+/// added about 670.)
 #[test]
 fn kbuild_frees_kernel_blocks_at_the_measured_rate() {
     let spec = small(WorkloadKind::Kbuild, 8, 0.2);

@@ -13,9 +13,10 @@
 //! Kernel blocks of orders 1–3 (slab pages) are rare and freed by RCU callbacks: a block
 //! the process lets go of (at a random point of its life, or at its exit) is freed one
 //! grace period later on the same CPU, in softirq, between whatever that CPU runs then.
-//! Measured on a compile-like build (`KbuildParams::kernel_blocks_per_fault`): every
-//! order-1–3 pageset free of the build ran in softirq, none in the exit's burst of frees
-//! or in a task's own context, so none follows the PGD as part of the exit.
+//! Measured on a kernel build (`KbuildParams::kernel_blocks_per_fault`): 82 % of its
+//! order-1–3 pageset frees ran in softirq, most of the rest right after their
+//! allocation, none in the exit's burst of frees, so none follows the PGD as part of the
+//! exit.
 
 use std::collections::VecDeque;
 
@@ -63,17 +64,17 @@ pub struct KbuildParams {
     /// Mean pages of one mid-life free burst (geometric): a 256 KiB `munmap`.
     pub unmap_mean_pages: f64,
     /// Kernel blocks of orders 1–3 per page fault (slab pages), by order: measured as the
-    /// order-1–3 pageset frees of a compile-like build, 2 order-1, 0 order-2 and 7 order-3
-    /// among 1,820,099 faults (six recordings of 3,390 processes on the 2-CPU measuring VM,
-    /// Linux 6.18; every one in softirq, 8 of the 9 alone, one pair of order-1 frees in
-    /// one RCU batch):
-    /// `mmkit trace record --command-only --out F -- sh crates/trace/workloads/compile.sh 10`
-    /// (three with 3 rounds, three with 10), then `mmkit trace high-order F…`. The
-    /// build's high-order allocations were as rare (reclaimable slab, 1–8 per recording);
-    /// the earlier figure, 630 per 274,297 allocations of two gcc loops over 2 s
-    /// (`docs/reference/workloads.md` §4.3), counted the whole machine's allocations. Each
-    /// block is let go of at a random point of the process's later life (or at its exit)
-    /// and freed [`KbuildParams::rcu_grace_ms`] later.
+    /// order-1–3 pageset frees of a kernel build, 11 order-1, 8 order-2 and 78 order-3
+    /// among 9,802,005 faults (Linux 6.1's defconfig, `make -j2` of mm, kernel, fs, lib
+    /// and net for 30 s each on the 2-CPU measuring VM, Linux 6.18, the whole machine
+    /// recorded but DAMON's `kdamond`; 82 % in softirq, 16 % freed in the task right
+    /// after their allocation): `sh crates/trace/workloads/kernel-build.sh DIR`, which
+    /// ends with `mmkit trace high-order --without-task kdamond`. The figure before,
+    /// 9 per 1,820,099 faults, was a compile-like build's (`compile.sh`) recorded
+    /// command-only, which misses the RCU callbacks that ran while its CPU ran another
+    /// task or idled. The build's high-order allocations were as rare (reclaimable slab).
+    /// Each block is let go of at a random point of the process's later life (or at its
+    /// exit) and freed [`KbuildParams::rcu_grace_ms`] later.
     pub kernel_blocks_per_fault: [f64; 3],
     /// From letting go of a kernel block to its RCU callback freeing it, in ms: one tick of
     /// the measuring VM's `CONFIG_HZ=250`, the shortest a grace period can end (a tick
@@ -118,7 +119,7 @@ impl Default for KbuildParams {
             pgd_order: 1,
             midlife_free_share: 0.07,
             unmap_mean_pages: 64.0,
-            kernel_blocks_per_fault: [2.0 / 1_820_099.0, 0.0, 7.0 / 1_820_099.0],
+            kernel_blocks_per_fault: [11.0 / 9_802_005.0, 8.0 / 9_802_005.0, 78.0 / 9_802_005.0],
             rcu_grace_ms: 4.0,
             cross_cpu_free_share: 0.07,
             exit_gap_us: 200.0,
