@@ -13,8 +13,15 @@
 # page-cache folios in long runs of high-order frees; a dedicated build machine with
 # memory to spare reclaims nothing, so its events are left out.
 #
+# With COMPARE=1 it then builds the same directories again (their objects deleted first),
+# recorded command-only, and compares each recording's pageset refills and drains per
+# process with the simulator's kbuild model run on the recording's processes (`mmkit
+# trace compare-sim --workload kbuild`, with empty and with warm pagesets;
+# docs/FIDELITY.md, "Checked against the simulator"). A stretch cut at SECONDS counts
+# the processes then running with the faults they had made.
+#
 # Installs with apt-get what is missing: linux-source-6.1, flex, bison, libelf-dev, bc.
-# Each recording is 40-60 MB; they are deleted after counting unless KEEP=1.
+# Each recording is 25-60 MB; they are deleted after counting unless KEEP=1.
 # MMKIT names the binary (default target/release/mmkit).
 set -eu
 
@@ -56,4 +63,16 @@ done
 
 "$MMKIT" trace high-order --without-task kdamond "$OUT"/kernel-build-*.mmkit.gz
 "$MMKIT" trace high-order --json --without-task kdamond "$OUT"/kernel-build-*.mmkit.gz > "$OUT/kernel-build.json"
+
+if [ "${COMPARE:-0}" = 1 ]; then
+    for dir in mm kernel fs lib net; do
+        find "$dir" -name '*.o' -delete
+        "$MMKIT" trace record --command-only --seconds "$SECONDS_EACH" --buffer-kb 1048576 \
+            --out "$OUT/kernel-build-cmd-$dir.mmkit.gz" -- make -j"$(nproc)" "$dir/" > "$OUT/kernel-build-cmd-$dir.log" 2>&1 ||
+            { tail -3 "$OUT/kernel-build-cmd-$dir.log" >&2; exit 1; }
+        tail -1 "$OUT/kernel-build-cmd-$dir.log"
+    done
+    "$MMKIT" trace compare-sim --workload kbuild "$OUT"/kernel-build-cmd-*.mmkit.gz
+    "$MMKIT" trace compare-sim --workload kbuild --warm-pagesets "$OUT"/kernel-build-cmd-*.mmkit.gz
+fi
 [ "${KEEP:-0}" = 1 ] || rm -f "$OUT"/kernel-build-*.mmkit.gz
