@@ -104,6 +104,9 @@ pub struct PoolStats {
     pub pcp_lock_contended: u64,
     /// Allocations failed by fault injection.
     pub injected_failures: u64,
+    /// kswapd wake-ups requested, summed over nodes (allocations that found a zone below
+    /// its low watermark, or a boosted watermark).
+    pub kswapd_wakeups: u64,
     /// kswapd balancing runs.
     pub kswapd_runs: u64,
 }

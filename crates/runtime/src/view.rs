@@ -139,6 +139,10 @@ impl<'pool> AllocatorView<'pool> {
             stats.pcp_lock_contended += e.pcp_lock_contended();
         }
         stats.injected_failures = self.inner.fault.injected.load(Relaxed);
+        stats.kswapd_wakeups = (0..self.core().topology().nr_nodes() as NodeId)
+            .filter_map(|node| self.core().kswapd(node))
+            .map(|kswapd| kswapd.wakeups())
+            .sum();
         stats.kswapd_runs = self.inner.kswapd_runs.load(Relaxed);
         stats
     }

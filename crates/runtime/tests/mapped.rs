@@ -5,6 +5,7 @@
 mod common;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use mmkit_core::mm::memcg::MemcgId;
 use mmkit_core::policy::{MmPolicy, PageoutSplit};
@@ -147,9 +148,17 @@ fn kswapd_reclaims_mapped_memory_in_the_background() {
     let data = pattern(5, (pages * 4096) as usize);
     m.write(mm, 0x1000 * 4096, &data).unwrap();
     assert!(m.stats().swap_out > 0);
+    // Waking kswapd is the faulting thread's own act; that the woken thread has run by
+    // now is up to the scheduler (direct reclaim may have done all the work first), so
+    // the test waits for its run instead of expecting it.
     assert!(
-        m.pool().stats().kswapd_runs > 0,
+        m.pool().stats().kswapd_wakeups > 0,
         "allocations below the low watermark woke kswapd"
+    );
+    common::wait_until(
+        "kswapd never ran",
+        || m.pool().stats().kswapd_runs > 0,
+        || std::thread::sleep(Duration::from_millis(10)),
     );
     let mut back = vec![0; data.len()];
     m.read(mm, 0x1000 * 4096, &mut back).unwrap();

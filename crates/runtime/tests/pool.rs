@@ -4,27 +4,14 @@ mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::wait_until;
 use mmkit_core::page_alloc::{DrainReason, Gfp, WatermarkKind, ZoneFlags, ZoneType};
 use mmkit_core::settings::MinFreeKbytes;
 use mmkit_core::views::zoneinfo;
 use mmkit_core::{Order, Pfn, Settings};
 use mmkit_runtime::{cpu, FaultConfig, PageBlock, PagePool, PoolError, Reclaim, ReclaimContext};
-
-/// A bound on waits for a background thread that end within milliseconds on any machine;
-/// reaching it means the thread does not do its work. No test asserts on how long a wait
-/// took, so a loaded machine only makes them slower.
-const HANG: Duration = Duration::from_secs(600);
-
-/// Call `step` until `done` holds; a hang (see [`HANG`]) fails the test with `what`.
-fn wait_until(what: &str, done: impl Fn() -> bool, mut step: impl FnMut()) {
-    let started = Instant::now();
-    while !done() {
-        assert!(started.elapsed() < HANG, "{what} after {HANG:?}");
-        step();
-    }
-}
 
 /// A 16 MiB pool on `cpus` CPUs without background threads, so that nothing but the test
 /// moves pages.

@@ -1,6 +1,7 @@
 //! Helpers shared by the runtime's test binaries.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::time::{Duration, Instant};
 
 use mmkit_runtime::{cpu, PagePool};
 
@@ -35,4 +36,18 @@ pub fn toggle_cpu1_while(pool: &PagePool, work: impl FnOnce() + Send) {
             }
         });
     });
+}
+
+/// A bound on waits for a background thread that end within milliseconds on any machine;
+/// reaching it means the thread does not do its work. No test asserts on how long a wait
+/// took, so a loaded machine only makes them slower.
+pub const HANG: Duration = Duration::from_secs(600);
+
+/// Call `step` until `done` holds; a hang (see [`HANG`]) fails the test with `what`.
+pub fn wait_until(what: &str, done: impl Fn() -> bool, mut step: impl FnMut()) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < HANG, "{what} after {HANG:?}");
+        step();
+    }
 }
