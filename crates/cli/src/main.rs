@@ -12,6 +12,7 @@ mod demo_report;
 mod high_order_cmd;
 mod limits;
 mod live;
+mod lives_cmd;
 mod machine;
 mod output;
 mod pcp_script;

@@ -54,6 +54,10 @@ enum TraceCommand {
     /// per refill, and the first refills' sizes in order with the frees the CPU made before
     /// each (an order-0 refill doubles while its pageset frees nothing: `alloc_factor`).
     Refills(crate::refills_cmd::RefillsArgs),
+    /// How a recorded build's processes fault over their lives: per program, each whole
+    /// life's length, faults, faults per ms and where in the life they came, in thirds by
+    /// length of life, beside the kbuild model's one rate for a whole life.
+    Lives(crate::lives_cmd::LivesArgs),
 }
 
 #[derive(Args, Debug)]
@@ -141,7 +145,7 @@ impl From<SeedArg> for SeedRule {
 }
 
 /// Run `mmkit trace`.
-/// A recording read whole for counting (`high-order`, `blocks`, `refills`, `compare-sim`): a file
+/// A recording read whole for counting (`high-order`, `blocks`, `refills`, `lives`, `compare-sim`): a file
 /// that cannot be read, parsed, was truncated or holds no page events is a usage error
 /// naming the file.
 pub(crate) fn load_complete(file: &std::path::Path) -> Result<parse::Trace, CliError> {
@@ -168,6 +172,7 @@ pub fn run(args: &TraceArgs) -> Result<(), CliError> {
         TraceCommand::HighOrder(args) => crate::high_order_cmd::run(args),
         TraceCommand::Blocks(args) => crate::blocks_cmd::run(args),
         TraceCommand::Refills(args) => crate::refills_cmd::run(args),
+        TraceCommand::Lives(args) => crate::lives_cmd::run(args),
     }
 }
 

@@ -303,3 +303,44 @@ fn refills_lists_each_cpus_refills_in_order() {
         .assert()
         .code(2);
 }
+
+/// The committed compile recording: 17 processes lived whole inside it; each program's
+/// thirds by life hold all its lives, and its rate is its faults over its life.
+#[test]
+fn lives_sums_each_programs_whole_lives() {
+    let file = data("compile.mmkit.gz");
+    let json = json_of(mmkit().args(["trace", "lives", "--json", &file]));
+    assert_eq!(json["files"][0][1], 17);
+    let programs = json["programs"].as_array().unwrap();
+    let lives: u64 = programs
+        .iter()
+        .map(|p| p["all"]["processes"].as_u64().unwrap())
+        .sum();
+    assert!(lives <= 17 && programs.len() == 8, "the default top 8");
+    for p in programs {
+        let all = &p["all"];
+        let thirds: u64 = p["by_life"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["processes"].as_u64().unwrap())
+            .sum();
+        assert_eq!(thirds, all["processes"].as_u64().unwrap(), "{}", p["comm"]);
+        let f = |key: &str| all[key].as_f64().unwrap();
+        assert!((f("faults_per_ms") - f("mean_faults") / f("mean_life_ms")).abs() < 1e-9);
+        assert!((0.0..=1.0).contains(&f("fault_position")));
+    }
+    assert_eq!(programs[0]["comm"], "cc1", "the most faults");
+    assert_eq!(programs[0]["all"]["processes"], 2);
+    let top2 = json_of(mmkit().args(["trace", "lives", "--json", "--top", "2", &file]));
+    assert_eq!(top2["programs"].as_array().unwrap().len(), 2);
+    mmkit()
+        .args(["trace", "lives", &file])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("the kbuild model:"));
+    mmkit()
+        .args(["trace", "lives", "--top", "0", &file])
+        .assert()
+        .code(2);
+}

@@ -21,6 +21,7 @@
 
 pub mod blocks;
 pub mod high_order;
+pub mod lives;
 pub mod machine;
 pub mod parse;
 pub mod record;

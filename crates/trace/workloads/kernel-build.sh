@@ -9,9 +9,10 @@
 # the whole machine for SECONDS (default 30) of `make -j$(nproc) DIR/` for each of mm,
 # kernel, fs, lib and net (`mmkit trace record`, 1 GiB ring buffer per CPU: a kernel
 # build makes about 110,000 page events a second per CPU), and counts with `mmkit trace
-# high-order --without-task kdamond`. This VM runs DAMON's kdamond, which reclaims large
-# page-cache folios in long runs of high-order frees; a dedicated build machine with
-# memory to spare reclaims nothing, so its events are left out.
+# high-order --without-task kdamond` and `mmkit trace lives` (each process's faults
+# over its life, beside the kbuild model's one rate). This VM runs DAMON's kdamond,
+# which reclaims large page-cache folios in long runs of high-order frees; a dedicated
+# build machine with memory to spare reclaims nothing, so its events are left out.
 #
 # With COMPARE=1 it then builds the same directories again (their objects deleted first),
 # recorded command-only, and compares each recording's pageset refills and drains per
@@ -63,6 +64,8 @@ done
 
 "$MMKIT" trace high-order --without-task kdamond "$OUT"/kernel-build-*.mmkit.gz
 "$MMKIT" trace high-order --json --without-task kdamond "$OUT"/kernel-build-*.mmkit.gz > "$OUT/kernel-build.json"
+# How the build's processes fault over their lives (the kbuild model's one rate).
+"$MMKIT" trace lives "$OUT"/kernel-build-*.mmkit.gz
 
 if [ "${COMPARE:-0}" = 1 ]; then
     for dir in mm kernel fs lib net; do
