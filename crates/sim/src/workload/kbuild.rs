@@ -25,6 +25,7 @@ use mmkit_core::{Order, Pfn};
 use serde::Serialize;
 
 use crate::engine::{Sim, SimError, Step, Workload};
+use crate::prefetch::prefetch;
 use crate::rng::{Geometric, Rng};
 
 /// kbuild's parameters. Defaults are the published run's scale; sources in `docs/reference/workloads.md` §2.1.
@@ -317,6 +318,38 @@ fn prefetch_ahead(sim: &Sim, stack: &[Pfn]) {
     }
 }
 
+impl Kbuild {
+    /// A mid-life unmap frees pages at random places of the process's page stack: two
+    /// misses a page (its slot in the stack, then its descriptor) that nothing else
+    /// overlaps. The burst's next draws can be known now, since the random stream as it
+    /// stands after this free is the one the next steps draw from (unless an RCU
+    /// callback's free draws first, which only wastes the hint). Peek at them on a copy,
+    /// so the run draws exactly as before: ask for the descriptor of the next page, whose
+    /// slot the step before asked for, and for the slot of the page after it.
+    #[inline(always)]
+    fn read_ahead_unmap(&self, sim: &Sim, cpu: u32) {
+        let slot = &self.slots[cpu as usize];
+        if slot.unmap_left == 0 {
+            return;
+        }
+        let mut peek = slot.rng.clone();
+        let len = slot.pages.len();
+        let next = peek.below(len as u64) as usize;
+        sim.prefetch(std::slice::from_ref(&slot.pages[next]));
+        if slot.unmap_left < 2 {
+            return;
+        }
+        // `Kbuild::free`'s draws for the next page, then the draw of the page after it,
+        // an index into the stack once `swap_remove(next)` has moved its last page to
+        // `next`.
+        if self.cpus_per_socket > 1 && peek.chance(self.params.cross_cpu_free_share) {
+            peek.below(self.cpus_per_socket as u64 - 1);
+        }
+        let after = peek.below(len as u64 - 1) as usize;
+        prefetch(&slot.pages[if after == next { len - 1 } else { after }]);
+    }
+}
+
 impl Workload for Kbuild {
     fn start(&mut self, sim: &mut Sim) {
         for cpu in 0..self.slots.len() as u32 {
@@ -455,7 +488,9 @@ impl Kbuild {
             slot.unmap_left -= 1;
             let index = slot.rng.below(slot.pages.len() as u64) as usize;
             let old = slot.pages.swap_remove(index);
-            return self.free(sim, cpu, old, Order::ZERO);
+            let freed = self.free(sim, cpu, old, Order::ZERO);
+            self.read_ahead_unmap(sim, cpu);
+            return freed;
         }
         if slot.burst_left == 0 {
             if slot.to_fault == 0 {
