@@ -266,12 +266,9 @@ impl Kbuild {
     /// compiler kept it a call) into the steps that free: one call fewer per free.
     #[inline(always)]
     fn free(&mut self, sim: &mut Sim, cpu: u32, pfn: Pfn, order: Order) -> Result<(), SimError> {
+        let share = self.params.cross_cpu_free_share;
         let slot = &mut self.slots[cpu as usize];
-        if self.cpus_per_socket > 1 && slot.rng.chance(self.params.cross_cpu_free_share) {
-            let first = cpu / self.cpus_per_socket * self.cpus_per_socket;
-            let other = first
-                + (cpu - first + 1 + slot.rng.below(self.cpus_per_socket as u64 - 1) as u32)
-                    % self.cpus_per_socket;
+        if let Some(other) = remote_cpu(&mut slot.rng, share, self.cpus_per_socket, cpu) {
             self.slots[other as usize].remote.push((pfn, order));
             sim.wake(other, sim.now(cpu));
             return Ok(());
@@ -303,6 +300,17 @@ impl Kbuild {
         slot.unmap_left = 0;
         slot.phase = Phase::Start;
     }
+}
+
+/// A free's draws from `rng`: the other CPU of `cpu`'s socket that frees the block (a
+/// share `share` of frees), or `None` to free it on `cpu`.
+#[inline(always)]
+fn remote_cpu(rng: &mut Rng, share: f64, per_socket: u32, cpu: u32) -> Option<u32> {
+    if per_socket <= 1 || !rng.chance(share) {
+        return None;
+    }
+    let first = cpu / per_socket * per_socket;
+    Some(first + (cpu - first + 1 + rng.below(per_socket as u64 - 1) as u32) % per_socket)
 }
 
 /// Blocks of an exit burst whose descriptors are read together ([`Sim::prefetch`]).
@@ -339,12 +347,10 @@ impl Kbuild {
         if slot.unmap_left < 2 {
             return;
         }
-        // `Kbuild::free`'s draws for the next page, then the draw of the page after it,
-        // an index into the stack once `swap_remove(next)` has moved its last page to
-        // `next`.
-        if self.cpus_per_socket > 1 && peek.chance(self.params.cross_cpu_free_share) {
-            peek.below(self.cpus_per_socket as u64 - 1);
-        }
+        // The free's draws for the next page, then the draw of the page after it, an
+        // index into the stack once `swap_remove(next)` has moved its last page to `next`.
+        let share = self.params.cross_cpu_free_share;
+        let _ = remote_cpu(&mut peek, share, self.cpus_per_socket, cpu);
         let after = peek.below(len as u64 - 1) as usize;
         prefetch(&slot.pages[if after == next { len - 1 } else { after }]);
     }
