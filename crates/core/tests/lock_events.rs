@@ -22,6 +22,7 @@ use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 
 use mmkit_core::internals;
+use mmkit_core::page::{Page, PageState};
 use mmkit_core::page_alloc::pcp::NR_PCP_LISTS;
 use mmkit_core::page_alloc::Zone;
 use mmkit_core::page_alloc::{
@@ -49,12 +50,14 @@ fn machine(policy: Policy) -> PageAllocator {
     PageAllocator::new(topology, Settings::default(), policy).expect("valid settings")
 }
 
-/// A sink that keeps everything: the holds in order, and the PCP hits as (zone, CPU,
-/// blocks).
+/// A sink that keeps everything: the holds in order, the PCP hits as (zone, CPU,
+/// blocks), and the descriptors named to read ahead (their addresses). It takes the
+/// read-ahead hints, so every run through it also shows that they change nothing.
 #[derive(Default, Debug)]
 struct Recorder {
     holds: Vec<ZoneLockHold>,
     hits: Vec<(usize, CpuId, u64)>,
+    read_ahead: Vec<*const Page>,
 }
 
 impl LockEvents for Recorder {
@@ -64,6 +67,12 @@ impl LockEvents for Recorder {
 
     fn pcp_hit(&mut self, zone: usize, cpu: CpuId, blocks: u64) {
         self.hits.push((zone, cpu, blocks));
+    }
+
+    const READS_AHEAD: bool = true;
+
+    fn read_ahead(&mut self, page: &Page) {
+        self.read_ahead.push(page);
     }
 }
 
@@ -592,6 +601,50 @@ fn a_drain_of_many_blocks_under_one_free_pcppages_bulk_is_one_record() {
     assert_eq!(moved.drains[DrainReason::Explicit as usize], 1);
     assert_eq!(moved.merges, hold.merges);
     assert!(hold.merges > 0, "300 neighbouring pages merge back");
+}
+
+/// A drain names, for a sink that reads ahead, the buddy of every block it takes, once
+/// each: the descriptors its merges read first. cpu0 allocates 600 order-0 pages and
+/// gives its pageset back; cpu1 frees the even-numbered ones; cpu1's pageset then holds
+/// the only pages in state `Pcp`, none of them another's buddy, and the hints of its
+/// drain are exactly their buddies, `pfn ^ 1`, each still allocated.
+#[test]
+fn a_drain_names_each_drained_blocks_buddy_to_read_ahead() {
+    let allocator = large_machine(Policy::V6_7);
+    let pages: Vec<Pfn> = (0..600)
+        .map(|_| allocator.alloc_pages(Caller::task(0), Gfp::HIGHUSER_MOVABLE, Order::ZERO))
+        .collect::<Result<_, _>>()
+        .expect("free memory");
+    allocator.drain_local_pages(0, None);
+    for &pfn in pages.iter().filter(|pfn| pfn.0 % 2 == 0) {
+        allocator
+            .free_pages(Caller::task(1), pfn, Order::ZERO)
+            .expect("an allocated page");
+    }
+    let zone = &allocator.zones()[normal_index(&allocator)];
+    let mem_map = zone.mem_map();
+    let on_pageset: Vec<Pfn> = mem_map
+        .iter()
+        .filter(|(_, page)| page.state() == PageState::Pcp)
+        .map(|(pfn, _)| pfn)
+        .collect();
+    assert!(
+        on_pageset.len() > 100,
+        "{} pages on cpu1's pageset",
+        on_pageset.len()
+    );
+    let mut expected: Vec<*const Page> = on_pageset
+        .iter()
+        .map(|&pfn| mem_map.page(Pfn(pfn.0 ^ 1)) as *const Page)
+        .collect();
+    let mut recorded = Recorder::default();
+    let drained = allocator.drain_local_pages_report(1, Some(NORMAL), &mut recorded);
+    assert_eq!(drained, on_pageset.len() as u64);
+    let mut named = recorded.read_ahead.clone();
+    named.sort();
+    expected.sort();
+    assert_eq!(named, expected);
+    allocator.verify().expect("a consistent allocator");
 }
 
 /// Linux 6.18's `drain_pages_zone` drains `batch << CONFIG_PCP_BATCH_SCALE_MAX` pages per

@@ -29,6 +29,7 @@
 //! changes nothing in the order, only saves queue operations). Ties break by event kind,
 //! then CPU number, so a run is a pure function of its inputs.
 
+use mmkit_core::page::{Page, NO_PFN};
 use mmkit_core::page_alloc::pcp::pcp_allowed_order;
 use mmkit_core::page_alloc::{
     AllocAttempt, Caller, DrainAll, DrainReason, DrainWork, Gfp, HoldKind, LockEvents, Zone,
@@ -321,6 +322,12 @@ impl LockEvents for CallReport {
 
     fn drain_all(&mut self, skipped: bool) {
         self.drain_alls[usize::from(skipped)] += 1;
+    }
+
+    const READS_AHEAD: bool = true;
+
+    fn read_ahead(&mut self, page: &Page) {
+        prefetch(page);
     }
 }
 
@@ -710,6 +717,22 @@ impl Sim {
         self.cache.prefetch(slot, pfn.0.wrapping_sub(start));
     }
 
+    /// [`Self::prefetch_in`] of the descriptor of the block after `pfn` on its list (by
+    /// `pfn`'s `next` link, read now: the caller knows `pfn`'s descriptor is in cache).
+    #[inline]
+    fn prefetch_after(&self, slot: usize, pfn: Pfn) {
+        let (zone, _, _) = self.zones[slot];
+        let mem_map = self.allocator.zones()[zone].mem_map();
+        if let Some(page) = mem_map.get(pfn) {
+            let after = page.next();
+            if after != NO_PFN {
+                if let Some(page) = mem_map.get(Pfn(after as u64)) {
+                    prefetch(page);
+                }
+            }
+        }
+    }
+
     /// Take zone `slot`'s lock for `hold_ns` on `cpu` at its clock, moving `blocks`
     /// blocks; returns the time spun waiting for it.
     fn acquire(&mut self, slot: usize, cpu: u32, hold_ns: u64, blocks: u64) -> u64 {
@@ -942,12 +965,16 @@ impl Sim {
             });
         };
         let slot = self.zone_slot(pfn);
-        // The block this CPU's next allocation of the kind takes: its descriptor is cold
-        // (the pop just stored to it, and that store's miss would hold up the next locked
-        // instruction) and its stamp too; both are needed an allocation later. It is on
-        // the pageset list the block came from, so in the block's zone.
+        // The block this CPU's next allocation of the kind takes (its stamp is needed
+        // then, and its descriptor if the list changed since), and the block after it:
+        // the next pop stores to that one's `prev`, and a store that misses holds up the
+        // next locked instruction of whichever CPU comes next (the pageset lock's). Asked
+        // for one pop ahead, it has arrived by then; `next`'s own descriptor, asked for a
+        // pop ago, is in cache, so reading its link costs no wait. Both blocks are on the
+        // pageset list the block came from, so in the block's zone.
         if let Some(next) = next {
             self.prefetch_in(slot, next);
+            self.prefetch_after(slot, next);
         }
         self.stats.alloc_calls += 1;
         self.stats.pages_allocated += order.pages();

@@ -32,6 +32,7 @@ use alloc::vec::Vec;
 
 use super::types::CpuId;
 use super::zone::DrainReason;
+use crate::page::Page;
 
 /// What one zone-lock hold did.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -160,6 +161,24 @@ pub trait LockEvents {
     #[inline(always)]
     fn drain_all(&mut self, skipped: bool) {
         let _ = skipped;
+    }
+
+    /// Whether the sink takes [`LockEvents::read_ahead`] hints. `false` by default, and
+    /// the core tests it before it looks ahead at all, so for a sink that does not want
+    /// them (`()`: the runtime's paths) the walk that finds the descriptors compiles away.
+    const READS_AHEAD: bool = false;
+
+    /// The call will soon read `page`'s descriptor under the zone lock (a drain's next
+    /// blocks' buddies, each a likely cache miss, independent of the others): a caller
+    /// that can ask the processor for it early (the simulator's prefetch) may, so that
+    /// the misses overlap instead of coming one after another. A hint only: what the call
+    /// does is the same whatever the sink does. Linux had the same read-ahead in
+    /// `free_pcppages_bulk` from v4.18 (`prefetch_buddy`, Aaron Lu, 2018) until Mel
+    /// Gorman's "mm/page_alloc: do not prefetch buddies during bulk free" (February
+    /// 2022), which found it not worth its instructions on the kernel's own path.
+    #[inline(always)]
+    fn read_ahead(&mut self, page: &Page) {
+        let _ = page;
     }
 }
 

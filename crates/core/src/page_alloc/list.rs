@@ -28,6 +28,11 @@ impl PfnList {
         (self.head != NO_PFN).then_some(Pfn(self.head as u64))
     }
 
+    /// The block at the tail: the one [`PfnList::pop_tail`] takes next.
+    pub(crate) fn last(&self) -> Option<Pfn> {
+        (self.tail != NO_PFN).then_some(Pfn(self.tail as u64))
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.head == NO_PFN
     }
