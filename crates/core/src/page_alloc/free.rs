@@ -796,11 +796,13 @@ const READ_AHEAD_BLOCKS: u64 = 8;
 
 /// A drain's walk ahead of its pops, for a [`LockEvents`] sink that
 /// [reads ahead](LockEvents::read_ahead): each block's buddy descriptor, which
-/// `merge_free_block` reads first and which is nearly always cold, is named
-/// [`READ_AHEAD_BLOCKS`] blocks before the block is merged. The walk goes from the
-/// tail through `prev` links, which the pops do not change, and reads only pageset
-/// descriptors (warm: the blocks were freed or refilled recently). A sink that does not
-/// read ahead gets no walk at all.
+/// `merge_free_block` reads first and which is often cold, is named
+/// [`READ_AHEAD_BLOCKS`] blocks before the block is merged. (For order 0 the buddy
+/// shares the block's own cache line, four descriptors to a line, so the hint also brings
+/// in what the pop will read.) The walk goes from the tail through `prev` links, which
+/// the pops do not change; its loads still come one after another, but ahead of the
+/// merges, whose work overlaps them. A sink that does not read ahead gets no walk at
+/// all.
 struct BuddyReadAhead {
     next: Option<Pfn>,
     left: u64,
