@@ -633,10 +633,14 @@ fn a_drain_names_each_drained_blocks_buddy_to_read_ahead() {
         "{} pages on cpu1's pageset",
         on_pageset.len()
     );
-    let mut expected: Vec<*const Page> = on_pageset
+    let buddies: Vec<&Page> = on_pageset
         .iter()
-        .map(|&pfn| mem_map.page(Pfn(pfn.0 ^ 1)) as *const Page)
+        .map(|&pfn| mem_map.page(Pfn(pfn.0 ^ 1)))
         .collect();
+    assert!(buddies
+        .iter()
+        .all(|page| page.state() == PageState::Allocated));
+    let mut expected: Vec<*const Page> = buddies.iter().map(|&page| page as *const Page).collect();
     let mut recorded = Recorder::default();
     let drained = allocator.drain_local_pages_report(1, Some(NORMAL), &mut recorded);
     assert_eq!(drained, on_pageset.len() as u64);
