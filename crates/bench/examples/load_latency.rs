@@ -14,6 +14,13 @@
 //! of times; the mean time per step is printed for each size. Huge pages are not asked
 //! for: the simulator's arrays are ordinary heap memory.
 //!
+//! A second table follows several chases at once through 256 MiB, one step of each in
+//! turn: their loads are independent of each other, so the processor overlaps them, and
+//! the time per load falls until the core runs out of room for misses in flight. Its
+//! floor is the least a cold line costs however well a program overlaps its misses; the
+//! gap between the two tables is what a page event loses when its misses wait on each
+//! other (`docs/EXPERIMENTS.md`, "Speed").
+//!
 //! ```sh
 //! cargo run --release -p mmkit-bench --example load_latency
 //! ```
@@ -76,5 +83,32 @@ fn main() {
         let ns = start.elapsed().as_nanos() as f64 / STEPS as f64;
         black_box(at);
         println!("{mib:>8} MiB   {ns:>8.1}");
+    }
+
+    println!();
+    println!("chases at once (256 MiB)   ns per load");
+    let mib = 256;
+    let words = chase(mib << 20, &mut rng);
+    let lines = words.len() / (LINE / size_of::<usize>());
+    for chains in [1usize, 2, 4, 8, 12, 16, 24, 32] {
+        // Each chase starts a stride apart on the one cycle, so that no two meet.
+        let mut at: Vec<usize> = Vec::with_capacity(chains);
+        let mut cursor = 0usize;
+        for i in 0..lines {
+            if i % (lines / chains) == 0 && at.len() < chains {
+                at.push(cursor);
+            }
+            cursor = words[cursor];
+        }
+        let rounds = STEPS / chains;
+        let start = Instant::now();
+        for _ in 0..rounds {
+            for a in at.iter_mut() {
+                *a = words[*a];
+            }
+        }
+        let ns = start.elapsed().as_nanos() as f64 / (rounds * chains) as f64;
+        black_box(&at);
+        println!("{chains:>8}                   {ns:>8.1}");
     }
 }
