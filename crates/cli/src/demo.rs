@@ -26,6 +26,16 @@ pub struct DemoArgs {
     /// Seed of every random choice.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Run the demo at each of these seeds (`A-B` or `A,B,C`) and print which cells are
+    /// within tolerance at every seed, at some, or at none, with each seed's values;
+    /// writes nothing (one seed's tables and plots: `--seed`).
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_parser = |s: &str| crate::demo_seeds::parse_seeds(s).map(Seeds),
+        conflicts_with_all = ["out", "seed", "json", "merge", "shard", "shards", "shard_out"]
+    )]
+    pub seeds: Option<Seeds>,
     /// Size of the runs (1 = the default scale; see `mmkit sim --help`).
     #[arg(long, default_value_t = 1.0)]
     pub scale: f64,
@@ -50,8 +60,49 @@ pub struct DemoArgs {
     pub merge: Vec<PathBuf>,
 }
 
+/// The seeds of `mmkit demo --seeds`.
+#[derive(Clone, Debug)]
+pub struct Seeds(pub Vec<u64>);
+
 /// The presets the published tables compare.
 pub const DEMO_POLICIES: [&str; 6] = published::POLICIES;
+
+/// The workloads of the demo, in the order it prints them.
+const WORKLOADS: [WorkloadKind; 3] = [
+    WorkloadKind::Kbuild,
+    WorkloadKind::Netperf,
+    WorkloadKind::Unix,
+];
+
+/// The demo's runs at `seed` and `scale`: each workload under each of [`DEMO_POLICIES`].
+pub fn jobs(seed: u64, scale: f64) -> Vec<(RunSpec, Policy)> {
+    let policies: Vec<Policy> = DEMO_POLICIES
+        .iter()
+        .map(|p| Policy::preset(p).expect("demo presets exist"))
+        .collect();
+    let mut jobs = Vec::new();
+    for workload in WORKLOADS {
+        let spec = RunSpec {
+            seed,
+            scale,
+            ..RunSpec::new(workload)
+        };
+        jobs.extend(policies.iter().map(|p| (spec.clone(), *p)));
+    }
+    jobs
+}
+
+/// The 66 scored cells of one seed's runs, in [`jobs`]' order.
+pub fn scored_cells(results: &[RunResult]) -> Result<Vec<Cell>, CliError> {
+    let mut cells = Vec::new();
+    for (workload, runs) in WORKLOADS.iter().zip(results.chunks(DEMO_POLICIES.len())) {
+        let table = beside_published(runs).ok_or_else(|| {
+            CliError::failed(format!("{workload}: no runs or no published table"))
+        })?;
+        cells.extend(table.cells);
+    }
+    Ok(cells)
+}
 
 fn title(workload: WorkloadKind) -> &'static str {
     match workload {
@@ -336,6 +387,9 @@ pub const TOLERANCES: &str = "tolerances: score ±2 points (kbuild, netperf) or 
 
 /// `mmkit demo`.
 pub fn run_demo(args: &DemoArgs) -> Result<(), CliError> {
+    if let Some(Seeds(seeds)) = &args.seeds {
+        return crate::demo_seeds::run(args, seeds);
+    }
     crate::output::check_dir("--out", &args.out)?;
     crate::sim_cmd::check_scale(args.scale)?;
     if args.threads == Some(0) {
@@ -351,24 +405,7 @@ pub fn run_demo(args: &DemoArgs) -> Result<(), CliError> {
         // folder or read-only.
         crate::output::check_file("--out", &report)?;
     }
-    let workloads = [
-        WorkloadKind::Kbuild,
-        WorkloadKind::Netperf,
-        WorkloadKind::Unix,
-    ];
-    let policies: Vec<Policy> = DEMO_POLICIES
-        .iter()
-        .map(|p| Policy::preset(p).expect("demo presets exist"))
-        .collect();
-    let mut jobs = Vec::new();
-    for workload in workloads {
-        let spec = RunSpec {
-            seed: args.seed,
-            scale: args.scale,
-            ..RunSpec::new(workload)
-        };
-        jobs.extend(policies.iter().map(|p| (spec.clone(), *p)));
-    }
+    let jobs = jobs(args.seed, args.scale);
     if let Some(shard) = shard {
         return run_shard(args, &jobs, &shard);
     }
@@ -393,7 +430,7 @@ pub fn run_demo(args: &DemoArgs) -> Result<(), CliError> {
     std::fs::create_dir_all(&args.out)
         .map_err(|e| CliError::failed(format!("{}: {e}", args.out.display())))?;
     let mut sections = Vec::new();
-    for (workload, runs) in workloads.iter().zip(results.chunks(policies.len())) {
+    for (workload, runs) in WORKLOADS.iter().zip(results.chunks(DEMO_POLICIES.len())) {
         let table = beside_published(runs).ok_or_else(|| {
             CliError::failed(format!("{workload}: no runs or no published table"))
         })?;

@@ -9,6 +9,7 @@ mod calibrate_cmd;
 mod compare_sim;
 mod demo;
 mod demo_report;
+mod demo_seeds;
 mod high_order_cmd;
 mod limits;
 mod live;
