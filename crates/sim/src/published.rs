@@ -6,7 +6,7 @@
 //! contend% (a training target of `mmkit sim calibrate`) and the 4 columns score, lock
 //! contend%, free_high and alloc_zone of the 5 patch rows (held out); plus the published
 //! directions of the cache miss rate: netperf up with patch 7 and back down with patch 9,
-//! lmbench up with patch 7 (held out). The base row's other cells are 100 by definition.
+//! lmbench up with patch 7 (held out), each by at least [`DIRECTION_MIN_CHANGE`]. The base row's other cells are 100 by definition.
 //! The base cache miss rates are training targets too; they are shown, not scored.
 
 use serde::Serialize;
@@ -120,6 +120,12 @@ fn near(sim: f64, published: f64, pct: f64, abs: f64) -> bool {
     d <= abs || d <= published.abs() * pct / 100.0
 }
 
+/// The least change of the cache miss rate, in percentage points, that counts as a
+/// direction: half the published tables' precision (0.1 point), so that a change which
+/// they would print as none does not count as up or down. Every published direction is
+/// far larger (+2.5, +6.3 and −6.3 points).
+pub const DIRECTION_MIN_CHANGE: f64 = 0.05;
+
 /// The tolerance rule of a column of `workload`.
 fn within(workload: WorkloadKind, column: Column, sim: f64, published: f64) -> bool {
     match column {
@@ -127,7 +133,9 @@ fn within(workload: WorkloadKind, column: Column, sim: f64, published: f64) -> b
         Column::Score => near(sim, published, 0.0, 2.0),
         Column::LockContend => near(sim, published, 30.0, 0.5),
         Column::FreeHigh | Column::AllocZone => near(sim, published, 25.0, 3.0),
-        Column::CacheDirection => sim.signum() == published.signum() && sim != 0.0,
+        Column::CacheDirection => {
+            sim.signum() == published.signum() && sim.abs() >= DIRECTION_MIN_CHANGE
+        }
     }
 }
 
@@ -256,5 +264,12 @@ mod tests {
         assert!(within(Netperf, Column::CacheDirection, 0.1, 6.3));
         assert!(!within(Netperf, Column::CacheDirection, -0.1, 6.3));
         assert!(!within(Netperf, Column::CacheDirection, 0.0, 6.3));
+        assert!(
+            !within(Unix, Column::CacheDirection, 0.004, 2.5),
+            "a change the published precision would print as none is no direction"
+        );
+        assert!(within(Unix, Column::CacheDirection, 0.05, 2.5));
+        assert!(!within(Netperf, Column::CacheDirection, -0.049, -6.3));
+        assert!(within(Netperf, Column::CacheDirection, -1.93, -6.3));
     }
 }
