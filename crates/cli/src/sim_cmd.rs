@@ -123,6 +123,12 @@ pub struct SimArgs {
     /// it.
     #[arg(long, value_name = "MS")]
     pub role_epoch_ms: Option<f64>,
+    /// Workload sensitivity (netperf, unix): the mean delay from a sent message to its
+    /// receiver seeing it, in µs (exponential: the wake-up and, for netperf, the loopback
+    /// path); default: the workload's (netperf 5, unix 2), which no measurement fixes
+    /// (docs/EXPERIMENTS.md, "Parameters").
+    #[arg(long, value_name = "US")]
+    pub wakeup_us: Option<f64>,
     /// Machine sensitivity: memory per node in GiB (default: the published machines' 128).
     /// The low watermark per node, hence `high`, stays the published machine's; `high_max`
     /// (managed / 8 / CPUs of the node) follows the memory.
@@ -466,8 +472,8 @@ pub fn render_json(results: &[RunResult]) -> Result<String, CliError> {
     })
 }
 
-/// The stream workload `args`' `--window`, `--work-ns` and `--role-epoch-ms` describe:
-/// the published workload with those changed.
+/// The stream workload `args`' `--window`, `--work-ns`, `--role-epoch-ms` and
+/// `--wakeup-us` describe: the published workload with those changed.
 fn stream_params(
     args: &SimArgs,
     spec: &RunSpec,
@@ -481,7 +487,7 @@ fn stream_params(
         },
         _ => {
             return Err(CliError::usage(format!(
-                "--window, --work-ns and --role-epoch-ms change a stream (netperf, unix), not {workload}"
+                "--window, --work-ns, --role-epoch-ms and --wakeup-us change a stream (netperf, unix), not {workload}"
             )))
         }
     };
@@ -492,6 +498,14 @@ fn stream_params(
             )));
         }
         params.window = window;
+    }
+    if let Some(us) = args.wakeup_us {
+        if !(0.0..=1e6).contains(&us) {
+            return Err(CliError::usage(format!(
+                "--wakeup-us {us}: 0 to 1000000 µs"
+            )));
+        }
+        params.wakeup_us = us;
     }
     if let Some(work) = &args.work_ns {
         let &[send, recv] = work.as_slice() else {
@@ -608,7 +622,11 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
             .parse()
             .map_err(|e| CliError::usage(format!("--placement: {e}")))?;
     }
-    if args.window.is_some() || args.work_ns.is_some() || args.role_epoch_ms.is_some() {
+    if args.window.is_some()
+        || args.work_ns.is_some()
+        || args.role_epoch_ms.is_some()
+        || args.wakeup_us.is_some()
+    {
         spec.params = Some(WorkloadParams::Stream(stream_params(
             args, &spec, workload,
         )?));

@@ -130,6 +130,26 @@ fn stream_knobs_refuse_other_workloads_and_impossible_values() {
 }
 
 #[test]
+fn a_longer_wake_up_idles_the_cpus_of_pairs_that_take_turns() {
+    for args in [
+        &["--workload", "kbuild", "--wakeup-us", "5"][..],
+        &["--workload", "netperf", "--wakeup-us=-1"],
+        &["--workload", "unix", "--wakeup-us", "NaN"],
+        &["--workload", "unix", "--wakeup-us", "2000000"],
+    ] {
+        refused(args, "--wakeup-us");
+    }
+    // Ends that take turns wait for each other's wake-up: ten times the default wait
+    // leaves their CPUs idle longer.
+    let turns = netperf_busy(&["--window", "1"]);
+    let slow_wake = netperf_busy(&["--window", "1", "--wakeup-us", "50"]);
+    assert!(
+        slow_wake < turns - 10.0,
+        "wake-up 50 µs: {slow_wake}% vs 5 µs: {turns}%"
+    );
+}
+
+#[test]
 fn role_epoch_is_a_streams_and_refuses_impossible_values() {
     for args in [
         &["--workload", "kbuild", "--role-epoch-ms", "100"][..],
