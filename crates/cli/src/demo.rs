@@ -387,14 +387,14 @@ pub const TOLERANCES: &str = "tolerances: score ±2 points (kbuild, netperf) or 
 
 /// `mmkit demo`.
 pub fn run_demo(args: &DemoArgs) -> Result<(), CliError> {
-    if let Some(Seeds(seeds)) = &args.seeds {
-        return crate::demo_seeds::run(args, seeds);
-    }
-    crate::output::check_dir("--out", &args.out)?;
     crate::sim_cmd::check_scale(args.scale)?;
     if args.threads == Some(0) {
         return Err(CliError::usage("--threads must be at least 1"));
     }
+    if let Some(Seeds(seeds)) = &args.seeds {
+        return crate::demo_seeds::run(args, seeds);
+    }
+    crate::output::check_dir("--out", &args.out)?;
     let shard = match args.merge.is_empty() {
         true => crate::shard::select(&args.shard, &crate::shard::process_env)?,
         false => None,

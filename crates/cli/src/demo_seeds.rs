@@ -137,12 +137,9 @@ pub fn render_summary(seeds: &[u64], cells: &[Vec<Cell>]) -> String {
 }
 
 /// `mmkit demo --seeds LIST`: every seed's runs, then the summary (nothing is written to
-/// `--out`: the tables and plots of one seed are `mmkit demo --seed S`'s).
+/// `--out`: the tables and plots of one seed are `mmkit demo --seed S`'s). `run_demo`
+/// has checked `--scale` and `--threads`.
 pub fn run(args: &DemoArgs, seeds: &[u64]) -> Result<(), CliError> {
-    crate::sim_cmd::check_scale(args.scale)?;
-    if args.threads == Some(0) {
-        return Err(CliError::usage("--threads must be at least 1"));
-    }
     let per_seed = demo::jobs(seeds[0], args.scale).len();
     let jobs: Vec<_> = seeds
         .iter()

@@ -547,6 +547,8 @@ fn sim_and_demo_check_their_output_folder_before_simulating() {
 fn demo_refuses_zero_threads_before_it_prints_anything() {
     refused(&["demo", "--threads", "0"], "--threads");
     refused(&["demo", "--scale", "0"], "--scale 0");
+    refused(&["demo", "--seeds", "1-2", "--threads", "0"], "--threads");
+    refused(&["demo", "--seeds", "1-2", "--scale", "0"], "--scale 0");
 }
 
 #[test]
