@@ -353,18 +353,26 @@ pub fn render_table(results: &[RunResult]) -> String {
     }
     let _ = writeln!(
         out,
-        "absolute: {:<8} {:>14} {:>10} {:>12} {:>12} {:>11} {:>10}",
-        "policy", "score", "free_high", "alloc_zone", "page events", "PCP mean", "virtual ms"
+        "absolute: {:<8} {:>14} {:>10} {:>12} {:>12} {:>12} {:>11} {:>10}",
+        "policy",
+        "score",
+        "free_high",
+        "alloc_zone",
+        "page events",
+        "run events",
+        "PCP mean",
+        "virtual ms"
     );
     for r in results {
         let _ = writeln!(
             out,
-            "          {:<8} {:>14.1} {:>10} {:>12} {:>12} {:>11.0} {:>10.1}",
+            "          {:<8} {:>14.1} {:>10} {:>12} {:>12} {:>12} {:>11.0} {:>10.1}",
             r.policy,
             r.score,
             r.free_high,
             r.alloc_zone,
             r.page_events,
+            r.run_page_events,
             r.pcp_pages_mean,
             r.wall_ns as f64 / 1e6
         );

@@ -10,8 +10,9 @@
 //! set-up included, with virtual seconds per CPU second (`× real time (CPU)`, the figure
 //! that holds on a machine shared with other jobs) and per wall second. The CPU time is the
 //! thread's, from Linux's `/proc/thread-self/schedstat` (wall time where that is missing).
-//! Page events per second and the set-up's share follow, so that where the time goes is
-//! visible.
+//! Page events per second (over the whole run: `RunResult::run_page_events`, not the
+//! measured window's `page_events`) and the set-up's share follow, so that where the time
+//! goes is visible.
 
 use std::time::Instant;
 
@@ -50,8 +51,8 @@ fn main() {
                 secs,
                 virtual_secs / cpu_secs,
                 virtual_secs / secs,
-                result.page_events,
-                result.page_events as f64 / cpu_secs / 1e6,
+                result.run_page_events,
+                result.run_page_events as f64 / cpu_secs / 1e6,
                 result.stats.steps,
                 setup,
             );

@@ -184,6 +184,19 @@ fn kbuilds_steady_window_leaves_out_the_start_and_the_tail() {
         "the build time is the last exit"
     );
     assert_eq!(s.wall_ns, w.wall_ns, "the window does not change the run");
+    // The page events the run simulated are the same, whichever part is measured: a
+    // speed figure divides by the run's, not the window's.
+    assert_eq!(s.run_page_events, w.run_page_events);
+    assert_eq!(
+        w.page_events, w.run_page_events,
+        "the whole build is measured"
+    );
+    assert!(
+        s.page_events > 0 && s.page_events < s.run_page_events,
+        "{} of {} page events in the window",
+        s.page_events,
+        s.run_page_events
+    );
     assert!(
         s.measured_ns > 0 && s.measured_ns < s.wall_ns / 2,
         "{} of {} ns",
