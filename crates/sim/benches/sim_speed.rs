@@ -44,7 +44,7 @@ fn main() {
             let setup = built.map_or(0.0, |b| b.duration_since(start).as_secs_f64());
             let virtual_secs = result.wall_ns as f64 / 1e9;
             println!(
-                "{workload:>8} {name:>7} {:>3} CPUs: {:>8.3} virtual s in {:>6.2} s CPU, {:>6.2} s wall: {:.3}× real time (CPU), {:.3}× (wall); {:>10} page events, {:>5.2} M/s of CPU ({} engine steps; set-up {:.2} s wall)",
+                "{workload:>8} {name:>7} {:>3} CPUs: {:>8.3} virtual s in {:>6.2} s CPU, {:>6.2} s wall: {:.3}× real time (CPU), {:.3}× (wall); {:>10} page events, {:>5.2} M/s of CPU ({} engine steps in the measured window; set-up {:.2} s wall)",
                 result.machine.nr_cpus(),
                 virtual_secs,
                 cpu_secs,
