@@ -6,8 +6,9 @@
 //! contend% (a training target of `mmkit sim calibrate`) and the 4 columns score, lock
 //! contend%, free_high and alloc_zone of the 5 patch rows (held out); plus the published
 //! directions of the cache miss rate: netperf up with patch 7 and back down with patch 9,
-//! lmbench up with patch 7 (held out), each by at least [`DIRECTION_MIN_CHANGE`]. The base row's other cells are 100 by definition.
-//! The base cache miss rates are training targets too; they are shown, not scored.
+//! lmbench up with patch 7 (held out), each by at least [`DIRECTION_MIN_CHANGE`]. The
+//! base row's other cells are 100 by definition. The base cache miss rates are training
+//! targets too; they are shown, not scored.
 
 use serde::Serialize;
 
