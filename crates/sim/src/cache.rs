@@ -106,11 +106,19 @@ fn stamp_mut(stamps: &mut Vec<Stamp>, offset: usize) -> &mut Stamp {
 }
 
 /// Grow `stamps` to cover offsets below `end`, out of line: it happens a few dozen times
-/// in a run.
+/// in a run. The grown array is asked for in huge pages before it is written (the
+/// `huge_pages` module: a run's stamps are read at random, tens of MiB of them), which
+/// costs no more faults than 4-KiB pages would, as every stamp is written at once.
 #[cold]
 #[inline(never)]
 fn grow(stamps: &mut Vec<Stamp>, end: usize) {
-    stamps.resize(end.next_power_of_two(), Stamp::default());
+    let len = end.next_power_of_two();
+    let mut grown = Vec::with_capacity(len);
+    let lo = grown.as_ptr() as usize;
+    crate::huge_pages::before_first_write(lo, lo + len * core::mem::size_of::<Stamp>());
+    grown.extend_from_slice(stamps);
+    grown.resize(len, Stamp::default());
+    *stamps = grown;
 }
 
 /// Lines touched by class, summed over a run.
@@ -253,6 +261,13 @@ impl CacheModel {
             stamps: (0..zones).map(|_| Vec::new()).collect(),
             counts: CacheCounts::default(),
         }
+    }
+
+    /// The offsets from zone `zone`'s start that its stamps cover: every page the run has
+    /// touched or freed there is below it (the stamps grow in powers of two, so it may be
+    /// up to twice the furthest such page).
+    pub fn reach(&self, zone: usize) -> u64 {
+        self.stamps[zone].len() as u64
     }
 
     /// Grow zone `zone`'s stamps to cover offsets below `end`.
@@ -570,6 +585,24 @@ mod tests {
             "the reads aged the L2"
         );
         assert_eq!(m.counts.l2_lines, 0);
+    }
+
+    #[test]
+    fn growing_the_stamps_keeps_them_and_covers_the_offset() {
+        let mut stamps: Vec<Stamp> = (0..5u32)
+            .map(|i| Stamp::packed(i, u64::from(i) * 3, u64::from(i) * 5))
+            .collect();
+        grow(&mut stamps, 9);
+        assert_eq!(stamps.len(), 16);
+        for (i, stamp) in stamps.iter().enumerate() {
+            let i = i as u32;
+            if i < 5 {
+                let kept = (stamp.cpu(), stamp.cpu_lines(), stamp.socket_lines);
+                assert_eq!(kept, (i, u64::from(i) * 3, u64::from(i) * 5));
+            } else {
+                assert_eq!(stamp.cpu(), NEVER, "offset {i} was never stamped");
+            }
+        }
     }
 
     #[test]

@@ -41,6 +41,7 @@ use serde::{Deserialize, Serialize};
 use crate::bins::TimeBins;
 use crate::cache::CacheModel;
 use crate::cost::CostModel;
+use crate::huge_pages;
 use crate::machine::MachineSpec;
 use crate::prefetch::prefetch;
 use crate::queue::{EventQueue, NONE};
@@ -424,6 +425,9 @@ pub struct Sim {
     pub until: Option<Warmup>,
     /// Hyperthreads, when the cost model has an SMT yield ([`CostModel::smt_gain`]).
     smt: Option<Smt>,
+    /// Per simulated zone: the end of the descriptor bytes asked to be in huge pages
+    /// (the `huge_pages` module).
+    huge_done: Vec<usize>,
 }
 
 /// Hyperthread siblings sharing a core: what a spinning CPU gives its sibling.
@@ -491,6 +495,7 @@ impl Sim {
             "{} zones with memory are too many to simulate",
             zones.len()
         );
+        let nr_zones = zones.len();
         // A zone without memory never reports a hold; its entry is never read.
         let mut slot_of_zone = vec![usize::MAX; allocator.zones().len()];
         for (slot, &(zone, _, _)) in zones.iter().enumerate() {
@@ -541,6 +546,7 @@ impl Sim {
             warmup: None,
             until: None,
             smt,
+            huge_done: vec![0; nr_zones],
         }
     }
 
@@ -1052,6 +1058,7 @@ impl Sim {
     }
 
     fn sample(&mut self, t: u64, held_pages: u64) {
+        self.collapse_reached();
         self.series.held_pages.push(held_pages);
         let zones = self.allocator.zones();
         let pcp: u64 = self
@@ -1072,6 +1079,24 @@ impl Sim {
                 pcp.high_min
             };
             self.series.high[k].push(high);
+        }
+    }
+
+    /// Ask for huge pages under the descriptors of every page the run has reached since
+    /// the last sample (the `huge_pages` module): a hint, which changes no result.
+    fn collapse_reached(&mut self) {
+        for (slot, &(zone, start, end)) in self.zones.iter().enumerate() {
+            let reached = (start + self.cache.reach(slot)).min(end);
+            let mem_map = self.allocator.zones()[zone].mem_map();
+            let (Some(first), Some(last)) = (
+                mem_map.get(Pfn(start)),
+                mem_map.get(Pfn(reached.saturating_sub(1))),
+            ) else {
+                continue;
+            };
+            let lo = core::ptr::from_ref(first) as usize;
+            let hi = core::ptr::from_ref(last) as usize + core::mem::size_of::<Page>();
+            huge_pages::collapse(lo, hi, &mut self.huge_done[slot]);
         }
     }
 

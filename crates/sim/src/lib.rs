@@ -12,8 +12,9 @@
 //! | [`cache`] | reuse-distance classification of touched pages (L2 / LLC / memory) |
 //! | [`engine`] | virtual CPUs, the zone-lock FIFO servers, vmstat ticks, sampling |
 //! | `bins` | time spread over the sample intervals it spans (the lock-wait series) |
+//! | `huge_pages` | huge pages under the part of the mem_map a run reaches (a hint) |
 //! | `queue` | the engine's pending events: a winner tree with one leaf per CPU |
-//! | `prefetch` | a cache-line prefetch hint: the crate's one `unsafe` block |
+//! | `prefetch` | a cache-line prefetch hint (an `unsafe` intrinsic that cannot fault) |
 //! | [`workload`] | kbuild, netperf, unix, pagealloc, pageout |
 //! | [`mod@run`] | one run → the published metrics; the relative table |
 //! | [`plot`] | SVG plots of the series |
@@ -23,9 +24,9 @@
 //! Linux has no counterpart: this is the measuring instrument. Nothing here decides what
 //! the allocator does; the engine only reads what the allocator did to charge time.
 //! Same inputs and seed ⇒ byte-identical results (no hash-map order, no host time).
-//! `unsafe` is denied but for one prefetch intrinsic, which cannot change a result, and
-//! the core's exclusive free, whose promise (no other thread frees the block) a
-//! one-threaded simulator keeps by construction.
+//! `unsafe` is denied but for one prefetch intrinsic and one `madvise` for huge pages,
+//! neither of which can change a result, and the core's exclusive free, whose promise
+//! (no other thread frees the block) a one-threaded simulator keeps by construction.
 
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
@@ -35,6 +36,7 @@ pub mod cache;
 pub mod calibrate;
 pub mod cost;
 pub mod engine;
+mod huge_pages;
 pub mod machine;
 pub mod measured;
 pub mod plot;

@@ -1,4 +1,4 @@
-//! A cache-line prefetch hint: the simulator's one `unsafe` block.
+//! A cache-line prefetch hint: an `unsafe` intrinsic that cannot fault or change a result.
 //!
 //! [`Sim::prefetch`](crate::engine::Sim::prefetch) reads ahead the page descriptors and
 //! cache stamps of blocks that later frees will need. Until session 5 it did so with plain
