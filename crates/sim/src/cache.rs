@@ -106,19 +106,27 @@ fn stamp_mut(stamps: &mut Vec<Stamp>, offset: usize) -> &mut Stamp {
 }
 
 /// Grow `stamps` to cover offsets below `end`, out of line: it happens a few dozen times
-/// in a run. The grown array is asked for in huge pages before it is written (the
-/// `huge_pages` module: a run's stamps are read at random, tens of MiB of them), which
-/// costs no more faults than 4-KiB pages would, as every stamp is written at once.
+/// in a run. Within the zone's reservation ([`reserve`]) nothing moves: the new stamps are
+/// written in place, each 2-MiB stretch faulted in as a huge page on its first write.
 #[cold]
 #[inline(never)]
 fn grow(stamps: &mut Vec<Stamp>, end: usize) {
-    let len = end.next_power_of_two();
-    let mut grown = Vec::with_capacity(len);
-    let lo = grown.as_ptr() as usize;
-    crate::huge_pages::before_first_write(lo, lo + len * core::mem::size_of::<Stamp>());
-    grown.extend_from_slice(stamps);
-    grown.resize(len, Stamp::default());
-    *stamps = grown;
+    let len = end.next_power_of_two().min(stamps.capacity()).max(end);
+    stamps.resize(len, Stamp::default());
+}
+
+/// Empty stamps for a zone of `pages` pages, with room for all of them reserved: virtual
+/// memory that nothing has written, asked for in huge pages before the first write (the
+/// `huge_pages` module). A run's stamps are read at random over the part of the zone it
+/// has reached; they grow in place ([`grow`]), so no growth copies them.
+fn reserve(pages: u64) -> Vec<Stamp> {
+    let stamps = Vec::with_capacity(pages as usize);
+    let lo = stamps.as_ptr() as usize;
+    crate::huge_pages::before_first_write(
+        lo,
+        lo + stamps.capacity() * core::mem::size_of::<Stamp>(),
+    );
+    stamps
 }
 
 /// Lines touched by class, summed over a run.
@@ -231,14 +239,14 @@ pub struct CacheModel {
 }
 
 impl CacheModel {
-    /// A model for CPUs on `cpu_socket` sockets, `zones` zones, an L2 of `l2_bytes` and
+    /// A model for CPUs on `cpu_socket` sockets, zones of `zone_pages` pages, an L2 of `l2_bytes` and
     /// `socket_bytes` of cache per socket ([`MachineSpec::socket_cache_bytes`]) of which page
     /// data may use `cost.llc_share`.
     ///
     /// [`MachineSpec::socket_cache_bytes`]: crate::MachineSpec::socket_cache_bytes
     pub fn new(
         cpu_socket: Vec<u32>,
-        zones: usize,
+        zone_pages: &[u64],
         l2_bytes: u64,
         socket_bytes: u64,
         cost: &CostModel,
@@ -258,7 +266,7 @@ impl CacheModel {
                 llc_lines: (socket_bytes as f64 * cost.llc_share) as u64 / 64,
                 cpu_socket,
             },
-            stamps: (0..zones).map(|_| Vec::new()).collect(),
+            stamps: zone_pages.iter().map(|&pages| reserve(pages)).collect(),
             counts: CacheCounts::default(),
         }
     }
@@ -483,7 +491,7 @@ mod tests {
             llc_share: 1.0,
             ..CostModel::calibrated()
         };
-        CacheModel::new(vec![0, 0, 1], 1, 2 * 4096, 4 * 4096, &cost)
+        CacheModel::new(vec![0, 0, 1], &[1 << 12], 2 * 4096, 4 * 4096, &cost)
     }
 
     /// Touch `n` pages from `first` of zone 0 by `cpu`, `lines` lines each: as one block in
@@ -588,12 +596,16 @@ mod tests {
     }
 
     #[test]
-    fn growing_the_stamps_keeps_them_and_covers_the_offset() {
-        let mut stamps: Vec<Stamp> = (0..5u32)
-            .map(|i| Stamp::packed(i, u64::from(i) * 3, u64::from(i) * 5))
-            .collect();
+    fn growing_the_stamps_keeps_them_in_place_and_covers_the_offset() {
+        let mut stamps = reserve(64);
+        stamps.extend((0..5u32).map(|i| Stamp::packed(i, u64::from(i) * 3, u64::from(i) * 5)));
+        let at = stamps.as_ptr();
         grow(&mut stamps, 9);
         assert_eq!(stamps.len(), 16);
+        assert_eq!(stamps.as_ptr(), at, "grown within the reservation");
+        // Past a power of two, no further than the reservation.
+        grow(&mut stamps, 40);
+        assert_eq!((stamps.len(), stamps.as_ptr()), (64, at));
         for (i, stamp) in stamps.iter().enumerate() {
             let i = i as u32;
             if i < 5 {

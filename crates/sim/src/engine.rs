@@ -509,9 +509,10 @@ impl Sim {
             "{nr_cpus} CPUs are too many to simulate"
         );
         let cpu_socket = (0..nr_cpus).map(|c| machine.socket_of(c)).collect();
+        let zone_pages: Vec<u64> = zones.iter().map(|&(_, start, end)| end - start).collect();
         let cache = CacheModel::new(
             cpu_socket,
-            zones.len(),
+            &zone_pages,
             machine.l2_bytes,
             machine.socket_cache_bytes(),
             &cost,
@@ -554,9 +555,14 @@ impl Sim {
     pub fn set_cost(&mut self, cost: CostModel) {
         let nr_cpus = self.machine.nr_cpus();
         let cpu_socket = (0..nr_cpus).map(|c| self.machine.socket_of(c)).collect();
+        let zone_pages: Vec<u64> = self
+            .zones
+            .iter()
+            .map(|&(_, start, end)| end - start)
+            .collect();
         self.cache = CacheModel::new(
             cpu_socket,
-            self.zones.len(),
+            &zone_pages,
             self.machine.l2_bytes,
             self.machine.socket_cache_bytes(),
             &cost,

@@ -16,8 +16,10 @@
 //! descriptors of the pages they newly cover are collapsed (`MADV_COLLAPSE`, Linux 6.1:
 //! the 4-KiB pages of each whole 2-MiB stretch are copied into one huge page, contents
 //! unchanged). The stamps themselves, which every touch and free reads or writes at the
-//! same random offsets, are written whole each time they grow, so they are asked for in
-//! huge pages before that first write (`MADV_HUGEPAGE`) and cost no more faults.
+//! same random offsets, are reserved for the zone's whole span up front (virtual memory
+//! that nothing writes until the run reaches it) and asked for in huge pages before
+//! their first write (`MADV_HUGEPAGE`): each 2-MiB stretch is faulted in once, as a huge
+//! page, and their growth copies nothing.
 //!
 //! A hint: nothing the run computes changes, and where the kernel cannot (an older
 //! kernel, `transparent_hugepage` set to `never`, no huge page free, another operating
