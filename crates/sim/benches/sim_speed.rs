@@ -1,9 +1,11 @@
 //! Simulator speed against real time: how many virtual seconds each run simulates per
-//! second, for the published-scale runs (kbuild on 224 CPUs, netperf and unix on 128).
-//! Target (docs/reference/targets.md): the 224-CPU kbuild at least as fast as real time on
-//! one core, i.e. virtual seconds ≥ seconds.
+//! second, for the published-scale runs (kbuild on one socket of the 224-CPU machine, as
+//! the demo runs it; netperf and unix on 128 CPUs). Target (docs/reference/targets.md):
+//! the 224-CPU kbuild at least as fast as real time on one core, i.e. virtual seconds ≥
+//! seconds.
 //!
-//! Run: `cargo bench -p mmkit-sim --bench sim_speed` (release profile; single thread).
+//! Run: `cargo bench -p mmkit-sim --bench sim_speed` (the `bench` profile: fat LTO, one
+//! codegen unit; single thread).
 //! Set `MMKIT_BENCH_POLICIES=base,patch7` to choose the policies (default: base).
 //!
 //! Each line gives the virtual time, then the run's own CPU time and wall time, machine
