@@ -239,9 +239,9 @@ pub struct CacheModel {
 }
 
 impl CacheModel {
-    /// A model for CPUs on `cpu_socket` sockets, zones of `zone_pages` pages, an L2 of `l2_bytes` and
-    /// `socket_bytes` of cache per socket ([`MachineSpec::socket_cache_bytes`]) of which page
-    /// data may use `cost.llc_share`.
+    /// A model for CPUs on `cpu_socket` sockets, zones of `zone_pages` pages (the stamps'
+    /// reservations), an L2 of `l2_bytes` and `socket_bytes` of cache per socket
+    /// ([`MachineSpec::socket_cache_bytes`]) of which page data may use `cost.llc_share`.
     ///
     /// [`MachineSpec::socket_cache_bytes`]: crate::MachineSpec::socket_cache_bytes
     pub fn new(
