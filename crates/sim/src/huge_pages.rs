@@ -84,7 +84,8 @@ fn advise(start: usize, len: usize, advice: Advice) {
         Advice::Huge => libc::MADV_HUGEPAGE,
     };
     // SAFETY: `[start, start + len)` lies inside one live heap allocation of this
-    // process (the caller derives both ends from references into it), and both advices
+    // process (the callers derive both ends from that allocation: references to its
+    // first and last descriptors, or a vector's pointer and capacity), and both advices
     // change only which physical pages back it, never what it holds (madvise(2)). A
     // refusal (EINVAL before Linux 6.1 or with THP compiled out, EAGAIN or ENOMEM without
     // a free huge page) leaves the memory as it was; it is only a hint, so it is ignored.
