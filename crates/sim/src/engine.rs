@@ -430,6 +430,22 @@ pub struct Sim {
     huge_done: Vec<usize>,
 }
 
+/// The cache model of `machine` under `cost`, with stamps reserved for each simulated
+/// zone of `zones` (allocator index, first pfn, end pfn).
+fn cache_model(machine: &MachineSpec, zones: &[(usize, u64, u64)], cost: &CostModel) -> CacheModel {
+    let cpu_socket = (0..machine.nr_cpus())
+        .map(|c| machine.socket_of(c))
+        .collect();
+    let zone_pages: Vec<u64> = zones.iter().map(|&(_, start, end)| end - start).collect();
+    CacheModel::new(
+        cpu_socket,
+        &zone_pages,
+        machine.l2_bytes,
+        machine.socket_cache_bytes(),
+        cost,
+    )
+}
+
 /// Hyperthread siblings sharing a core: what a spinning CPU gives its sibling.
 struct Smt {
     /// Work ns gained per ns of the sibling's spin, and the most per ns of work.
@@ -508,15 +524,7 @@ impl Sim {
             nr_cpus <= MAX_CPUS,
             "{nr_cpus} CPUs are too many to simulate"
         );
-        let cpu_socket = (0..nr_cpus).map(|c| machine.socket_of(c)).collect();
-        let zone_pages: Vec<u64> = zones.iter().map(|&(_, start, end)| end - start).collect();
-        let cache = CacheModel::new(
-            cpu_socket,
-            &zone_pages,
-            machine.l2_bytes,
-            machine.socket_cache_bytes(),
-            &cost,
-        );
+        let cache = cache_model(machine, &zones, &cost);
         let mut series = Series {
             high_cpus: options.high_cpus.clone(),
             ..Series::default()
@@ -553,20 +561,7 @@ impl Sim {
 
     /// Replace the cost model (before the run: the cache model's sizes follow it).
     pub fn set_cost(&mut self, cost: CostModel) {
-        let nr_cpus = self.machine.nr_cpus();
-        let cpu_socket = (0..nr_cpus).map(|c| self.machine.socket_of(c)).collect();
-        let zone_pages: Vec<u64> = self
-            .zones
-            .iter()
-            .map(|&(_, start, end)| end - start)
-            .collect();
-        self.cache = CacheModel::new(
-            cpu_socket,
-            &zone_pages,
-            self.machine.l2_bytes,
-            self.machine.socket_cache_bytes(),
-            &cost,
-        );
+        self.cache = cache_model(&self.machine, &self.zones, &cost);
         self.smt = cost
             .smt_gain()
             .and_then(|gain| Smt::new(&self.machine, gain));
