@@ -1,7 +1,9 @@
 //! The mem_map in storage the caller gives (`PageAllocator::with_mem_map`), as a kernel
 //! carves it from the memory it manages: sized by `Topology::mem_map_bytes`, every
 //! descriptor written whatever it held, the same machine as `PageAllocator::new` builds,
-//! and storage too small refused with an error before anything is built.
+//! and storage too small refused with an error before anything is built. Storage promised
+//! zero (`PageAllocator::with_zeroed_mem_map`) builds the same machine without being
+//! rewritten.
 
 use mmkit_core::page::{Page, PageState, PAGE_SHIFT};
 use mmkit_core::page_alloc::{Caller, InitError};
@@ -39,6 +41,22 @@ fn zone_states(allocator: &PageAllocator) -> Vec<String> {
             format!("{:?} {:?}", zone.free_blocks(), pages)
         })
         .collect()
+}
+
+/// `a` hands out what `heap` (the heap-backed allocator of the same machine) does, for a
+/// few orders on a few CPUs, and stays consistent.
+fn allocates_alike(a: &PageAllocator, heap: &PageAllocator) {
+    for cpu in 0..4 {
+        let caller = Caller::task(cpu);
+        for order in [0, 0, 3, 9] {
+            let order = Order::new(order).expect("a valid order");
+            assert_eq!(
+                a.alloc_pages(caller, Gfp::KERNEL, order),
+                heap.alloc_pages(caller, Gfp::KERNEL, order)
+            );
+        }
+    }
+    a.verify().expect("consistent");
 }
 
 #[test]
@@ -80,16 +98,7 @@ fn caller_storage_builds_the_machine_the_heap_builds() {
         assert_eq!(page.state(), PageState::Reserved, "pfn {pfn:#x}");
     }
     // And it allocates as the heap-backed one does.
-    for cpu in 0..4 {
-        let caller = Caller::task(cpu);
-        for order in [0, 0, 3, 9] {
-            let order = Order::new(order).expect("a valid order");
-            let a = from_caller.alloc_pages(caller, Gfp::KERNEL, order);
-            let b = from_heap.alloc_pages(caller, Gfp::KERNEL, order);
-            assert_eq!(a, b);
-        }
-    }
-    from_caller.verify().expect("consistent");
+    allocates_alike(&from_caller, &from_heap);
 }
 
 #[test]
@@ -150,4 +159,65 @@ fn invalid_settings_are_reported_as_settings() {
         error,
         InitError::Settings(SettingsError::WatermarkScaleFactor(0))
     );
+}
+
+#[test]
+fn zeroed_storage_builds_the_machine_the_heap_builds() {
+    let (machine, _) = carved_machine();
+    let len = machine.mem_map_pages() as usize;
+    let storage = common::leaked_mem_map(len, Page::zeroed);
+    let from_zeroed = PageAllocator::with_zeroed_mem_map(
+        machine.clone(),
+        Settings::default(),
+        Policy::V6_7,
+        storage,
+    )
+    .expect("storage of the right size");
+    let from_heap =
+        PageAllocator::new(machine, Settings::default(), Policy::V6_7).expect("valid settings");
+    assert!(from_zeroed
+        .zones()
+        .iter()
+        .all(|zone| zone.mem_map().in_caller_storage()));
+    from_zeroed.verify().expect("consistent");
+    assert_eq!(zone_states(&from_zeroed), zone_states(&from_heap));
+    allocates_alike(&from_zeroed, &from_heap);
+}
+
+/// Zeroed storage is taken at its word: the set-up writes only holes, reserved runs and
+/// block heads, so a descriptor written inside a free block stays as it was, and
+/// `verify` finds it. Storage in any state has that descriptor overwritten.
+#[test]
+fn zeroed_storage_is_not_rewritten_and_a_broken_promise_shows_in_verify() {
+    let machine = common::topology(&[]);
+    let len = machine.mem_map_pages() as usize;
+    // Well inside node 0's first max-order block of its last zone: never a block head.
+    let last = machine
+        .zones()
+        .iter()
+        .rev()
+        .find(|z| z.spanned > 0)
+        .expect("a zone");
+    let planted = len - last.spanned as usize + 5;
+    let make = || {
+        let storage = common::leaked_mem_map(len, Page::zeroed);
+        storage[planted] = dirty();
+        storage
+    };
+    let promised = PageAllocator::with_zeroed_mem_map(
+        machine.clone(),
+        Settings::default(),
+        Policy::V6_7,
+        make(),
+    )
+    .expect("storage of the right size");
+    let pfn = mmkit_core::Pfn(last.start_pfn.0 + 5);
+    let zone = promised.find_zone(pfn).expect("the last zone spans it");
+    assert_eq!(zone.mem_map().page(pfn).state(), PageState::Allocated);
+    assert!(promised.verify().is_err(), "a stray allocated page");
+    let written = PageAllocator::with_mem_map(machine, Settings::default(), Policy::V6_7, make())
+        .expect("storage of the right size");
+    let zone = written.find_zone(pfn).expect("the last zone spans it");
+    assert_eq!(zone.mem_map().page(pfn).state(), PageState::Tail);
+    written.verify().expect("every descriptor written");
 }

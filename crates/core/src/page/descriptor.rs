@@ -199,6 +199,13 @@ impl Page {
         Page::new(PageState::Tail)
     }
 
+    /// Whether every word is zero, as [`Page::zeroed`] is.
+    pub(crate) fn is_zeroed(&self) -> bool {
+        [&self.flags, &self.next, &self.prev, &self.private]
+            .iter()
+            .all(|word| word.load(Relaxed) == 0)
+    }
+
     /// Who owns this page.
     #[inline]
     pub fn state(&self) -> PageState {

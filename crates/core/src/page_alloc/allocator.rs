@@ -15,6 +15,7 @@ use core::sync::atomic::{AtomicU32, AtomicU8};
 
 use super::drain::DrainWorkState;
 use super::gfp::{Gfp, GFP_DECODE_COMBINATIONS};
+use super::mem_map::Storage;
 use super::pcp_sizing::{self, PcpLimits};
 use super::types::{CpuId, MigrateType, NodeId, ZoneType, MAX_NR_ZONES, MIGRATE_TYPES};
 use super::watermark::{self, WatermarkKind, PAGEBLOCK_PAGES};
@@ -356,6 +357,44 @@ impl PageAllocator {
         Self::with_lock_and_mem_map(topology, settings, policy, mem_map)
     }
 
+    /// [`PageAllocator::with_mem_map`] for storage whose every byte is zero: fresh
+    /// anonymous memory from the operating system, or a range the caller zeroed. Only the
+    /// descriptors of holes and reserved runs are written, as [`PageAllocator::new`]
+    /// writes its own zeroed allocation, so the storage's pages that the set-up and a run
+    /// never reach stay untouched (a simulated node spans hundreds of MiB of
+    /// descriptors). It lets the caller choose where the descriptors lie: storage that
+    /// starts on a cache line keeps each aligned group of four descriptors (a block and its
+    /// buddies up to order 1) in one line, where the heap's large allocations start 16
+    /// bytes past a page boundary.
+    ///
+    /// A written descriptor in the storage breaks the promise: the allocator takes it for
+    /// what it says (memory stays safe, every descriptor being valid bits, but the lists
+    /// may be wrong); debug builds check each zone's first and last descriptor.
+    ///
+    /// ```
+    /// use mmkit_core::page::Page;
+    /// use mmkit_core::topology::{CacheInfo, ZoneSize};
+    /// use mmkit_core::{PageAllocator, Policy, Settings, Topology, ZoneType};
+    ///
+    /// let zones = [ZoneSize::managed(0, ZoneType::Normal, 16_384)];
+    /// let llc = CacheInfo { llc_bytes: 8 << 20, llc_shared_cpus: 1 };
+    /// let topology = Topology::x86_64(&zones, vec![1], llc, false)?;
+    /// let len = topology.mem_map_pages() as usize;
+    /// let mem_map: &'static mut [Page] = Vec::leak((0..len).map(|_| Page::zeroed()).collect());
+    /// let allocator =
+    ///     PageAllocator::with_zeroed_mem_map(topology, Settings::default(), Policy::V6_7, mem_map)?;
+    /// allocator.verify()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_zeroed_mem_map(
+        topology: Topology,
+        settings: Settings,
+        policy: Policy,
+        mem_map: &'static mut [Page],
+    ) -> Result<PageAllocator, InitError> {
+        Self::with_storage(topology, settings, policy, mem_map, true)
+    }
+
     /// The memory [`PageAllocator::new`] allocates for `topology`, in bytes (saturating):
     /// every zone's mem_map (16 bytes per spanned page) and pageblock migratetypes (a byte
     /// per pageblock), a cache-line-padded pageset slot per CPU in every zone of every node,
@@ -459,23 +498,45 @@ impl<R: RawMutex> PageAllocator<R> {
         policy: Policy,
         mem_map: &'static mut [Page],
     ) -> Result<PageAllocator<R>, InitError> {
+        Self::with_storage(topology, settings, policy, mem_map, false)
+    }
+
+    /// [`PageAllocator::with_lock_and_mem_map`], or with the storage known to be zero
+    /// ([`PageAllocator::with_zeroed_mem_map`]).
+    fn with_storage(
+        topology: Topology,
+        settings: Settings,
+        policy: Policy,
+        mem_map: &'static mut [Page],
+        zeroed: bool,
+    ) -> Result<PageAllocator<R>, InitError> {
         settings.validate()?;
         let needed = topology.mem_map_pages();
         let given = mem_map.len() as u64;
         if given < needed {
             return Err(InitError::MemMapTooSmall { needed, given });
         }
-        Ok(Self::build(topology, settings, policy, Some(mem_map))?)
+        Ok(Self::build(
+            topology,
+            settings,
+            policy,
+            Some((mem_map, zeroed)),
+        )?)
     }
 
     /// [`PageAllocator::new`] and [`PageAllocator::with_mem_map`]: the zones' mem_maps come
-    /// from `mem_map` in zone order when it is given, which holds enough.
+    /// from `mem_map` in zone order when it is given (with whether it is known to be
+    /// zero), which holds enough.
     fn build(
         topology: Topology,
         settings: Settings,
         policy: Policy,
-        mut mem_map: Option<&'static mut [Page]>,
+        mem_map: Option<(&'static mut [Page], bool)>,
     ) -> Result<PageAllocator<R>, SettingsError> {
+        let (mut mem_map, zeroed) = match mem_map {
+            Some((pages, zeroed)) => (Some(pages), zeroed),
+            None => (None, false),
+        };
         settings.validate()?;
         let nr_zone_types = topology.nr_zone_types();
         let nr_cpus = topology.nr_cpus();
@@ -497,9 +558,9 @@ impl<R: RawMutex> PageAllocator<R> {
                     });
                 let present = topology.present_ranges(&spec);
                 let storage = mem_map.take().map(|storage| {
-                    let (share, rest) = storage.split_at_mut(spec.spanned as usize);
+                    let (pages, rest) = storage.split_at_mut(spec.spanned as usize);
                     mem_map = Some(rest);
-                    share
+                    Storage { pages, zeroed }
                 });
                 zones.push(Zone::new(&spec, present, zones.len(), nr_cpus, storage));
             }

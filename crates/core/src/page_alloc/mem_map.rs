@@ -56,6 +56,16 @@ pub struct MemMap {
     pageblocks: Box<[AtomicU8]>,
 }
 
+/// A zone's share of the descriptor storage a caller gives
+/// ([`PageAllocator::with_mem_map`](super::PageAllocator::with_mem_map)).
+pub(crate) struct Storage {
+    /// Exactly the zone's spanned pages' descriptors.
+    pub(crate) pages: &'static mut [Page],
+    /// Every byte is zero, the all-zero descriptor being a managed page owned by nobody
+    /// ([`PageAllocator::with_zeroed_mem_map`](super::PageAllocator::with_zeroed_mem_map)).
+    pub(crate) zeroed: bool,
+}
+
 /// Where a zone's descriptors live.
 #[derive(Debug)]
 enum Descriptors {
@@ -94,26 +104,33 @@ impl MemMap {
     /// mem_map for two 128 GiB nodes), most of which a run never touches; writing every
     /// descriptor took ≈0.45 s and 262k page faults of each run's start-up.
     ///
-    /// With `storage` (exactly `spanned` descriptors, in any state) the descriptors go
-    /// there instead, every one written: memory a kernel carved out holds whatever was
-    /// there before.
+    /// With `storage` (exactly `spanned` descriptors) the descriptors go there instead.
+    /// Storage in any state has every descriptor written: memory a kernel carved out holds
+    /// whatever was there before. Storage known to be zero ([`Storage::zeroed`]) is
+    /// written as the heap allocation is, only where holes and reserved runs are.
     pub(crate) fn new(
         start_pfn: u64,
         spanned: u64,
         present: &[PresentRange],
-        storage: Option<&'static mut [Page]>,
+        storage: Option<Storage>,
     ) -> MemMap {
         let len = spanned as usize;
         let pages = match storage {
-            Some(storage) => {
-                assert_eq!(
-                    storage.len(),
-                    len,
-                    "the zone's share of the mem_map storage"
-                );
-                storage.fill_with(|| Page::new(PageState::Tail));
-                init_holes_and_reserved(storage, start_pfn, present);
-                Descriptors::Caller(storage)
+            Some(Storage { pages, zeroed }) => {
+                assert_eq!(pages.len(), len, "the zone's share of the mem_map storage");
+                if zeroed {
+                    debug_assert!(
+                        [pages.first(), pages.last()]
+                            .into_iter()
+                            .flatten()
+                            .all(Page::is_zeroed),
+                        "storage promised zeroed holds a written descriptor"
+                    );
+                } else {
+                    pages.fill_with(|| Page::new(PageState::Tail));
+                }
+                init_holes_and_reserved(pages, start_pfn, present);
+                Descriptors::Caller(pages)
             }
             None => {
                 let mut pages = bytemuck::allocation::try_zeroed_slice_box::<Page>(len)

@@ -11,12 +11,12 @@ use core::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 
 use super::buddy::ZoneLocked;
 use super::free_area::{FreeArea, FreeBlockBits, ListEnd};
-use super::mem_map::MemMap;
+use super::mem_map::{MemMap, Storage};
 use super::pcp::PerCpuPages;
 use super::pcp_sizing::PcpLimits;
 use super::types::{CpuId, MigrateType, NodeId, ZoneType, MAX_NR_ZONES};
 use super::watermark::{WatermarkInput, WatermarkKind, Watermarks};
-use crate::page::{Order, Page, Pfn, NR_PAGE_ORDERS};
+use crate::page::{Order, Pfn, NR_PAGE_ORDERS};
 use crate::sync::{AtomicI64, AtomicU64, CachePadded, Lock, LockGuard, RawMutex, RawSpinLock};
 use crate::topology::{PresentRange, ZoneSpec};
 
@@ -398,13 +398,14 @@ impl<R: RawMutex> Zone<R> {
     /// its managed pages into the buddy lists in maximal aligned blocks, at the list tails,
     /// as boot does (`memblock_free_all` → `__free_pages_core`, `FPI_TO_TAIL`).
     /// `mem_map` is the zone's share of the caller's mem_map storage (exactly `spanned`
-    /// descriptors), or `None` for a heap allocation.
+    /// descriptors, and whether they are known to be zero), or `None` for a heap
+    /// allocation.
     pub(crate) fn new(
         spec: &ZoneSpec,
         present: &[PresentRange],
         index: usize,
         nr_cpus: u32,
-        mem_map: Option<&'static mut [Page]>,
+        mem_map: Option<Storage>,
     ) -> Zone<R> {
         let zone = Zone {
             index,
