@@ -43,6 +43,7 @@ use crate::cache::CacheModel;
 use crate::cost::CostModel;
 use crate::huge_pages;
 use crate::machine::MachineSpec;
+use crate::mem_map::MappedAllocator;
 use crate::prefetch::prefetch;
 use crate::queue::{EventQueue, NONE};
 
@@ -382,7 +383,7 @@ pub struct SimOptions {
 
 /// The simulator: the allocator, virtual CPUs, zone locks, cache model and statistics.
 pub struct Sim {
-    allocator: PageAllocator,
+    allocator: MappedAllocator,
     /// The cost model in force.
     pub cost: CostModel,
     machine: MachineSpec,
@@ -497,7 +498,7 @@ impl Sim {
     pub fn new(machine: &MachineSpec, policy: Policy, options: SimOptions) -> Sim {
         let settings = machine.settings();
         let tick_ns = settings.stat_interval_ms as u64 * 1_000_000;
-        let allocator = PageAllocator::new(machine.topology(), settings, policy)
+        let allocator = MappedAllocator::new(machine.topology(), settings, policy)
             .expect("machine settings are valid");
         let zones: Vec<(usize, u64, u64)> = allocator
             .zones()

@@ -13,6 +13,7 @@
 //! | [`engine`] | virtual CPUs, the zone-lock FIFO servers, vmstat ticks, sampling |
 //! | `bins` | time spread over the sample intervals it spans (the lock-wait series) |
 //! | `huge_pages` | huge pages under the part of the mem_map a run reaches (a hint) |
+//! | `mem_map` | the page descriptors in a mapping of the simulator's own, on a cache line |
 //! | `queue` | the engine's pending events: a winner tree with one leaf per CPU |
 //! | `prefetch` | a cache-line prefetch hint (an `unsafe` intrinsic that cannot fault) |
 //! | [`workload`] | kbuild, netperf, unix, pagealloc, pageout |
@@ -24,9 +25,10 @@
 //! Linux has no counterpart: this is the measuring instrument. Nothing here decides what
 //! the allocator does; the engine only reads what the allocator did to charge time.
 //! Same inputs and seed ⇒ byte-identical results (no hash-map order, no host time).
-//! `unsafe` is denied but for one prefetch intrinsic and one `madvise` for huge pages,
-//! neither of which can change a result, and the core's exclusive free, whose promise
-//! (no other thread frees the block) a one-threaded simulator keeps by construction.
+//! `unsafe` is denied but for one prefetch intrinsic, one `madvise` for huge pages and
+//! the `mmap` that holds the descriptors (with the slice made from it), none of which can
+//! change a result, and the core's exclusive free, whose promise (no other thread frees
+//! the block) a one-threaded simulator keeps by construction.
 
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
@@ -39,6 +41,7 @@ pub mod engine;
 mod huge_pages;
 pub mod machine;
 pub mod measured;
+mod mem_map;
 pub mod plot;
 mod prefetch;
 pub mod published;
