@@ -184,6 +184,10 @@ pub struct Kbuild {
     /// Pages per mid-life free burst.
     unmap: Geometric,
     slots: Vec<Slot>,
+    /// A fault's draw at or above this picks no kernel block: twice the shares' sum,
+    /// which the walk's rounded subtractions cannot reach (infinite if a share is
+    /// negative, so every draw walks).
+    kernel_draws_below: f64,
     cpus_per_socket: u32,
     held: u64,
     seed: u64,
@@ -238,7 +242,14 @@ impl Kbuild {
                 rcu: VecDeque::new(),
             })
             .collect();
+        let shares = &params.kernel_blocks_per_fault;
+        let kernel_draws_below = if shares.iter().all(|&share| share >= 0.0) {
+            2.0 * shares.iter().sum::<f64>()
+        } else {
+            f64::INFINITY
+        };
         Kbuild {
+            kernel_draws_below,
             jobs_total: params.jobs_per_cpu as u64 * cpus as u64,
             burst: Geometric::new(params.burst_mean),
             unmap: Geometric::new(params.unmap_mean_pages),
@@ -532,12 +543,16 @@ impl Kbuild {
         slot.to_fault -= 1;
         let mut kernel_order = None;
         let mut x = slot.rng.unit();
-        for (i, &share) in p.kernel_blocks_per_fault.iter().enumerate() {
-            if x < share {
-                kernel_order = Some(i as u8 + 1);
-                break;
+        // Nearly every draw is past every share: one comparison says so (see
+        // `kernel_draws_below`); the walk below decides the others, as it always did.
+        if x < self.kernel_draws_below {
+            for (i, &share) in p.kernel_blocks_per_fault.iter().enumerate() {
+                if x < share {
+                    kernel_order = Some(i as u8 + 1);
+                    break;
+                }
+                x -= share;
             }
-            x -= share;
         }
         if let Some(order) = kernel_order {
             let order = Order::new(order).expect("orders 1-3");
