@@ -242,12 +242,7 @@ impl Kbuild {
                 rcu: VecDeque::new(),
             })
             .collect();
-        let shares = &params.kernel_blocks_per_fault;
-        let kernel_draws_below = if shares.iter().all(|&share| share >= 0.0) {
-            2.0 * shares.iter().sum::<f64>()
-        } else {
-            f64::INFINITY
-        };
+        let kernel_draws_below = kernel_draws_below(&params.kernel_blocks_per_fault);
         Kbuild {
             kernel_draws_below,
             jobs_total: params.jobs_per_cpu as u64 * cpus as u64,
@@ -322,6 +317,30 @@ fn remote_cpu(rng: &mut Rng, share: f64, per_socket: u32, cpu: u32) -> Option<u3
     }
     let first = cpu / per_socket * per_socket;
     Some(first + (cpu - first + 1 + rng.below(per_socket as u64 - 1) as u32) % per_socket)
+}
+
+/// The order (1–3) of the kernel block a fault whose draw is `x` allocates, if any:
+/// each order takes its share of the unit interval in turn.
+fn kernel_order(shares: &[f64; 3], mut x: f64) -> Option<u8> {
+    for (i, &share) in shares.iter().enumerate() {
+        if x < share {
+            return Some(i as u8 + 1);
+        }
+        x -= share;
+    }
+    None
+}
+
+/// A bound at or above which no draw gets a kernel block from [`kernel_order`]: twice
+/// the shares' sum. The walk's subtractions are rounded, but monotonely, so a draw of
+/// at least `2·S` keeps at least `S` above each share it passes. Infinite (every draw
+/// walks) if a share is negative.
+fn kernel_draws_below(shares: &[f64; 3]) -> f64 {
+    if shares.iter().all(|&share| share >= 0.0) {
+        2.0 * shares.iter().sum::<f64>()
+    } else {
+        f64::INFINITY
+    }
 }
 
 /// Blocks of an exit burst whose descriptors are read together ([`Sim::prefetch`]).
@@ -541,19 +560,14 @@ impl Kbuild {
         }
         slot.burst_left -= 1;
         slot.to_fault -= 1;
-        let mut kernel_order = None;
-        let mut x = slot.rng.unit();
+        let x = slot.rng.unit();
         // Nearly every draw is past every share: one comparison says so (see
-        // `kernel_draws_below`); the walk below decides the others, as it always did.
-        if x < self.kernel_draws_below {
-            for (i, &share) in p.kernel_blocks_per_fault.iter().enumerate() {
-                if x < share {
-                    kernel_order = Some(i as u8 + 1);
-                    break;
-                }
-                x -= share;
-            }
-        }
+        // `kernel_draws_below`); the walk decides the others, as it always did.
+        let kernel_order = if x < self.kernel_draws_below {
+            kernel_order(&p.kernel_blocks_per_fault, x)
+        } else {
+            None
+        };
         if let Some(order) = kernel_order {
             let order = Order::new(order).expect("orders 1-3");
             let free_at = slot.rng.below(slot.to_fault + 1);
@@ -564,5 +578,37 @@ impl Kbuild {
         let pfn = self.alloc(sim, cpu, ANON, Order::ZERO)?;
         self.slots[c].pages.push(pfn);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The one-comparison skip never skips a draw the walk would give a block: across
+    /// shares of every scale (the published ones, tiny, zero, large) and draws at,
+    /// just above and far above the bound.
+    #[test]
+    fn no_draw_at_or_above_the_bound_gets_a_kernel_block() {
+        let mut rng = Rng::new(11, 0);
+        let published = KbuildParams::default().kernel_blocks_per_fault;
+        let mut cases = vec![published, [0.0; 3], [1e-300, 0.0, 5e-324], [0.2, 0.3, 0.1]];
+        for _ in 0..2_000 {
+            let scale = 10f64.powi(-(rng.below(300) as i32));
+            cases.push([rng.unit() * scale, rng.unit() * scale, rng.unit() * scale]);
+        }
+        for shares in cases {
+            let bound = kernel_draws_below(&shares);
+            let mut draws = vec![bound, bound.next_up(), bound * 1.5, 1.0 - f64::EPSILON];
+            draws.extend((0..50).map(|_| bound + rng.unit() * (1.0 - bound).max(0.0)));
+            for x in draws.into_iter().filter(|&x| x >= bound && x < 1.0) {
+                assert_eq!(kernel_order(&shares, x), None, "{shares:?} {x}");
+            }
+            // Below the bound the walk still decides, and takes each order's share.
+            if shares[0] > 0.0 {
+                assert_eq!(kernel_order(&shares, shares[0] * 0.5), Some(1));
+            }
+        }
+        assert_eq!(kernel_draws_below(&[0.1, -0.01, 0.1]), f64::INFINITY);
     }
 }
