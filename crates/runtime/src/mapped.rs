@@ -166,6 +166,8 @@ pub struct MappedMemory {
     state: Arc<Mutex<State>>,
     pool: PagePool,
     dir: PathBuf,
+    /// `dir` did not exist before: it is removed on drop, once its files are.
+    made_dir: bool,
 }
 
 /// Why a mapped-memory call failed.
@@ -202,13 +204,15 @@ impl From<std::io::Error> for MappedError {
 
 impl MappedMemory {
     /// Mapped memory over `pool` (which it keeps), with its files and a swap file of
-    /// `swap_pages` pages in `dir` (created if missing; the files are removed on drop).
+    /// `swap_pages` pages in `dir`. The files are removed on drop; so is `dir` if this
+    /// created it (its parents stay) and nothing else was put there.
     pub fn new(
         pool: PagePool,
         dir: &Path,
         swap_pages: u64,
         policy: MmPolicy,
     ) -> Result<MappedMemory, MappedError> {
+        let made_dir = !dir.exists();
         std::fs::create_dir_all(dir)?;
         let swap_path = dir.join("swap");
         let swap = OpenOptions::new()
@@ -229,6 +233,7 @@ impl MappedMemory {
             state: Arc::new(Mutex::new(State { memory, io })),
             pool,
             dir: dir.to_path_buf(),
+            made_dir,
         })
     }
 
@@ -437,5 +442,9 @@ impl Drop for MappedMemory {
             let _ = std::fs::remove_file(self.dir.join(format!("file-{i}")));
         }
         let _ = std::fs::remove_file(self.dir.join("swap"));
+        if self.made_dir {
+            // Fails, harmlessly, if something else was put there.
+            let _ = std::fs::remove_dir(&self.dir);
+        }
     }
 }

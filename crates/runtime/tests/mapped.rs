@@ -107,6 +107,23 @@ fn file_pages_are_read_from_and_written_back_to_the_file_on_disk() {
     m.read(mm, 0x201 * 4096, &mut back[..4096]).unwrap();
     assert!(back[..4096] == update[..]);
     m.verify().unwrap();
+    // The directory it made goes with its files: nothing is left behind.
+    drop(m);
+    assert!(!dir("file").exists(), "the scratch directory is removed");
+}
+
+/// A directory that was there before stays, with what else it holds.
+#[test]
+fn a_directory_that_existed_stays_after_drop() {
+    let path = dir("kept");
+    std::fs::create_dir_all(&path).unwrap();
+    std::fs::write(path.join("other"), b"not ours").unwrap();
+    let m = mapped("kept", MmPolicy::V6_7);
+    m.verify().unwrap();
+    drop(m);
+    assert!(!path.join("swap").exists(), "its swap file is removed");
+    assert_eq!(std::fs::read(path.join("other")).unwrap(), b"not ours");
+    std::fs::remove_dir_all(&path).unwrap();
 }
 
 #[test]
