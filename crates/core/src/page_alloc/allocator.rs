@@ -358,11 +358,11 @@ impl PageAllocator {
     }
 
     /// [`PageAllocator::with_mem_map`] for storage whose every byte is zero: fresh
-    /// anonymous memory from the operating system, or a range the caller zeroed. Only the
-    /// descriptors of holes and reserved runs are written, as [`PageAllocator::new`]
-    /// writes its own zeroed allocation, so the storage's pages that the set-up and a run
-    /// never reach stay untouched (a simulated node spans hundreds of MiB of
-    /// descriptors). It lets the caller choose where the descriptors lie: storage that
+    /// anonymous memory from the operating system, or a range the caller zeroed. Only
+    /// what [`PageAllocator::new`] writes in its own zeroed allocation is written (holes,
+    /// reserved runs, the head of each free block), so the storage's pages that the
+    /// set-up and a run never reach stay untouched (a simulated node spans hundreds of
+    /// MiB of descriptors). It lets the caller choose where the descriptors lie: storage that
     /// starts on a cache line keeps each aligned group of four descriptors (a block and its
     /// buddies up to order 1) in one line, where the heap's large allocations start 16
     /// bytes past a page boundary.
