@@ -51,13 +51,15 @@ fn machine(policy: Policy) -> PageAllocator {
 }
 
 /// A sink that keeps everything: the holds in order, the PCP hits as (zone, CPU,
-/// blocks), and the descriptors named to read ahead (their addresses). It takes the
-/// read-ahead hints, so every run through it also shows that they change nothing.
+/// blocks), the descriptors named to read ahead (their addresses) and the buddy-list
+/// heads refills left. It takes the read-ahead hints, so every run through it also shows
+/// that they change nothing.
 #[derive(Default, Debug)]
 struct Recorder {
     holds: Vec<ZoneLockHold>,
     hits: Vec<(usize, CpuId, u64)>,
     read_ahead: Vec<*const Page>,
+    refill_left: Vec<(usize, Order, Pfn, u64)>,
 }
 
 impl LockEvents for Recorder {
@@ -73,6 +75,10 @@ impl LockEvents for Recorder {
 
     fn read_ahead(&mut self, page: &Page) {
         self.read_ahead.push(page);
+    }
+
+    fn refill_left(&mut self, zone: usize, order: Order, first: Pfn, blocks: u64) {
+        self.refill_left.push((zone, order, first, blocks));
     }
 }
 
@@ -648,6 +654,44 @@ fn a_drain_names_each_drained_blocks_buddy_to_read_ahead() {
     named.sort();
     expected.sort();
     assert_eq!(named, expected);
+    allocator.verify().expect("a consistent allocator");
+}
+
+/// A refill names, for a sink that reads ahead, the block its buddy list's next refill
+/// takes first. cpu0's first allocation refills its pageset by splitting a `MAX_ORDER`
+/// block, which leaves one order-0 piece on the buddy list: the hint names it, cpu0's
+/// next allocation (a PCP hit) names nothing, and cpu1's refill, with no free in
+/// between, takes the named block first: it is cpu1's allocation.
+#[test]
+fn a_refill_names_the_block_the_next_refill_takes_first() {
+    let allocator = large_machine(Policy::V6_7);
+    let zone = normal_index(&allocator);
+    let movable = Gfp::HIGHUSER_MOVABLE;
+    let mut recorded = Recorder::default();
+    allocator
+        .alloc_pages_report(Caller::task(0), movable, Order::ZERO, &mut recorded)
+        .expect("free memory");
+    let [(at, order, first, blocks)] = recorded.refill_left[..] else {
+        panic!("one hint, got {:?}", recorded.refill_left);
+    };
+    assert_eq!(
+        (at, order, blocks),
+        (zone, Order::ZERO, 1),
+        "one piece of the split"
+    );
+    let mem_map = allocator.zones()[zone].mem_map();
+    assert!(mem_map
+        .page(first)
+        .has_state_order(PageState::Buddy, Order::ZERO));
+    let mut hit = Recorder::default();
+    allocator
+        .alloc_pages_report(Caller::task(0), movable, Order::ZERO, &mut hit)
+        .expect("free memory");
+    assert_eq!((hit.hits.len(), hit.refill_left.len()), (1, 0), "{hit:?}");
+    let next = allocator
+        .alloc_pages(Caller::task(1), movable, Order::ZERO)
+        .expect("free memory");
+    assert_eq!(next, first, "cpu1's refill starts at the named block");
     allocator.verify().expect("a consistent allocator");
 }
 

@@ -664,6 +664,12 @@ impl<R: RawMutex> PageAllocator<R> {
             // LOCK ORDER: pcp lock → zone lock.
             let mut locked = zone.lock();
             let got = locked.rmqueue_bulk(order, blocks, mt, flags, pcp, pindex);
+            if E::READS_AHEAD {
+                let list = locked.area().list(order, mt);
+                if let Some(first) = list.first() {
+                    events.refill_left(zone.index, order, first, list.len());
+                }
+            }
             let pages = got << order.get();
             locked.report(events, cpu, HoldKind::Refill, got, pages, 0);
         }

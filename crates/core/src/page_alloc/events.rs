@@ -32,7 +32,7 @@ use alloc::vec::Vec;
 
 use super::types::CpuId;
 use super::zone::DrainReason;
-use crate::page::Page;
+use crate::page::{Order, Page, Pfn};
 
 /// What one zone-lock hold did.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -179,6 +179,22 @@ pub trait LockEvents {
     #[inline(always)]
     fn read_ahead(&mut self, page: &Page) {
         let _ = page;
+    }
+
+    /// A refill of an `order` pageset list left `first` at the head of the buddy list of
+    /// zone `zone` it took its blocks from, `blocks` long: the next refill from that list
+    /// takes its blocks from `first` on, after any freed to the list's head meanwhile.
+    /// Called, with
+    /// the zone lock held, only for a sink that [reads ahead](LockEvents::READS_AHEAD) and
+    /// only when the list is not empty. A hint: a caller that runs other work before that
+    /// refill (the simulator) may walk the list's `next` links from `first` in between,
+    /// asking for each descriptor early, so that the refill's own walk, one dependent load
+    /// per block, finds them in cache. The list changes under such a walk (blocks taken,
+    /// merged away), so it must check each block it reads (still free, of `order`) and
+    /// stop where one is not.
+    #[inline(always)]
+    fn refill_left(&mut self, zone: usize, order: Order, first: Pfn, blocks: u64) {
+        let _ = (zone, order, first, blocks);
     }
 }
 
