@@ -42,6 +42,7 @@ use crate::bins::TimeBins;
 use crate::cache::CacheModel;
 use crate::cost::CostModel;
 use crate::huge_pages;
+use crate::list_walk::ListWalk;
 use crate::machine::MachineSpec;
 use crate::mem_map::MappedAllocator;
 use crate::prefetch::prefetch;
@@ -315,6 +316,8 @@ struct CallReport {
     holds: Vec<ZoneLockHold>,
     /// `drain_all_pages` calls since the run began: [drained or queued, skipped].
     drain_alls: [u64; 2],
+    /// The walk down the buddy list the last refill took from, a step per call.
+    walk: ListWalk,
 }
 
 impl LockEvents for CallReport {
@@ -330,6 +333,10 @@ impl LockEvents for CallReport {
 
     fn read_ahead(&mut self, page: &Page) {
         prefetch(page);
+    }
+
+    fn refill_left(&mut self, zone: usize, order: Order, first: Pfn, blocks: u64) {
+        self.walk = ListWalk::from(zone, order, first, blocks);
     }
 }
 
@@ -741,6 +748,16 @@ impl Sim {
         }
     }
 
+    /// A step of the walk down the buddy list the last refill took from, if it is not
+    /// done: taken after every allocation and free ([`crate::list_walk`]).
+    #[inline(always)]
+    fn walk_ahead(&mut self) {
+        let walk = &mut self.report.walk;
+        if walk.is_walking() {
+            walk.step(self.allocator.zones()[walk.zone].mem_map());
+        }
+    }
+
     /// Take zone `slot`'s lock for `hold_ns` on `cpu` at its clock, moving `blocks`
     /// blocks; returns the time spun waiting for it.
     fn acquire(&mut self, slot: usize, cpu: u32, hold_ns: u64, blocks: u64) -> u64 {
@@ -984,6 +1001,7 @@ impl Sim {
             self.prefetch_in(slot, next);
             self.prefetch_after(slot, next);
         }
+        self.walk_ahead();
         self.stats.alloc_calls += 1;
         self.stats.pages_allocated += order.pages();
         let hit_ns = if pcp_allowed_order(order) {
@@ -1020,6 +1038,7 @@ impl Sim {
         // then the PCP path's own cost.
         self.charge_report(cpu);
         result.map_err(|e| SimError::BadFree(e.to_string()))?;
+        self.walk_ahead();
         self.stats.free_calls += 1;
         let offset = pfn.0 - self.zones[slot].1;
         self.cache.stamp(cpu, slot, offset, order.pages());

@@ -13,6 +13,7 @@
 //! | [`engine`] | virtual CPUs, the zone-lock FIFO servers, vmstat ticks, sampling |
 //! | `bins` | time spread over the sample intervals it spans (the lock-wait series) |
 //! | `huge_pages` | huge pages under the part of the mem_map a run reaches (a hint) |
+//! | `list_walk` | a walk down a buddy list ahead of its next refill (a hint) |
 //! | `mem_map` | the page descriptors in a mapping of the simulator's own, on a cache line |
 //! | `queue` | the engine's pending events: a winner tree with one leaf per CPU |
 //! | `prefetch` | a cache-line prefetch hint (an `unsafe` intrinsic that cannot fault) |
@@ -39,6 +40,7 @@ pub mod calibrate;
 pub mod cost;
 pub mod engine;
 mod huge_pages;
+mod list_walk;
 pub mod machine;
 pub mod measured;
 mod mem_map;
