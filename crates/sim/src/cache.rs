@@ -38,60 +38,128 @@ const CACHE_CLASSES: [CacheClass; 4] = [
     CacheClass::Cold,
 ];
 
-/// A page's last touch, in 16 bytes so that four stamps share a cache line and none
-/// straddles two: the socket's counter, and the CPU's counter (low 48 bits) with the CPU
-/// (high 16 bits). A CPU touches far fewer than 2^48 lines in a run (a 224-CPU kbuild
-/// touches ≈ 1.5 · 10^9 lines in all); [`check_lines_fit`] asserts it before a counter
-/// grows, and [`CacheModel::new`] that every CPU number fits.
+/// A page's last touch, in 8 bytes so that eight stamps share a cache line: the low 32
+/// bits of its socket's line counter, and the CPU in the high bits of the second word
+/// beside the low bits of the CPU's counter ([`StampFormat`]). A distance read from a
+/// stamp is a difference modulo its field's width, so it is the true one only while it is
+/// below the width; a CPU touches millions of lines in a run, more than its field holds.
+/// Classifying a touch asks only whether a distance is within the L2's lines (the CPU's
+/// counter) or the LLC's (the socket's), so [`CacheModel::sweep`] rewrites every stamp
+/// past a threshold to the threshold plus one, still past it, and runs before any counter
+/// could carry a stored distance past its width ([`Geometry::cpu_limit`],
+/// [`Geometry::socket_limit`]): every classification is the one full counters give. Half
+/// the 16 bytes the stamp had, whose misses are a share of a long run's time
+/// (docs/EXPERIMENTS.md, "Speed").
 #[derive(Clone, Copy, Debug)]
-#[repr(C, align(16))]
+#[repr(C, align(8))]
 struct Stamp {
-    socket_lines: u64,
-    cpu_lines_cpu: u64,
+    socket_lines: u32,
+    cpu_lines_cpu: u32,
 }
 
-const CPU_SHIFT: u32 = 48;
-const CPU_LINES_MASK: u64 = (1 << CPU_SHIFT) - 1;
-const NEVER: u32 = 0xffff;
+const _: () = assert!(core::mem::size_of::<Stamp>() == 8);
 
-const _: () = assert!(core::mem::size_of::<Stamp>() == 16);
-
-impl Stamp {
-    /// A stamp of `cpu` (a CPU of the model, so below [`NEVER`]) and a CPU line counter
-    /// that [`check_lines_fit`] checked.
-    fn packed(cpu: u32, cpu_lines: u64, socket_lines: u64) -> Stamp {
-        debug_assert!(cpu < NEVER && cpu_lines <= CPU_LINES_MASK);
-        Stamp {
-            socket_lines,
-            cpu_lines_cpu: (cpu as u64) << CPU_SHIFT | cpu_lines,
-        }
-    }
-
-    fn cpu(&self) -> u32 {
-        (self.cpu_lines_cpu >> CPU_SHIFT) as u32
-    }
-
-    fn cpu_lines(&self) -> u64 {
-        self.cpu_lines_cpu & CPU_LINES_MASK
-    }
-}
-
-/// Panics unless a CPU line counter up to `cpu_lines` fits a [`Stamp`]. The counters
-/// only grow, so checking the largest value a call will stamp covers the call.
-fn check_lines_fit(cpu_lines: u64) {
-    assert!(
-        cpu_lines <= CPU_LINES_MASK,
-        "CPU line counter overflows a stamp"
-    );
-}
-
+/// A page never stamped: its CPU field all ones, the never-CPU of every format.
 impl Default for Stamp {
     fn default() -> Stamp {
         Stamp {
             socket_lines: 0,
-            cpu_lines_cpu: (NEVER as u64) << CPU_SHIFT,
+            cpu_lines_cpu: u32::MAX,
         }
     }
+}
+
+/// The most lines one touch adds to a counter: a `MAX_ORDER` block of 64-line pages.
+const MAX_TOUCH_LINES: u64 = (LINES_PER_PAGE as u64) << mmkit_core::page::MAX_ORDER;
+
+/// The lines of an L2 of `l2_bytes` and of the share of a socket's `socket_bytes` of
+/// cache that page data may use.
+fn cache_lines(l2_bytes: u64, socket_bytes: u64, cost: &CostModel) -> (u64, u64) {
+    (
+        l2_bytes / 64,
+        (socket_bytes as f64 * cost.llc_share) as u64 / 64,
+    )
+}
+
+/// Why a model of `cpus` CPUs with these caches cannot keep its stamps in 8 bytes, if it
+/// cannot: between two sweeps each counter must be able to take at least one touch (a
+/// `MAX_ORDER` block of 64-line pages) beyond its cache's lines. The CPU's counter gets the bits its
+/// number does not need: a 2-MiB L2 fits up to 32,767 CPUs.
+pub fn check_geometry(
+    cpus: usize,
+    l2_bytes: u64,
+    socket_bytes: u64,
+    cost: &CostModel,
+) -> Result<(), String> {
+    if cpus >= 1 << 16 {
+        return Err(format!("{cpus} CPUs do not fit a cache stamp"));
+    }
+    let format = StampFormat::for_cpus(cpus as u32);
+    let (private_lines, llc_lines) = cache_lines(l2_bytes, socket_bytes, cost);
+    if u64::from(format.mask).saturating_sub(private_lines + 1) < MAX_TOUCH_LINES {
+        return Err(format!(
+            "an L2 of {l2_bytes} bytes on {cpus} CPUs does not fit a cache stamp: use fewer \
+             CPUs or a smaller L2"
+        ));
+    }
+    if u64::from(u32::MAX).saturating_sub(llc_lines + 1) < MAX_TOUCH_LINES {
+        return Err(format!(
+            "a socket cache of {socket_bytes} bytes does not fit a cache stamp"
+        ));
+    }
+    Ok(())
+}
+
+/// How a model packs a CPU and its counter into a stamp's second word: the CPU in as
+/// few high bits as its CPUs need, with one value more for a page never stamped
+/// ([`StampFormat::never`]), and the counter's low bits below it (25 bits for the
+/// 112 CPUs of a one-socket kbuild run, 24 for 224).
+#[derive(Clone, Copy, Debug)]
+struct StampFormat {
+    shift: u32,
+    mask: u32,
+}
+
+impl StampFormat {
+    /// The format of a model of `cpus` CPUs (at most 2^16 − 1).
+    fn for_cpus(cpus: u32) -> StampFormat {
+        debug_assert!(cpus < 1 << 16);
+        let shift = cpus.leading_zeros().min(31);
+        StampFormat {
+            shift,
+            mask: (1 << shift) - 1,
+        }
+    }
+
+    /// The CPU of a page never stamped; the model's CPUs are below it.
+    fn never(&self) -> u32 {
+        u32::MAX >> self.shift
+    }
+
+    /// A stamp of `cpu` (below [`Self::never`]) and the counters now.
+    fn pack(&self, cpu: u32, cpu_lines: u64, socket_lines: u64) -> Stamp {
+        debug_assert!(cpu < self.never());
+        Stamp {
+            socket_lines: socket_lines as u32,
+            cpu_lines_cpu: cpu << self.shift | (cpu_lines as u32 & self.mask),
+        }
+    }
+
+    fn cpu(&self, stamp: &Stamp) -> u32 {
+        stamp.cpu_lines_cpu >> self.shift
+    }
+
+    /// Lines the stamp's CPU has touched since, its counter being `cpu_lines` now, modulo
+    /// the field's width (the CPU bits above drop out of the difference).
+    fn cpu_distance(&self, stamp: &Stamp, cpu_lines: u64) -> u64 {
+        u64::from((cpu_lines as u32).wrapping_sub(stamp.cpu_lines_cpu) & self.mask)
+    }
+}
+
+/// Lines the stamp's socket has touched since, its counter being `socket_lines` now,
+/// modulo 2^32.
+fn socket_distance(stamp: &Stamp, socket_lines: u64) -> u64 {
+    u64::from((socket_lines as u32).wrapping_sub(stamp.socket_lines))
 }
 
 /// The stamp at `offset` of a zone's `stamps`, growing them to cover it: the growth
@@ -193,6 +261,12 @@ struct Geometry {
     private_lines: u64,
     llc_lines: u64,
     cpu_socket: Vec<u32>,
+    format: StampFormat,
+    /// The most a CPU's counter may advance between two sweeps: a stored distance is at
+    /// most `private_lines + 1` after a sweep, and must stay within the field.
+    cpu_limit: u64,
+    /// The same for a socket's counter: `llc_lines + 1` after a sweep, below 2^32.
+    socket_limit: u64,
 }
 
 impl Geometry {
@@ -206,15 +280,15 @@ impl Geometry {
         socket_lines: u64,
         stamp: &Stamp,
     ) -> CacheClass {
-        let stamp_cpu = stamp.cpu();
-        if stamp_cpu == NEVER {
+        let stamp_cpu = self.format.cpu(stamp);
+        if stamp_cpu == self.format.never() {
             return CacheClass::Cold;
         }
-        if stamp_cpu == cpu && cpu_lines - stamp.cpu_lines() <= self.private_lines {
+        if stamp_cpu == cpu && self.format.cpu_distance(stamp, cpu_lines) <= self.private_lines {
             return CacheClass::L2;
         }
         if self.cpu_socket[stamp_cpu as usize] == socket
-            && socket_lines - stamp.socket_lines <= self.llc_lines
+            && socket_distance(stamp, socket_lines) <= self.llc_lines
         {
             return if stamp_cpu == cpu {
                 CacheClass::Llc
@@ -234,6 +308,14 @@ pub struct CacheModel {
     socket_touched: Vec<u64>,
     /// Per zone, indexed by pfn − zone start; grown on demand.
     stamps: Vec<Vec<Stamp>>,
+    /// The CPUs' and the sockets' counters at the last [`Self::sweep`].
+    swept_cpu: Vec<u64>,
+    swept_socket: Vec<u64>,
+    /// Sweeps so far.
+    sweeps: u64,
+    /// Lines touches may still add, all counters together, before the headroom of each
+    /// is looked up again ([`Self::make_room`]).
+    budget: u64,
     /// The run's totals.
     pub counts: CacheCounts,
 }
@@ -251,20 +333,29 @@ impl CacheModel {
         socket_bytes: u64,
         cost: &CostModel,
     ) -> CacheModel {
-        // Every CPU number fits a stamp: the hot paths check only the line counters.
-        assert!(
-            cpu_socket.len() <= NEVER as usize,
-            "{} CPUs do not fit a stamp",
-            cpu_socket.len()
-        );
+        let cpus = cpu_socket.len();
+        if let Err(why) = check_geometry(cpus, l2_bytes, socket_bytes, cost) {
+            panic!("{why}");
+        }
+        let format = StampFormat::for_cpus(cpus as u32);
         let sockets = cpu_socket.iter().max().map_or(1, |s| *s as usize + 1);
+        let (private_lines, llc_lines) = cache_lines(l2_bytes, socket_bytes, cost);
+        let cpu_limit = u64::from(format.mask) - (private_lines + 1);
+        let socket_limit = u64::from(u32::MAX) - (llc_lines + 1);
         CacheModel {
-            cpu_touched: vec![0; cpu_socket.len()],
+            cpu_touched: vec![0; cpus],
             socket_touched: vec![0; sockets],
+            swept_cpu: vec![0; cpus],
+            swept_socket: vec![0; sockets],
+            sweeps: 0,
+            budget: cpu_limit.min(socket_limit),
             geometry: Geometry {
-                private_lines: l2_bytes / 64,
-                llc_lines: (socket_bytes as f64 * cost.llc_share) as u64 / 64,
+                private_lines,
+                llc_lines,
                 cpu_socket,
+                format,
+                cpu_limit,
+                socket_limit,
             },
             stamps: zone_pages.iter().map(|&pages| reserve(pages)).collect(),
             counts: CacheCounts::default(),
@@ -358,25 +449,26 @@ impl CacheModel {
     ) -> u64 {
         // Each counter is looked up once, read and written through the one reference
         // (through `self`, every access was an index and a bounds check of its own).
+        let socket = self.geometry.cpu_socket[cpu as usize];
+        let lines64 = lines as u64;
+        self.make_room(lines64);
         let CacheModel {
             geometry,
             cpu_touched,
             socket_touched,
             stamps,
             counts,
+            ..
         } = self;
-        let socket = geometry.cpu_socket[cpu as usize];
-        let lines64 = lines as u64;
         let cpu_lines = &mut cpu_touched[cpu as usize];
         let socket_lines = &mut socket_touched[socket as usize];
-        check_lines_fit(*cpu_lines + lines64);
         let stamp = stamp_mut(&mut stamps[zone], offset);
         let class = geometry.classify(cpu, socket, *cpu_lines, *socket_lines, stamp);
         *cpu_lines += lines64;
         if AGES_LLC {
             *socket_lines += lines64;
         }
-        *stamp = Stamp::packed(cpu, *cpu_lines, *socket_lines);
+        *stamp = geometry.format.pack(cpu, *cpu_lines, *socket_lines);
         counts.add(class, 1, lines64, cost)
     }
 
@@ -395,9 +487,9 @@ impl CacheModel {
         self.cover(zone, end);
         let socket = self.geometry.cpu_socket[cpu as usize];
         let lines64 = lines as u64;
+        self.make_room(pages * lines64);
         let mut cpu_lines = self.cpu_touched[cpu as usize];
         let mut socket_lines = self.socket_touched[socket as usize];
-        check_lines_fit(cpu_lines + pages * lines64);
         let CacheModel {
             geometry, stamps, ..
         } = self;
@@ -411,7 +503,7 @@ impl CacheModel {
             if AGES_LLC {
                 socket_lines += lines64;
             }
-            *stamp = Stamp::packed(cpu, cpu_lines, socket_lines);
+            *stamp = geometry.format.pack(cpu, cpu_lines, socket_lines);
         }
         self.cpu_touched[cpu as usize] = cpu_lines;
         self.socket_touched[socket as usize] = socket_lines;
@@ -420,6 +512,81 @@ impl CacheModel {
             .zip(class_pages)
             .map(|(&class, pages)| self.counts.add(class, pages, lines64, cost))
             .sum()
+    }
+
+    /// Make sure a touch may advance one CPU's counter, and at most its socket's, by
+    /// `lines`: [`Self::budget`] is at most what any counter may still advance before a
+    /// sweep, and a touch takes `lines` from it, so it stays so. When it runs out, the
+    /// real headroom is looked up ([`Self::renew_budget`]). Before every touch: one
+    /// comparison.
+    #[inline(always)]
+    fn make_room(&mut self, lines: u64) {
+        debug_assert!(lines <= MAX_TOUCH_LINES);
+        if lines > self.budget {
+            self.renew_budget(lines);
+        }
+        self.budget -= lines;
+    }
+
+    /// The least any counter may still advance before a sweep, sweeping first if that is
+    /// less than `lines`. A few dozen times a run: every counter's headroom shrinks by
+    /// what its CPU or socket touches, the budget by what all touch.
+    #[cold]
+    #[inline(never)]
+    fn renew_budget(&mut self, lines: u64) {
+        let headroom = |limit: u64, counters: &[u64], swept: &[u64]| {
+            counters
+                .iter()
+                .zip(swept)
+                .map(|(now, then)| limit - (now - then))
+                .min()
+                .unwrap_or(limit)
+        };
+        let g = &self.geometry;
+        self.budget = headroom(g.cpu_limit, &self.cpu_touched, &self.swept_cpu).min(headroom(
+            g.socket_limit,
+            &self.socket_touched,
+            &self.swept_socket,
+        ));
+        if self.budget < lines {
+            self.sweep();
+            self.budget = self.geometry.cpu_limit.min(self.geometry.socket_limit);
+        }
+    }
+
+    /// Rewrite every stamp whose CPU distance is past the L2's lines to exactly one past
+    /// them, and every stamp whose socket distance is past the LLC's likewise: each
+    /// classifies as before (not within), and every stored distance is now at most its
+    /// threshold plus one, so the counters may advance by the limits of [`Geometry`]
+    /// before a stored distance could reach its field's width. Out of line: a few a run.
+    #[cold]
+    #[inline(never)]
+    fn sweep(&mut self) {
+        let geometry = &self.geometry;
+        let format = geometry.format;
+        let (private, llc) = (geometry.private_lines, geometry.llc_lines);
+        for stamps in &mut self.stamps {
+            for stamp in stamps.iter_mut() {
+                let cpu = format.cpu(stamp);
+                if cpu == format.never() {
+                    continue;
+                }
+                let cpu_lines = self.cpu_touched[cpu as usize];
+                if format.cpu_distance(stamp, cpu_lines) > private {
+                    let socket_lines = stamp.socket_lines;
+                    *stamp = format.pack(cpu, cpu_lines.wrapping_sub(private + 1), 0);
+                    stamp.socket_lines = socket_lines;
+                }
+                let socket = geometry.cpu_socket[cpu as usize] as usize;
+                let socket_lines = self.socket_touched[socket];
+                if socket_distance(stamp, socket_lines) > llc {
+                    stamp.socket_lines = socket_lines.wrapping_sub(llc + 1) as u32;
+                }
+            }
+        }
+        self.swept_cpu.copy_from_slice(&self.cpu_touched);
+        self.swept_socket.copy_from_slice(&self.socket_touched);
+        self.sweeps += 1;
     }
 
     /// `cpu` frees `pages` pages at offset `first` of zone `zone`: stamp them as last
@@ -450,8 +617,7 @@ impl CacheModel {
     #[inline]
     fn stamp_now(&self, cpu: u32) -> Stamp {
         let socket = self.geometry.cpu_socket[cpu as usize] as usize;
-        // The CPU's counter was checked by the touch that raised it.
-        Stamp::packed(
+        self.geometry.format.pack(
             cpu,
             self.cpu_touched[cpu as usize],
             self.socket_touched[socket],
@@ -598,7 +764,8 @@ mod tests {
     #[test]
     fn growing_the_stamps_keeps_them_in_place_and_covers_the_offset() {
         let mut stamps = reserve(64);
-        stamps.extend((0..5u32).map(|i| Stamp::packed(i, u64::from(i) * 3, u64::from(i) * 5)));
+        let format = StampFormat::for_cpus(5);
+        stamps.extend((0..5u32).map(|i| format.pack(i, u64::from(i) * 3, u64::from(i) * 5)));
         let at = stamps.as_ptr();
         grow(&mut stamps, 9);
         assert_eq!(stamps.len(), 16);
@@ -609,12 +776,184 @@ mod tests {
         for (i, stamp) in stamps.iter().enumerate() {
             let i = i as u32;
             if i < 5 {
-                let kept = (stamp.cpu(), stamp.cpu_lines(), stamp.socket_lines);
-                assert_eq!(kept, (i, u64::from(i) * 3, u64::from(i) * 5));
+                let kept = (
+                    format.cpu(stamp),
+                    stamp.cpu_lines_cpu & format.mask,
+                    stamp.socket_lines,
+                );
+                assert_eq!(kept, (i, i * 3, i * 5));
             } else {
-                assert_eq!(stamp.cpu(), NEVER, "offset {i} was never stamped");
+                let cpu = format.cpu(stamp);
+                assert_eq!(cpu, format.never(), "offset {i} was never stamped");
             }
         }
+    }
+
+    /// The model with 64-bit counters in every stamp that [`Stamp`] narrows, with no
+    /// sweeps: what every classification must agree with.
+    struct FullCounters {
+        cpu_socket: Vec<u32>,
+        private_lines: u64,
+        llc_lines: u64,
+        cpu_touched: Vec<u64>,
+        socket_touched: Vec<u64>,
+        /// Per page: the last toucher, its counter and its socket's, then.
+        stamps: Vec<Option<(u32, u64, u64)>>,
+        counts: CacheCounts,
+    }
+
+    impl FullCounters {
+        fn of(model: &CacheModel, pages: usize) -> FullCounters {
+            let g = &model.geometry;
+            FullCounters {
+                cpu_socket: g.cpu_socket.clone(),
+                private_lines: g.private_lines,
+                llc_lines: g.llc_lines,
+                cpu_touched: vec![0; g.cpu_socket.len()],
+                socket_touched: vec![0; model.socket_touched.len()],
+                stamps: vec![None; pages],
+                counts: CacheCounts::default(),
+            }
+        }
+
+        fn classify(&self, cpu: u32, offset: usize) -> CacheClass {
+            let Some((by, cpu_lines, socket_lines)) = self.stamps[offset] else {
+                return CacheClass::Cold;
+            };
+            let socket = self.cpu_socket[cpu as usize] as usize;
+            if by == cpu && self.cpu_touched[cpu as usize] - cpu_lines <= self.private_lines {
+                return CacheClass::L2;
+            }
+            if self.cpu_socket[by as usize] as usize == socket
+                && self.socket_touched[socket] - socket_lines <= self.llc_lines
+            {
+                return if by == cpu {
+                    CacheClass::Llc
+                } else {
+                    CacheClass::LlcRemote
+                };
+            }
+            CacheClass::Cold
+        }
+
+        fn touch(&mut self, cpu: u32, first: u64, pages: u64, lines: u32, ages_llc: bool) -> u64 {
+            let cost = CostModel::calibrated();
+            let socket = self.cpu_socket[cpu as usize] as usize;
+            let mut ns = 0;
+            for offset in first as usize..(first + pages) as usize {
+                let class = self.classify(cpu, offset);
+                ns += self.counts.add(class, 1, u64::from(lines), &cost);
+                self.cpu_touched[cpu as usize] += u64::from(lines);
+                if ages_llc {
+                    self.socket_touched[socket] += u64::from(lines);
+                }
+                self.stamps[offset] = Some((
+                    cpu,
+                    self.cpu_touched[cpu as usize],
+                    self.socket_touched[socket],
+                ));
+            }
+            ns
+        }
+
+        fn stamp(&mut self, cpu: u32, first: u64, pages: u64) {
+            let socket = self.cpu_socket[cpu as usize] as usize;
+            let now = (
+                cpu,
+                self.cpu_touched[cpu as usize],
+                self.socket_touched[socket],
+            );
+            self.stamps[first as usize..(first + pages) as usize].fill(Some(now));
+        }
+    }
+
+    /// The 8-byte stamps classify every touch as 64-bit counters would, across sweeps
+    /// and wrapped fields: [`FullCounters`] runs the same random touches, reads and frees,
+    /// and each touch's time and the class counts agree. The model has 2,048 CPUs (of
+    /// which three touch), so its CPU counters get 20 bits; half the touches are of 1,024
+    /// pages of 64 lines, which carries socket 0's counter past 2^32 lines (the width of
+    /// its field) and each CPU's past 2^20 many times over, so the model sweeps often.
+    #[test]
+    fn narrow_stamps_classify_as_full_counters_across_sweeps() {
+        let cost = CostModel {
+            llc_share: 1.0,
+            ..CostModel::calibrated()
+        };
+        let mut rng = crate::rng::Rng::new(11, 0);
+        let mut cpu_socket = vec![0, 0, 1];
+        cpu_socket.resize(2048, 1);
+        let mut narrow = CacheModel::new(cpu_socket, &[1 << 12], 2 * 4096, 4 * 4096, &cost);
+        assert_eq!(narrow.geometry.format.mask, (1 << 20) - 1);
+        let pages = 1 << 12;
+        let mut full = FullCounters::of(&narrow, pages);
+        for step in 0..300_000 {
+            let cpu = rng.below(3) as u32;
+            let (n, lines) = if rng.chance(0.5) {
+                (1024, 64)
+            } else {
+                (1 << rng.below(11), [1, 7, 40, 64][rng.below(4) as usize])
+            };
+            let first = rng.below(pages as u64 / n) * n;
+            if rng.chance(0.15) {
+                narrow.stamp(cpu, 0, first, n);
+                full.stamp(cpu, first, n);
+                continue;
+            }
+            let ages_llc = rng.chance(0.8);
+            let ns = if ages_llc {
+                narrow.touch(cpu, 0, first, n, lines, &cost)
+            } else {
+                narrow.read(cpu, 0, first, n, lines, &cost)
+            };
+            assert_eq!(
+                ns,
+                full.touch(cpu, first, n, lines, ages_llc),
+                "step {step}"
+            );
+            assert_eq!(narrow.counts, full.counts, "step {step}");
+        }
+        assert!(
+            full.socket_touched[0] > 1 << 32,
+            "{:?}",
+            full.socket_touched
+        );
+        assert!(narrow.sweeps > 100, "{} sweeps", narrow.sweeps);
+        assert_eq!(narrow.cpu_touched, full.cpu_touched);
+        assert_eq!(narrow.socket_touched, full.socket_touched);
+    }
+
+    /// A distance of exactly a field's width is still far: page 0 is touched again after
+    /// its CPU, then its socket, touched exactly the width of the stamp's CPU counter
+    /// (2^30 lines for three CPUs), then of its socket counter (2^32) more, where the
+    /// field's difference alone would read 0, an L2 (an LLC) hit.
+    #[test]
+    fn a_distance_of_exactly_a_fields_width_is_still_far() {
+        let cost = CostModel::calibrated();
+        let mut m = model();
+        let width = u64::from(m.geometry.format.mask) + 1;
+        assert_eq!(width, 1 << 30);
+        m.touch(0, 0, 0, 1, 64, &cost);
+        // CPU 0 reads that many lines, which age its L2 only, in blocks of 1,024 pages.
+        for _ in 0..width / MAX_TOUCH_LINES {
+            m.read(0, 0, 1024, 1024, 64, &cost);
+        }
+        assert_eq!(m.cpu_touched[0], 64 + width);
+        assert_eq!(
+            m.touch(0, 0, 0, 1, 64, &cost),
+            cost.touch_llc_ns,
+            "out of the L2, still in the LLC"
+        );
+        // CPU 1, on the same socket, touches 2^32 lines elsewhere, then page 0.
+        for _ in 0..1 << 16 {
+            m.touch(1, 0, 1024, 1024, 64, &cost);
+        }
+        assert_eq!(m.socket_touched[0], 128 + (1 << 32));
+        assert_eq!(
+            m.touch(1, 0, 0, 1, 64, &cost),
+            cost.touch_cold_ns,
+            "out of the LLC"
+        );
+        assert!(m.sweeps >= 2, "{} sweeps", m.sweeps);
     }
 
     #[test]

@@ -89,7 +89,8 @@ impl RunSpec {
     }
 
     /// Why this run cannot be simulated, if it cannot: a CPU count outside what the
-    /// workload and the engine can take, or a scale outside (0, 100].
+    /// workload and the engine can take, caches too large for the cache model's stamps
+    /// on that many CPUs, or a scale outside (0, 100].
     pub fn validate(&self) -> Result<(), SimError> {
         let cpus = self.machine().nr_cpus();
         let min = self.workload.min_cpus();
@@ -105,6 +106,14 @@ impl RunSpec {
                 "{cpus} CPUs are too many to simulate: use at most {MAX_CPUS}"
             )));
         }
+        let machine = self.machine();
+        crate::cache::check_geometry(
+            cpus as usize,
+            machine.l2_bytes,
+            machine.socket_cache_bytes(),
+            &self.cost,
+        )
+        .map_err(SimError::Invalid)?;
         if !(self.scale > 0.0 && self.scale <= 100.0) {
             return Err(SimError::Invalid(format!(
                 "scale {} is invalid: use a number in (0, 100]",
