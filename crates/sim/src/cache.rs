@@ -72,42 +72,65 @@ impl Default for Stamp {
 /// The most lines one touch adds to a counter: a `MAX_ORDER` block of 64-line pages.
 const MAX_TOUCH_LINES: u64 = (LINES_PER_PAGE as u64) << mmkit_core::page::MAX_ORDER;
 
-/// The lines of an L2 of `l2_bytes` and of the share of a socket's `socket_bytes` of
-/// cache that page data may use.
-fn cache_lines(l2_bytes: u64, socket_bytes: u64, cost: &CostModel) -> (u64, u64) {
-    (
-        l2_bytes / 64,
-        (socket_bytes as f64 * cost.llc_share) as u64 / 64,
-    )
+/// What a model's stamps can hold for its CPUs and caches: the CPU field's format, the
+/// caches' lines (the L2's, and the share of a socket's cache page data may use), and how
+/// far each counter may advance between sweeps ([`Geometry::cpu_limit`],
+/// [`Geometry::socket_limit`]).
+struct StampLimits {
+    format: StampFormat,
+    private_lines: u64,
+    llc_lines: u64,
+    cpu_limit: u64,
+    socket_limit: u64,
+}
+
+/// [`StampLimits`] of a model of `cpus` CPUs with these caches, or why its stamps cannot
+/// be kept in 8 bytes: between two sweeps each counter must be able to take at least one
+/// touch (a `MAX_ORDER` block of 64-line pages) beyond its cache's lines.
+fn stamp_limits(
+    cpus: usize,
+    l2_bytes: u64,
+    socket_bytes: u64,
+    cost: &CostModel,
+) -> Result<StampLimits, String> {
+    if cpus >= 1 << 16 {
+        return Err(format!("{cpus} CPUs do not fit a cache stamp"));
+    }
+    let format = StampFormat::for_cpus(cpus as u32);
+    let private_lines = l2_bytes / 64;
+    let llc_lines = (socket_bytes as f64 * cost.llc_share) as u64 / 64;
+    let cpu_limit = u64::from(format.mask).saturating_sub(private_lines + 1);
+    let socket_limit = u64::from(u32::MAX).saturating_sub(llc_lines + 1);
+    if cpu_limit < MAX_TOUCH_LINES {
+        return Err(format!(
+            "an L2 of {l2_bytes} bytes on {cpus} CPUs does not fit a cache stamp: use fewer \
+             CPUs or a smaller L2"
+        ));
+    }
+    if socket_limit < MAX_TOUCH_LINES {
+        return Err(format!(
+            "a socket cache of {socket_bytes} bytes does not fit a cache stamp"
+        ));
+    }
+    Ok(StampLimits {
+        format,
+        private_lines,
+        llc_lines,
+        cpu_limit,
+        socket_limit,
+    })
 }
 
 /// Why a model of `cpus` CPUs with these caches cannot keep its stamps in 8 bytes, if it
-/// cannot: between two sweeps each counter must be able to take at least one touch (a
-/// `MAX_ORDER` block of 64-line pages) beyond its cache's lines. The CPU's counter gets the bits its
-/// number does not need: a 2-MiB L2 fits up to 32,767 CPUs.
+/// cannot ([`RunSpec::validate`](crate::RunSpec::validate) asks before a run). The CPU's
+/// counter gets the bits its number does not need: a 2-MiB L2 fits up to 32,767 CPUs.
 pub fn check_geometry(
     cpus: usize,
     l2_bytes: u64,
     socket_bytes: u64,
     cost: &CostModel,
 ) -> Result<(), String> {
-    if cpus >= 1 << 16 {
-        return Err(format!("{cpus} CPUs do not fit a cache stamp"));
-    }
-    let format = StampFormat::for_cpus(cpus as u32);
-    let (private_lines, llc_lines) = cache_lines(l2_bytes, socket_bytes, cost);
-    if u64::from(format.mask).saturating_sub(private_lines + 1) < MAX_TOUCH_LINES {
-        return Err(format!(
-            "an L2 of {l2_bytes} bytes on {cpus} CPUs does not fit a cache stamp: use fewer \
-             CPUs or a smaller L2"
-        ));
-    }
-    if u64::from(u32::MAX).saturating_sub(llc_lines + 1) < MAX_TOUCH_LINES {
-        return Err(format!(
-            "a socket cache of {socket_bytes} bytes does not fit a cache stamp"
-        ));
-    }
-    Ok(())
+    stamp_limits(cpus, l2_bytes, socket_bytes, cost).map(|_| ())
 }
 
 /// How a model packs a CPU and its counter into a stamp's second word: the CPU in as
@@ -270,6 +293,12 @@ struct Geometry {
 }
 
 impl Geometry {
+    /// The budget right after a sweep (or at the start): every counter may advance by its
+    /// limit.
+    fn swept_budget(&self) -> u64 {
+        self.cpu_limit.min(self.socket_limit)
+    }
+
     /// Classify a page `cpu` (on `socket`) is about to touch, `cpu_lines` and
     /// `socket_lines` being the CPU's and its socket's counters now.
     fn classify(
@@ -334,29 +363,25 @@ impl CacheModel {
         cost: &CostModel,
     ) -> CacheModel {
         let cpus = cpu_socket.len();
-        if let Err(why) = check_geometry(cpus, l2_bytes, socket_bytes, cost) {
-            panic!("{why}");
-        }
-        let format = StampFormat::for_cpus(cpus as u32);
+        let limits =
+            stamp_limits(cpus, l2_bytes, socket_bytes, cost).unwrap_or_else(|why| panic!("{why}"));
         let sockets = cpu_socket.iter().max().map_or(1, |s| *s as usize + 1);
-        let (private_lines, llc_lines) = cache_lines(l2_bytes, socket_bytes, cost);
-        let cpu_limit = u64::from(format.mask) - (private_lines + 1);
-        let socket_limit = u64::from(u32::MAX) - (llc_lines + 1);
+        let geometry = Geometry {
+            private_lines: limits.private_lines,
+            llc_lines: limits.llc_lines,
+            cpu_socket,
+            format: limits.format,
+            cpu_limit: limits.cpu_limit,
+            socket_limit: limits.socket_limit,
+        };
         CacheModel {
             cpu_touched: vec![0; cpus],
             socket_touched: vec![0; sockets],
             swept_cpu: vec![0; cpus],
             swept_socket: vec![0; sockets],
             sweeps: 0,
-            budget: cpu_limit.min(socket_limit),
-            geometry: Geometry {
-                private_lines,
-                llc_lines,
-                cpu_socket,
-                format,
-                cpu_limit,
-                socket_limit,
-            },
+            budget: geometry.swept_budget(),
+            geometry,
             stamps: zone_pages.iter().map(|&pages| reserve(pages)).collect(),
             counts: CacheCounts::default(),
         }
@@ -550,7 +575,7 @@ impl CacheModel {
         ));
         if self.budget < lines {
             self.sweep();
-            self.budget = self.geometry.cpu_limit.min(self.geometry.socket_limit);
+            self.budget = self.geometry.swept_budget();
         }
     }
 
