@@ -45,7 +45,7 @@ pub struct SimArgs {
     /// Seed of every random choice of the workload.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Size of the run: 1 = the default scale (kbuild: 48 processes per CPU, more makes
+    /// Size of the run: 1 = the default scale (kbuild: 96 processes per CPU, more makes
     /// the build longer; netperf: 1.25 s of virtual time, of which 0.25 s warm-up; unix:
     /// 3.5 s, of which 3 s warm-up); smaller is faster.
     #[arg(long, default_value_t = 1.0)]

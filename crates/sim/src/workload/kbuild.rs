@@ -34,12 +34,15 @@ pub struct KbuildParams {
     /// Processes in the build per CPU (the build's size). A kernel build runs hundreds
     /// per CPU, and the published test repeats it for minutes, so nearly all of what it
     /// measured is the build's middle: every pageset filled long ago, the free memory
-    /// fragmented. 48 on one socket (5,376 processes, 3/4 of what 32 per CPU gave the
-    /// whole machine, in 60 % of the simulator's time) puts most of the middle
-    /// ([`KbuildParams::steady_window`]) past the start-up transient, which lasts about
-    /// three virtual seconds (docs/EXPERIMENTS.md, "kbuild at the demo's scale is a
-    /// transient"); 32 measured the transient's tail, 16 mostly the start-up. More is
-    /// more stationary still, and costs the demo's two-minute budget.
+    /// fragmented. 96 on one socket (10,752 processes) measures about 6.5 virtual
+    /// seconds of the middle ([`KbuildParams::steady_window`]), past the start-up
+    /// transient, which lasts about three (docs/EXPERIMENTS.md, "kbuild at the demo's
+    /// scale is a transient"). Near the zone lock's saturation one run's contention
+    /// comes in bursts, so a run's figure is a draw: over twelve seeds its standard
+    /// deviation was 2.49 points at 48 per CPU (3.1 s measured) and 1.73 at 96, the
+    /// 1/√2 of a middle twice as long (docs/EXPERIMENTS.md, "kbuild's one-run noise");
+    /// 48 was the demo's until the simulator was fast enough to pay for 96 within its
+    /// two minutes. 32 measured the transient's tail, 16 mostly the start-up.
     pub jobs_per_cpu: u32,
     /// Share of processes that are long compiler runs (cc1); the rest are helpers.
     pub cc1_share: f64,
@@ -109,7 +112,7 @@ pub struct KbuildParams {
 impl Default for KbuildParams {
     fn default() -> KbuildParams {
         KbuildParams {
-            jobs_per_cpu: 48,
+            jobs_per_cpu: 96,
             cc1_share: 0.25,
             helper_median_ms: 30.0,
             cc1_median_ms: 300.0,
@@ -132,7 +135,8 @@ impl Default for KbuildParams {
 }
 
 impl KbuildParams {
-    /// Scaled for a smaller run: `scale` < 1 shortens lifetimes and the job count.
+    /// Scaled: `scale` < 1 shortens the lifetimes (the job count stays, so the window
+    /// still opens past the start-up), `scale` > 1 multiplies the job count.
     pub fn scaled(scale: f64) -> KbuildParams {
         let base = KbuildParams::default();
         let life = scale.min(1.0);
