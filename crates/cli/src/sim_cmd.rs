@@ -92,6 +92,11 @@ pub struct SimArgs {
     /// default: the committed calibration's.
     #[arg(long, value_name = "RATE")]
     pub kbuild_faults_per_s: Option<f64>,
+    /// Workload sensitivity (kbuild): processes per CPU, the build's length; default 96
+    /// (times `--scale` above 1). 48 was the default until 2026-12-05: half the middle,
+    /// and about twice one run's spread of lock contention.
+    #[arg(long, value_name = "N")]
+    pub jobs_per_cpu: Option<u32>,
     /// Workload sensitivity (kbuild): measure the whole build, its start-up (every empty
     /// pageset filling from fresh memory) and its tail (a few long compilers) included,
     /// with the build time the last exit's. By default only the middle is measured,
@@ -611,6 +616,16 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
     }
     if let Some(rate) = args.kbuild_faults_per_s {
         spec.kbuild_faults_per_s = in_range("--kbuild-faults-per-s", rate, 1.0, 1e7)?;
+    }
+    if let Some(jobs) = args.jobs_per_cpu {
+        if workload != WorkloadKind::Kbuild {
+            return Err(CliError::usage(format!(
+                "--jobs-per-cpu {jobs}: only kbuild has processes per CPU"
+            )));
+        }
+        spec.kbuild_jobs_per_cpu = Some(jobs);
+        spec.validate()
+            .map_err(|e| CliError::usage(format!("--jobs-per-cpu: {e}")))?;
     }
     if args.whole_build {
         if workload != WorkloadKind::Kbuild {

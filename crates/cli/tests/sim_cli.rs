@@ -539,3 +539,31 @@ fn sockets_simulates_that_many_of_the_published_machines_sockets() {
         assert!(String::from_utf8(out.stderr).unwrap().contains("--sockets"));
     }
 }
+
+#[test]
+fn jobs_per_cpu_sets_the_builds_length_and_refuses_what_it_cannot_be() {
+    let processes = |jobs: &str| {
+        let args = [
+            "--workload",
+            "kbuild",
+            "--policies",
+            "base",
+            "--whole-build",
+        ];
+        let run = first_run(&[&args[..], &["--jobs-per-cpu", jobs, "--json"]].concat());
+        run["work_done"].as_u64().unwrap()
+    };
+    // The whole build counts every process: jobs × the 8 CPUs.
+    assert_eq!(processes("1"), 8);
+    assert_eq!(processes("3"), 24);
+    for bad in ["0", "9601"] {
+        refused(
+            &["--workload", "kbuild", "--jobs-per-cpu", bad],
+            &format!("--jobs-per-cpu: {bad} processes per CPU"),
+        );
+    }
+    refused(
+        &["--workload", "netperf", "--jobs-per-cpu", "2"],
+        "only kbuild has processes per CPU",
+    );
+}

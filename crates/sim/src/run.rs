@@ -47,6 +47,10 @@ pub struct RunSpec {
     /// kbuild: measure the build's middle only ([`KbuildParams::steady_window`], the
     /// default); `false` measures the whole build.
     pub kbuild_steady_window: bool,
+    /// kbuild's processes per CPU instead of the default's ([`KbuildParams::jobs_per_cpu`],
+    /// times a scale above 1): a longer or shorter build at the published lifetimes.
+    /// Given `params`, theirs count.
+    pub kbuild_jobs_per_cpu: Option<u32>,
     /// The machine to simulate instead of the published run's (e.g. one built from a
     /// zoneinfo snapshot, [`MachineSpec::from_zoneinfo`]); `cpus` and `node_bytes` still
     /// apply to it.
@@ -83,6 +87,7 @@ impl RunSpec {
             kbuild_faults_per_s: crate::cost::calibrated_fit().kbuild_faults_per_s,
             unix_placement: crate::cost::calibrated_fit().unix_placement,
             kbuild_steady_window: true,
+            kbuild_jobs_per_cpu: None,
             machine: None,
             params: None,
         }
@@ -119,6 +124,21 @@ impl RunSpec {
                 "scale {} is invalid: use a number in (0, 100]",
                 self.scale
             )));
+        }
+        if let Some(jobs) = self.kbuild_jobs_per_cpu {
+            if self.workload != WorkloadKind::Kbuild {
+                return Err(SimError::Invalid(format!(
+                    "processes per CPU are kbuild's, not {}'s",
+                    self.workload
+                )));
+            }
+            // As many as the largest scale gives the default build.
+            let most = 100 * KbuildParams::default().jobs_per_cpu;
+            if !(1..=most).contains(&jobs) {
+                return Err(SimError::Invalid(format!(
+                    "{jobs} processes per CPU: use 1 to {most}"
+                )));
+            }
         }
         let matches = match (&self.params, self.workload) {
             (None, _) => true,
@@ -304,11 +324,15 @@ pub fn run(
         WorkloadKind::Kbuild => Built::Kbuild(Kbuild::new(
             match &spec.params {
                 Some(WorkloadParams::Kbuild(params)) => params.clone(),
-                _ => KbuildParams {
-                    faults_per_s: spec.kbuild_faults_per_s,
-                    steady_window: spec.kbuild_steady_window,
-                    ..KbuildParams::scaled(scale)
-                },
+                _ => {
+                    let scaled = KbuildParams::scaled(scale);
+                    KbuildParams {
+                        faults_per_s: spec.kbuild_faults_per_s,
+                        steady_window: spec.kbuild_steady_window,
+                        jobs_per_cpu: spec.kbuild_jobs_per_cpu.unwrap_or(scaled.jobs_per_cpu),
+                        ..scaled
+                    }
+                }
             },
             cpus,
             machine.cpus_per_socket,
