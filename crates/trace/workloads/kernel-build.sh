@@ -23,11 +23,16 @@
 #
 # Installs with apt-get what is missing: linux-source-6.1, flex, bison, libelf-dev, bc.
 # Each recording is 25-60 MB; they are deleted after counting unless KEEP=1.
-# MMKIT names the binary (default target/release/mmkit).
+# MMKIT names the binary (default target/release/mmkit). BUFFER_KB sets the ring buffer
+# per CPU (default 1048576, 1 GiB): the kernel allocates it on every CPU, so a machine
+# of hundreds of CPUs needs less, with SECONDS shortened to match (about 110,000 events
+# a second per CPU; `mmkit trace record` says how many it lost). Run so far on 2 CPUs
+# and, through many-cpu-vm.sh's guests, up to 32; not yet on a published-class machine.
 set -eu
 
 OUT=${1:?usage: kernel-build.sh OUTDIR [SECONDS]}
 SECONDS_EACH=${2:-30}
+BUFFER_KB=${BUFFER_KB:-1048576}
 MMKIT=$(realpath "${MMKIT:-target/release/mmkit}")
 [ "$(id -u)" = 0 ] || { echo "kernel-build.sh: needs root (tracefs)" >&2; exit 1; }
 [ -x "$MMKIT" ] || { echo "kernel-build.sh: no $MMKIT (cargo build --release)" >&2; exit 1; }
@@ -56,7 +61,7 @@ sync
 sleep 30
 
 for dir in mm kernel fs lib net; do
-    "$MMKIT" trace record --seconds "$SECONDS_EACH" --buffer-kb 1048576 \
+    "$MMKIT" trace record --seconds "$SECONDS_EACH" --buffer-kb "$BUFFER_KB" \
         --out "$OUT/kernel-build-$dir.mmkit.gz" -- make -j"$(nproc)" "$dir/" > "$OUT/kernel-build-$dir.log" 2>&1 ||
         { tail -3 "$OUT/kernel-build-$dir.log" >&2; exit 1; }
     tail -1 "$OUT/kernel-build-$dir.log"
@@ -70,7 +75,7 @@ done
 if [ "${COMPARE:-0}" = 1 ]; then
     for dir in mm kernel fs lib net; do
         find "$dir" -name '*.o' -delete
-        "$MMKIT" trace record --command-only --seconds "$SECONDS_EACH" --buffer-kb 1048576 \
+        "$MMKIT" trace record --command-only --seconds "$SECONDS_EACH" --buffer-kb "$BUFFER_KB" \
             --out "$OUT/kernel-build-cmd-$dir.mmkit.gz" -- make -j"$(nproc)" "$dir/" > "$OUT/kernel-build-cmd-$dir.log" 2>&1 ||
             { tail -3 "$OUT/kernel-build-cmd-$dir.log" >&2; exit 1; }
         tail -1 "$OUT/kernel-build-cmd-$dir.log"
