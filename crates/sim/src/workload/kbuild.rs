@@ -34,12 +34,12 @@ pub struct KbuildParams {
     /// Processes in the build per CPU (the build's size). A kernel build runs hundreds
     /// per CPU, and the published test repeats it for minutes, so nearly all of what it
     /// measured is the build's middle: every pageset filled long ago, the free memory
-    /// fragmented. 96 on one socket (10,752 processes) measures about 6.5 virtual
+    /// fragmented. 96 on one socket (10,752 processes) measures about 6.0 virtual
     /// seconds of the middle ([`KbuildParams::steady_window`]), past the start-up
     /// transient, which lasts about three (docs/EXPERIMENTS.md, "kbuild at the demo's
     /// scale is a transient"). Near the zone lock's saturation one run's contention
     /// comes in bursts, so a run's figure is a draw: over twelve seeds its standard
-    /// deviation was 2.49 points at 48 per CPU (3.1 s measured) and 1.73 at 96, the
+    /// deviation was 2.49 points at 48 per CPU (3.2 s measured) and 1.73 at 96, the
     /// 1/√2 of a middle twice as long (docs/EXPERIMENTS.md, "kbuild's one-run noise");
     /// 48 was the demo's until the simulator was fast enough to pay for 96 within its
     /// two minutes. 32 measured the transient's tail, 16 mostly the start-up.
