@@ -618,14 +618,10 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
         spec.kbuild_faults_per_s = in_range("--kbuild-faults-per-s", rate, 1.0, 1e7)?;
     }
     if let Some(jobs) = args.jobs_per_cpu {
-        if workload != WorkloadKind::Kbuild {
-            return Err(CliError::usage(format!(
-                "--jobs-per-cpu {jobs}: only kbuild has processes per CPU"
-            )));
-        }
+        // `RunSpec::validate` refuses it for another workload or out of range.
         spec.kbuild_jobs_per_cpu = Some(jobs);
         spec.validate()
-            .map_err(|e| CliError::usage(format!("--jobs-per-cpu: {e}")))?;
+            .map_err(|e| CliError::usage(format!("--jobs-per-cpu {jobs}: {e}")))?;
     }
     if args.whole_build {
         if workload != WorkloadKind::Kbuild {

@@ -530,7 +530,10 @@ fn sim_and_demo_check_their_output_folder_before_simulating() {
         refused(&overriding(&base, extra), culprit);
     };
     sim(&["--whole-build"], "--whole-build");
-    sim(&["--jobs-per-cpu", "4"], "--jobs-per-cpu 4: only kbuild");
+    sim(
+        &["--jobs-per-cpu", "4"],
+        "--jobs-per-cpu 4: processes per CPU are kbuild's, not unix's",
+    );
     sim(&["--merge-lines", "65"], "--merge-lines");
     sim(&["--merge-lines", "-1"], "--merge-lines");
     sim(&["--split-lines", "NaN"], "--split-lines");

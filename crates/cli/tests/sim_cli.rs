@@ -559,11 +559,11 @@ fn jobs_per_cpu_sets_the_builds_length_and_refuses_what_it_cannot_be() {
     for bad in ["0", "9601"] {
         refused(
             &["--workload", "kbuild", "--jobs-per-cpu", bad],
-            &format!("--jobs-per-cpu: {bad} processes per CPU"),
+            &format!("--jobs-per-cpu {bad}: {bad} processes per CPU: use 1 to 9600"),
         );
     }
     refused(
         &["--workload", "netperf", "--jobs-per-cpu", "2"],
-        "only kbuild has processes per CPU",
+        "--jobs-per-cpu 2: processes per CPU are kbuild's, not netperf's",
     );
 }

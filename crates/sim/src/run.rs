@@ -95,7 +95,8 @@ impl RunSpec {
 
     /// Why this run cannot be simulated, if it cannot: a CPU count outside what the
     /// workload and the engine can take, caches too large for the cache model's stamps
-    /// on that many CPUs, or a scale outside (0, 100].
+    /// on that many CPUs, a scale outside (0, 100], or kbuild's processes per CPU given
+    /// to another workload or outside 1 to 100 times the default.
     pub fn validate(&self) -> Result<(), SimError> {
         let cpus = self.machine().nr_cpus();
         let min = self.workload.min_cpus();
