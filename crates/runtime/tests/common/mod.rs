@@ -24,6 +24,10 @@ pub fn toggle_cpu1_while(pool: &PagePool, work: impl FnOnce() + Send) {
             work();
             cpu::pin_thread(None);
         });
+        // The toggler yields after each change so that the worker runs in both states:
+        // hotplug takes the write side of a writer-preferring lock, and a toggler that
+        // retook it at once could keep a worker on one core, or under valgrind (which
+        // runs one thread at a time), from making progress for minutes.
         s.spawn(|| {
             while !done.load(Relaxed) {
                 pool.set_cpu_online(1, false);
@@ -32,7 +36,9 @@ pub fn toggle_cpu1_while(pool: &PagePool, work: impl FnOnce() + Send) {
                     .map(|zone| zone.pageset(1).map_or(0, |pcp| pcp.count))
                     .sum();
                 assert_eq!(stranded, 0, "pages left on the offline CPU's pagesets");
+                std::thread::yield_now();
                 pool.set_cpu_online(1, true);
+                std::thread::yield_now();
             }
         });
     });
