@@ -45,7 +45,7 @@ pub struct SimArgs {
     /// Seed of every random choice of the workload.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Size of the run: 1 = the default scale (kbuild: 96 processes per CPU, more makes
+    /// Size of the run: 1 = the default scale (kbuild: 48 processes per CPU, more makes
     /// the build longer; netperf: 1.25 s of virtual time, of which 0.25 s warm-up; unix:
     /// 3.5 s, of which 3 s warm-up); smaller is faster.
     #[arg(long, default_value_t = 1.0)]
@@ -92,9 +92,9 @@ pub struct SimArgs {
     /// default: the committed calibration's.
     #[arg(long, value_name = "RATE")]
     pub kbuild_faults_per_s: Option<f64>,
-    /// Workload sensitivity (kbuild): processes per CPU, the build's length; default 96
-    /// (times `--scale` above 1). 48 was the default until 2026-12-05: half the middle,
-    /// and about twice one run's spread of lock contention.
+    /// Workload sensitivity (kbuild): processes per CPU, the build's length; default 48
+    /// (times `--scale` above 1). 96 measures twice the middle, with about 1/√2 of one
+    /// run's spread of lock contention, at twice the simulator's time.
     #[arg(long, value_name = "N")]
     pub jobs_per_cpu: Option<u32>,
     /// Workload sensitivity (kbuild): measure the whole build, its start-up (every empty

@@ -556,10 +556,10 @@ fn jobs_per_cpu_sets_the_builds_length_and_refuses_what_it_cannot_be() {
     // The whole build counts every process: jobs × the 8 CPUs.
     assert_eq!(processes("1"), 8);
     assert_eq!(processes("3"), 24);
-    for bad in ["0", "9601"] {
+    for bad in ["0", "4801"] {
         refused(
             &["--workload", "kbuild", "--jobs-per-cpu", bad],
-            &format!("--jobs-per-cpu {bad}: {bad} processes per CPU: use 1 to 9600"),
+            &format!("--jobs-per-cpu {bad}: {bad} processes per CPU: use 1 to 4800"),
         );
     }
     refused(

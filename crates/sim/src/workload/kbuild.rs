@@ -34,15 +34,17 @@ pub struct KbuildParams {
     /// Processes in the build per CPU (the build's size). A kernel build runs hundreds
     /// per CPU, and the published test repeats it for minutes, so nearly all of what it
     /// measured is the build's middle: every pageset filled long ago, the free memory
-    /// fragmented. 96 on one socket (10,752 processes) measures about 6.0 virtual
-    /// seconds of the middle ([`KbuildParams::steady_window`]), past the start-up
-    /// transient, which lasts about three (docs/EXPERIMENTS.md, "kbuild at the demo's
-    /// scale is a transient"). Near the zone lock's saturation one run's contention
-    /// comes in bursts, so a run's figure is a draw: over twelve seeds its standard
-    /// deviation was 2.49 points at 48 per CPU (3.2 s measured) and 1.73 at 96, the
-    /// 1/√2 of a middle twice as long (docs/EXPERIMENTS.md, "kbuild's one-run noise");
-    /// 48 was the demo's until the simulator was fast enough to pay for 96 within its
-    /// two minutes. 32 measured the transient's tail, 16 mostly the start-up.
+    /// fragmented. 48 on one socket (5,376 processes) measures about 3.2 virtual seconds
+    /// of the middle ([`KbuildParams::steady_window`]), past the start-up transient,
+    /// which lasts about three (docs/EXPERIMENTS.md, "kbuild at the demo's scale is a
+    /// transient"). Near the zone lock's saturation one run's contention comes in bursts,
+    /// so a run's figure is a draw: over twelve seeds its standard deviation was 2.49
+    /// points at 48 per CPU and 1.73 at 96 (6.0 s measured), the 1/√2 of a middle twice
+    /// as long (docs/EXPERIMENTS.md, "kbuild's one-run noise"). 96 is what the demo
+    /// should build and cannot yet: on a 2-GHz 2-core machine its six kbuild runs alone
+    /// take 96 s of the two minutes (docs/EXPERIMENTS.md, "Where it stands"); `mmkit sim
+    /// --jobs-per-cpu 96` builds it. 32 measured the transient's tail, 16 mostly the
+    /// start-up.
     pub jobs_per_cpu: u32,
     /// Share of processes that are long compiler runs (cc1); the rest are helpers.
     pub cc1_share: f64,
@@ -112,7 +114,7 @@ pub struct KbuildParams {
 impl Default for KbuildParams {
     fn default() -> KbuildParams {
         KbuildParams {
-            jobs_per_cpu: 96,
+            jobs_per_cpu: 48,
             cc1_share: 0.25,
             helper_median_ms: 30.0,
             cc1_median_ms: 300.0,
