@@ -42,9 +42,9 @@ pub struct KbuildParams {
     /// points at 48 per CPU and 1.73 at 96 (6.0 s measured), the 1/√2 of a middle twice
     /// as long (docs/EXPERIMENTS.md, "kbuild's one-run noise"). 96 is what the demo
     /// should build and cannot yet: on a 2-GHz 2-core machine its six kbuild runs alone
-    /// take 96 s of the two minutes (docs/EXPERIMENTS.md, "Where it stands"); `mmkit sim
-    /// --jobs-per-cpu 96` builds it. 32 measured the transient's tail, 16 mostly the
-    /// start-up.
+    /// take 192 s of CPU, 96 s of the two minutes (docs/EXPERIMENTS.md, "Where it
+    /// stands"); `mmkit sim --jobs-per-cpu 96` builds it. 32 measured the transient's
+    /// tail, 16 mostly the start-up.
     pub jobs_per_cpu: u32,
     /// Share of processes that are long compiler runs (cc1); the rest are helpers.
     pub cc1_share: f64,
