@@ -24,7 +24,7 @@
 //! `try_to_unmap`, here on folios mapped by several processes) run the same sequences and
 //! must agree on everything but the counter updates, which batching must not increase.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

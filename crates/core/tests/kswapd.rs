@@ -4,8 +4,6 @@
 //! priority 1, and a wake-up reruns the loop until the node is balanced. The mapping
 //! layer's kswapd (`Memory::kswapd_balance`) runs the same loop.
 
-mod common;
-
 use mmkit_core::mm::NoIo;
 use std::convert::Infallible;
 use std::sync::Arc;

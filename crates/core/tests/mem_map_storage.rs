@@ -10,7 +10,7 @@ use mmkit_core::page_alloc::{Caller, InitError};
 use mmkit_core::topology::PfnRange;
 use mmkit_core::{Gfp, Order, PageAllocator, Policy, Settings, SettingsError, Topology};
 
-mod common;
+use crate::common;
 
 /// Storage left as a previous user of the memory might leave it: every descriptor an
 /// allocated block head.

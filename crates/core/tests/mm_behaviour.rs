@@ -2,7 +2,7 @@
 //! Yin 2023's batched removal, `MADV_PAGEOUT` under 6.7 and 6.10 rules, and bad input
 //! refused without change.
 
-mod common;
+use crate::common;
 
 use mmkit_core::mm::NoIo;
 

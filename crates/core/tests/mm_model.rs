@@ -13,8 +13,8 @@
 
 use std::collections::HashMap;
 
+use crate::common;
 use mmkit_core::mm::memcg::MemcgId;
-mod common;
 
 use common::{allocator, TokenIo};
 use mmkit_core::mm::{FileId, Memory, MmError, MmId, PteState, Vpn};

@@ -5,7 +5,7 @@
 //! (`TTU_SPLIT_HUGE_PMD`, then per page or Yin 2023's runs), `MADV_PAGEOUT`, and
 //! `verify()` failing on an entire map count no PMD accounts for.
 
-mod common;
+use crate::common;
 
 use common::allocator;
 use mmkit_core::mm::NoIo;
