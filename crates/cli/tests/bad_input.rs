@@ -8,7 +8,7 @@
 //! `sim_cli.rs` covers the simulator's impossible machines, `--node-gib`, unknown
 //! workloads and presets; the cases here are the others.
 
-mod common;
+use crate::common;
 
 use common::{mmkit, Scratch};
 

@@ -3,7 +3,7 @@
 //! writes; shard sets that are not one whole calibration are refused, naming the file or
 //! the missing candidate.
 
-mod common;
+use crate::common;
 
 use common::{mmkit, Scratch};
 

@@ -2,9 +2,7 @@
 //! its refusals, and `crates/trace/workloads/live-check.sh`, which records the real
 //! workloads when it runs as root and says why it does not otherwise.
 
-mod common;
-#[path = "../../trace/tests/common/tracefs_lock.rs"]
-mod tracefs_lock;
+use crate::{common, tracefs_lock};
 
 use common::{json_of, mmkit, trace_data as data, Scratch};
 

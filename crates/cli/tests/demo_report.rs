@@ -4,7 +4,7 @@
 //! references nothing outside itself. A demo at `--scale 0.001` (seconds) stands in for the
 //! full one: the report's shape does not depend on the scale.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

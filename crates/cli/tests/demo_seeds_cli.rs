@@ -1,7 +1,7 @@
 //! `mmkit demo --seeds`: each seed's count is the one `mmkit demo --seed S` prints, and
 //! every cell lands in exactly one of the summary's groups.
 
-mod common;
+use crate::common;
 
 use common::{mmkit, Scratch};
 

@@ -2,7 +2,7 @@
 //! the numbers of docs/reference/pcp-series.md §4 (O1, O2, O3, O7); parse errors exit 2 before
 //! anything runs; runtime failures are events and the script goes on; --json parses.
 
-mod common;
+use crate::common;
 
 use common::mmkit;
 use predicates::prelude::*;

@@ -7,7 +7,7 @@
 //! (root: it measures and removes every cgroup it made, also when it is stopped by a
 //! signal; otherwise it says it skipped).
 
-mod common;
+use crate::common;
 
 use common::{json_of, mmkit};
 use serde_json::Value;

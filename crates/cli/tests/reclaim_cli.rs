@@ -1,7 +1,7 @@
 //! `mmkit reclaim`: each experiment runs at small scale and shows its effect; bad input
 //! is refused with a usage error.
 
-mod common;
+use crate::common;
 
 use assert_cmd::Command;
 use common::mmkit;

@@ -4,7 +4,7 @@
 //! `--shard`, and shard sets that are not one whole sweep are refused, naming the job and
 //! the file.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

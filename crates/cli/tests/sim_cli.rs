@@ -1,7 +1,7 @@
 //! `mmkit sim`: small runs print the table, JSON is identical for the same seed, plots are
 //! written, and bad input is refused with a usage error.
 
-mod common;
+use crate::common;
 
 use assert_cmd::Command;
 use common::{json_of, mmkit};

@@ -1,7 +1,7 @@
 //! `mmkit stress`, short: every pattern runs on real threads with canaries and ends with
 //! every page accounted for. (The acceptance run is `--seconds 60 --pattern mixed`.)
 
-mod common;
+use crate::common;
 
 use common::{json_of, mmkit};
 use predicates::prelude::*;

@@ -1,7 +1,7 @@
 //! `mmkit trace replay`, `mmkit trace high-order` and `mmkit trace blocks` on the committed
 //! traces, and bad input exits with status 2.
 
-mod common;
+use crate::common;
 
 use common::{json_of, mmkit, trace_data as data};
 use predicates::prelude::*;

@@ -1,7 +1,7 @@
 //! `mmkit zoneinfo` end to end: the values a live Linux 6.18 kernel printed, the JSON form,
 //! the error exits, and the comparison with a recorded and (where present) live kernel.
 
-mod common;
+use crate::common;
 
 use common::{mmkit, stdout_of};
 use mmkit_core::views::zoneinfo::{self, ZoneInfo};
