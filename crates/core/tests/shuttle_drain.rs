@@ -1,16 +1,16 @@
 //! Model checking of the PCP lock protocols with shuttle: the owner's try-lock fallback
 //! against a remote drain, `drain_all_pages`' mutex hand-off between a global and a
-//! zone-specific request, and a task's calls against its CPU going offline. Shuttle runs each scenario under many schedules (randomised,
-//! and PCT for the rare interleavings); in every one, no page may be lost or doubled and
-//! the outcomes must be the ones Linux allows.
+//! zone-specific request, and a task's calls against its CPU going offline. Shuttle runs
+//! each scenario under many schedules (randomised, and PCT for the rare interleavings); in
+//! every one, no page may be lost or doubled and the outcomes must be the ones Linux allows.
 //!
 //! The frees here go through the atomic `free_pages`. `free_pages_exclusive` is not
 //! model-checked: it differs only in the claim of the block head, the races that claim
 //! decides (two frees, or a free and a split, of one block) are excluded by its contract,
 //! and past the claim it runs the same code, taking the same locks in the same order.
 //!
-//! Run: `cargo test -p mmkit-core --features shuttle --test shuttle_drain`.
-#![cfg(feature = "shuttle")]
+//! Run: `cargo test -p mmkit-core --features shuttle --test shuttle_drain` (the target
+//! requires the feature, `crates/core/Cargo.toml`).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
