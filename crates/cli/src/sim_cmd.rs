@@ -47,7 +47,7 @@ pub struct SimArgs {
     pub seed: u64,
     /// Size of the run: 1 = the default scale (kbuild: 48 processes per CPU, more makes
     /// the build longer; netperf: 1.25 s of virtual time, of which 0.25 s warm-up; unix:
-    /// 3.5 s, of which 3 s warm-up); smaller is faster.
+    /// 3.5 s, of which 3 s warm-up, or 1.5 s and 1 s for patches 3–9); smaller is faster.
     #[arg(long, default_value_t = 1.0)]
     pub scale: f64,
     /// Print JSON instead of a table.
@@ -134,6 +134,14 @@ pub struct SimArgs {
     /// (docs/EXPERIMENTS.md, "Parameters").
     #[arg(long, value_name = "US")]
     pub wakeup_us: Option<f64>,
+    /// Workload sensitivity (netperf, unix): virtual ms run before the measured window,
+    /// which keeps its length (netperf 1000 ms, unix 500, times `--scale`), for every
+    /// policy; default: the workload's (netperf 250; unix 3000, and 1000 for a policy whose
+    /// pagesets keep a batch at a `free_high` drain, patches 3–9; times `--scale`). Shows
+    /// how far a row is from settled (docs/EXPERIMENTS.md, "lmbench's base row settles in
+    /// three seconds").
+    #[arg(long, value_name = "MS")]
+    pub warmup_ms: Option<f64>,
     /// Machine sensitivity: memory per node in GiB (default: the published machines' 128).
     /// The low watermark per node, hence `high`, stays the published machine's; `high_max`
     /// (managed / 8 / CPUs of the node) follows the memory.
@@ -485,8 +493,8 @@ pub fn render_json(results: &[RunResult]) -> Result<String, CliError> {
     })
 }
 
-/// The stream workload `args`' `--window`, `--work-ns`, `--role-epoch-ms` and
-/// `--wakeup-us` describe: the published workload with those changed.
+/// The stream workload `args`' `--window`, `--work-ns`, `--role-epoch-ms`,
+/// `--wakeup-us` and `--warmup-ms` describe: the published workload with those changed.
 fn stream_params(
     args: &SimArgs,
     spec: &RunSpec,
@@ -500,7 +508,7 @@ fn stream_params(
         },
         _ => {
             return Err(CliError::usage(format!(
-                "--window, --work-ns, --role-epoch-ms and --wakeup-us change a stream (netperf, unix), not {workload}"
+                "--window, --work-ns, --role-epoch-ms, --wakeup-us and --warmup-ms change a stream (netperf, unix), not {workload}"
             )))
         }
     };
@@ -519,6 +527,16 @@ fn stream_params(
             )));
         }
         params.wakeup_us = us;
+    }
+    if let Some(ms) = args.warmup_ms {
+        if !(0.0..=1e6).contains(&ms) {
+            return Err(CliError::usage(format!(
+                "--warmup-ms {ms}: 0 to 1000000 ms"
+            )));
+        }
+        params.duration_ms += ms - params.warmup_ms;
+        params.warmup_ms = ms;
+        params.batched_warmup_ms = ms;
     }
     if let Some(work) = &args.work_ns {
         let &[send, recv] = work.as_slice() else {
@@ -645,6 +663,7 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
         || args.work_ns.is_some()
         || args.role_epoch_ms.is_some()
         || args.wakeup_us.is_some()
+        || args.warmup_ms.is_some()
     {
         spec.params = Some(WorkloadParams::Stream(stream_params(
             args, &spec, workload,

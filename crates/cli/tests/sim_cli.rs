@@ -129,6 +129,42 @@ fn stream_knobs_refuse_other_workloads_and_impossible_values() {
     }
 }
 
+/// `--warmup-ms` sets every row's warm-up, the batched rows' too, and keeps the measured
+/// window's length (unix: 500 ms × `--scale`).
+#[test]
+fn a_warm_up_given_is_every_rows_and_the_window_keeps_its_length() {
+    for args in [
+        &["--workload", "kbuild", "--warmup-ms", "5"][..],
+        &["--workload", "netperf", "--warmup-ms=-1"],
+        &["--workload", "unix", "--warmup-ms", "NaN"],
+        &["--workload", "unix", "--warmup-ms", "2000000"],
+    ] {
+        refused(args, "--warmup-ms");
+    }
+    let out = sim(&[
+        "--workload",
+        "unix",
+        "--policies",
+        "base,patch3",
+        "--warmup-ms",
+        "10",
+        "--json",
+    ])
+    .output()
+    .unwrap();
+    assert!(out.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for run in json["runs"].as_array().unwrap() {
+        // 10 ms of warm-up and 0.5 s × 0.005 measured.
+        assert_eq!(
+            run["wall_ns"].as_u64(),
+            Some(12_500_000),
+            "{}",
+            run["policy"]
+        );
+    }
+}
+
 #[test]
 fn a_longer_wake_up_idles_the_cpus_of_pairs_that_take_turns() {
     for args in [
@@ -196,7 +232,9 @@ fn llc_share_sets_the_cache_models_reach_and_refuses_impossible_values() {
     ] {
         refused(args, "--llc-share");
     }
-    // A larger share keeps pages in reach longer: fewer cold lines per message.
+    // A larger share keeps pages in reach longer: fewer cold lines per message, once the
+    // caches are warm: 15 ms of warm-up, base's at this scale (patch 5 keeps a batch, so
+    // its own would be 5 ms, too short for caches that start empty to fill).
     let cold_per_message = |share: &str| {
         let args = [
             "--workload",
@@ -204,6 +242,8 @@ fn llc_share_sets_the_cache_models_reach_and_refuses_impossible_values() {
             "--policies",
             "patch5",
             "--json",
+            "--warmup-ms",
+            "15",
             "--llc-share",
             share,
         ];

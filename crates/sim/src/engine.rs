@@ -1121,6 +1121,12 @@ impl Sim {
         }
     }
 
+    /// Open the measurement window at the first sample at or after `t_ns` instead of
+    /// [`SimOptions::measure_from_ns`]. Called before the run.
+    pub fn measure_from(&mut self, t_ns: u64) {
+        self.options.measure_from_ns = t_ns;
+    }
+
     /// Open the measurement window at `t` if it is due and the workload allows it, and
     /// close it if it is open and the workload has closed it.
     fn mark_window<W: Workload + ?Sized>(&mut self, workload: &W, t: u64) {

@@ -128,6 +128,7 @@ impl MeasuredStream {
         StreamParams {
             pairs: 1,
             warmup_ms: MEASURED_WARMUP_MS,
+            batched_warmup_ms: MEASURED_WARMUP_MS,
             duration_ms: MEASURED_WARMUP_MS + measured_ms,
             send_work_ns: ns_per_message,
             recv_work_ns: ns_per_message,

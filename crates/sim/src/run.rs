@@ -3,7 +3,7 @@
 
 use mmkit_core::page_alloc::DrainReason;
 use mmkit_core::policy::DrainMode;
-use mmkit_core::Policy;
+use mmkit_core::{PageAllocator, Policy};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::CacheCounts;
@@ -307,6 +307,24 @@ fn high_cpus(machine: &MachineSpec) -> Vec<u32> {
     cpus
 }
 
+/// Whether every pageset of `allocator` keeps a batch at a `free_high` drain: `policy`
+/// has patch 3 and every CPU's share of its last-level cache is large enough
+/// (`PCPF_FREE_HIGH_BATCH`). Such a stream row warms up for
+/// [`StreamParams::batched_warmup_ms`].
+fn keeps_batch_at_free_high(allocator: &PageAllocator, policy: Policy) -> bool {
+    policy.pcp.free_high_batch
+        && allocator
+            .zones()
+            .iter()
+            .filter(|zone| zone.managed() > 0)
+            .all(|zone| {
+                (0..zone.nr_pagesets() as u32).all(|cpu| {
+                    zone.pageset(cpu)
+                        .is_some_and(|pcp| pcp.flags.free_high_batch)
+                })
+            })
+}
+
 /// Run `spec` under `policy`. `progress` gets the fraction done now and then.
 pub fn run(
     spec: &RunSpec,
@@ -317,9 +335,26 @@ pub fn run(
     let machine = spec.machine();
     let cpus = machine.nr_cpus();
     let scale = spec.scale;
-    let stream = |published: StreamParams| match &spec.params {
-        Some(WorkloadParams::Stream(params)) => params.clone(),
-        _ => published,
+    // The window opens once the workload (built below, for this allocator) says when.
+    let options = SimOptions {
+        sample_ns: 1_000_000,
+        verify_every: spec.verify_every,
+        high_cpus: high_cpus(&machine),
+        measure_from_ns: 0,
+    };
+    let mut sim = Sim::new(&machine, policy, options);
+    sim.set_cost(spec.cost);
+    let batched = keeps_batch_at_free_high(sim.allocator(), policy);
+    let stream = |published: StreamParams| {
+        let params = match &spec.params {
+            Some(WorkloadParams::Stream(params)) => params.clone(),
+            _ => published,
+        };
+        if batched {
+            params.batched()
+        } else {
+            params
+        }
     };
     let mut built = match spec.workload {
         WorkloadKind::Kbuild => Built::Kbuild(Kbuild::new(
@@ -362,19 +397,11 @@ pub fn run(
             spec.seed,
         )),
     };
-    let measure_from_ns = match &built {
+    sim.measure_from(match &built {
         Built::Stream(s) => s.warmup_ns(),
         Built::Kbuild(k) => k.warmup_ns(),
         _ => 0,
-    };
-    let options = SimOptions {
-        sample_ns: 1_000_000,
-        verify_every: spec.verify_every,
-        high_cpus: high_cpus(&machine),
-        measure_from_ns,
-    };
-    let mut sim = Sim::new(&machine, policy, options);
-    sim.set_cost(spec.cost);
+    });
     machine.warm_pagesets(sim.allocator());
     let wall_ns = built.run(&mut sim, progress)?;
     let work_done = match &built {

@@ -228,3 +228,30 @@ fn kbuilds_steady_window_leaves_out_the_start_and_the_tail() {
         w.stats.alloc_calls
     );
 }
+
+/// A unix row whose pagesets keep a batch at a `free_high` drain (patch 3 on a machine
+/// whose CPUs each have three batches' worth of cache) warms up for
+/// `StreamParams::batched_warmup_ms` and measures a window as long as the base row's;
+/// with patch 3 but too little cache per CPU (no `PCPF_FREE_HIGH_BATCH`), it warms up as
+/// long as base.
+#[test]
+fn rows_that_keep_a_batch_warm_up_shorter_and_measure_as_long() {
+    let spec = small(WorkloadKind::Unix, 16, 0.02);
+    let params = mmkit_sim::workload::stream::StreamParams::unix(0.02);
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let base = run_preset(&spec, "base");
+    let patch3 = run_preset(&spec, "patch3");
+    assert_eq!(ms(base.wall_ns), params.duration_ms);
+    let measured = params.duration_ms - params.warmup_ms;
+    assert_eq!(ms(patch3.wall_ns), params.batched_warmup_ms + measured);
+    assert!(params.batched_warmup_ms < params.warmup_ms);
+    assert_eq!(base.measured_ns, patch3.measured_ns);
+
+    let mut small_cache = spec.clone();
+    small_cache.machine = Some(mmkit_sim::MachineSpec {
+        llc_bytes: 1 << 20,
+        ..WorkloadKind::Unix.machine()
+    });
+    let unbatched = run_preset(&small_cache, "patch3");
+    assert_eq!(ms(unbatched.wall_ns), params.duration_ms);
+}

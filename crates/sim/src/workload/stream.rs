@@ -36,6 +36,11 @@ pub struct StreamParams {
     /// pagesets to fill and for the first vmstat ticks (every CPU's first tick is due
     /// within its first second), so that the window covers decay too.
     pub warmup_ms: f64,
+    /// The warm-up of a run whose pagesets keep a batch at a `free_high` drain (patch 3's
+    /// `PCPF_FREE_HIGH_BATCH` in effect), in ms: such a row settles sooner, since its
+    /// drains never empty a pageset into a buddy that is still unfragmented
+    /// ([`Self::batched`]). The measured window keeps its length.
+    pub batched_warmup_ms: f64,
     /// Blocks per message, by order, with their weights: one order (or [`NO_BLOCK`]) is
     /// drawn per entry of `message_blocks` (lmbench: fixed 3, 2, 1, 0; netperf: the packet
     /// buffer).
@@ -117,6 +122,17 @@ impl std::fmt::Display for Placement {
 }
 
 impl StreamParams {
+    /// These parameters for a run whose pagesets keep a batch at a `free_high` drain:
+    /// [`Self::batched_warmup_ms`] of warm-up before a measured window of the same length.
+    pub fn batched(self) -> StreamParams {
+        let measured_ms = self.duration_ms - self.warmup_ms;
+        StreamParams {
+            warmup_ms: self.batched_warmup_ms,
+            duration_ms: self.batched_warmup_ms + measured_ms,
+            ..self
+        }
+    }
+
     /// netperf SCTP_STREAM_MANY, 64 pairs, 10 KiB sends (§2.2). CPU per message: LKP's
     /// base run moved 564,052 Mbit/s in all on 128 busy CPUs, 6.89 M messages of 10 KiB
     /// per second, so 128 / 6.89 M = 18.6 µs of CPU per message, sender and receiver
@@ -141,6 +157,7 @@ impl StreamParams {
             pairs: 64,
             duration_ms: 1250.0 * scale,
             warmup_ms: 250.0 * scale,
+            batched_warmup_ms: 250.0 * scale,
             message_blocks: vec![vec![(2, 0.011), (3, 0.134), (4, 0.138), (NO_BLOCK, 0.717)]],
             block_payload_bytes: Some([4 << 10, 8 << 10, 10 << 10, 25 << 10, 48 << 10]),
             chunk_order: Some(2),
@@ -165,11 +182,17 @@ impl StreamParams {
     /// 0.42 levels per block over the first second, 0.32 from the fourth on, and its spin
     /// falls with them (docs/EXPERIMENTS.md, "lmbench's base row settles in three
     /// seconds"). The published test ran for minutes; its figures are the settled ones.
+    /// A row whose pagesets keep a batch at a `free_high` drain (patches 3–9 on the
+    /// published machine) warms up for one vmstat interval, 1 s, so that every CPU's
+    /// decay has run once before the window: measured after 0.25, 1 or 3 s, its messages
+    /// a second differ by under 0.8 %, with no trend (docs/EXPERIMENTS.md, "Rows that keep
+    /// a batch settle within a second").
     pub fn unix(scale: f64) -> StreamParams {
         StreamParams {
             pairs: 16,
             duration_ms: 3500.0 * scale,
             warmup_ms: 3000.0 * scale,
+            batched_warmup_ms: 1000.0 * scale,
             message_blocks: vec![
                 vec![(3, 1.0)],
                 vec![(2, 1.0)],
