@@ -361,6 +361,18 @@ fn parse_trace_lines<'a>(lines: impl Iterator<Item = (usize, &'a str)>) -> Trace
     trace
 }
 
+/// The timestamp of a trace line in ns, whatever its event, or `None` for a line that is
+/// not one (a comment, a malformed line).
+pub(crate) fn line_timestamp(line: &str) -> Option<u64> {
+    let (_, _, _, rest) = split_prefix(line.trim())?;
+    let mut tokens = rest.split_whitespace();
+    let mut first = tokens.next()?;
+    if !first.ends_with(':') {
+        first = tokens.next()?;
+    }
+    parse_timestamp(first.strip_suffix(':')?)
+}
+
 /// Parse one non-comment line.
 pub fn parse_line(number: usize, line: &str) -> Result<Event, ProblemKind> {
     parse_line_with_comm(number, line).map(|(event, _)| event)
@@ -469,7 +481,7 @@ fn split_prefix(line: &str) -> Option<(&str, u32, u32, &str)> {
 }
 
 /// `seconds.fraction` to nanoseconds (up to 9 fraction digits).
-fn parse_timestamp(text: &str) -> Option<u64> {
+pub(crate) fn parse_timestamp(text: &str) -> Option<u64> {
     let (secs, frac) = text.split_once('.').unwrap_or((text, ""));
     if secs.is_empty() || frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
         return None;

@@ -36,6 +36,13 @@ fn records_a_command_that_ends_by_itself_and_restores_tracefs() {
     assert!(trace.recording.as_ref().unwrap().complete);
     assert!(!trace.events.is_empty());
     assert_eq!(summary.lines as usize, trace.lines);
+    // The CPUs' traces are merged in timestamp order: no line is sorted back in.
+    for kind in [
+        parse::ProblemKind::OutOfOrderSameCpu,
+        parse::ProblemKind::OutOfOrderAcrossCpus,
+    ] {
+        assert_eq!(trace.problems.counts.get(&kind), None, "{kind:?}");
+    }
     let own = std::process::id();
     assert!(
         trace.events.iter().all(|e| e.pid != own),
