@@ -365,12 +365,23 @@ fn parse_trace_lines<'a>(lines: impl Iterator<Item = (usize, &'a str)>) -> Trace
 /// not one (a comment, a malformed line).
 pub(crate) fn line_timestamp(line: &str) -> Option<u64> {
     let (_, _, _, rest) = split_prefix(line.trim())?;
+    let (_, ts_ns, _) = split_timestamp(rest)?;
+    Some(ts_ns)
+}
+
+/// What follows a line's `comm-pid [cpu]`: whether the flags column says softirq or
+/// hardirq, the timestamp in ns, and the tokens after it.
+fn split_timestamp(rest: &str) -> Option<(bool, u64, std::str::SplitWhitespace<'_>)> {
     let mut tokens = rest.split_whitespace();
     let mut first = tokens.next()?;
+    // The flags column ("....." or "d..1.") is optional (options/irq-info off).
+    let mut softirq = false;
     if !first.ends_with(':') {
+        softirq = matches!(first.as_bytes().get(2), Some(b's' | b'H'));
         first = tokens.next()?;
     }
-    parse_timestamp(first.strip_suffix(':')?)
+    let ts_ns = parse_timestamp(first.strip_suffix(':')?)?;
+    Some((softirq, ts_ns, tokens))
 }
 
 /// Parse one non-comment line.
@@ -381,16 +392,7 @@ pub fn parse_line(number: usize, line: &str) -> Result<Event, ProblemKind> {
 /// [`parse_line`], with the task's command name.
 fn parse_line_with_comm(number: usize, line: &str) -> Result<(Event, &str), ProblemKind> {
     let (comm, pid, cpu, rest) = split_prefix(line).ok_or(ProblemKind::Malformed)?;
-    let mut tokens = rest.split_whitespace();
-    let mut first = tokens.next().ok_or(ProblemKind::Malformed)?;
-    // The flags column ("....." or "d..1.") is optional (options/irq-info off).
-    let mut softirq = false;
-    if !first.ends_with(':') {
-        softirq = matches!(first.as_bytes().get(2), Some(b's' | b'H'));
-        first = tokens.next().ok_or(ProblemKind::Malformed)?;
-    }
-    let ts_ns = parse_timestamp(first.strip_suffix(':').ok_or(ProblemKind::Malformed)?)
-        .ok_or(ProblemKind::Malformed)?;
+    let (softirq, ts_ns, mut tokens) = split_timestamp(rest).ok_or(ProblemKind::Malformed)?;
     let name = tokens
         .next()
         .and_then(|t| t.strip_suffix(':'))
@@ -481,7 +483,7 @@ fn split_prefix(line: &str) -> Option<(&str, u32, u32, &str)> {
 }
 
 /// `seconds.fraction` to nanoseconds (up to 9 fraction digits).
-pub(crate) fn parse_timestamp(text: &str) -> Option<u64> {
+fn parse_timestamp(text: &str) -> Option<u64> {
     let (secs, frac) = text.split_once('.').unwrap_or((text, ""));
     if secs.is_empty() || frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
         return None;

@@ -731,8 +731,9 @@ fn write_file(
 ) -> Result<(u64, u64), RecordError> {
     let file = File::create(&options.out).map_err(io("create the output file"))?;
     // The default level, not the best: on a 2-MB recording (18 MB of text) the best took
-    // 1.6–2.2 s and the default 1.3–1.5 s for a file 0.3 % larger (flate2, lines written as
-    // here; 2026-12-06): the write-out is what a many-CPU guest under emulation waits for.
+    // 0.93–0.96 s and the default 0.64–0.66 s for a file 0.3 % larger (`cargo run --release
+    // -p mmkit-trace --example gzip_levels -- crates/trace/tests/data/afunix.mmkit.gz`,
+    // 2026-12-06): the write-out is what a many-CPU guest under emulation waits for.
     let mut gz = GzEncoder::new(BufWriter::new(file), Compression::default());
     let w = io("write the output file");
     let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
