@@ -21,7 +21,7 @@ use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::OnceLock;
+use std::sync::{mpsc, OnceLock};
 use std::time::{Duration, Instant};
 
 use flate2::write::GzEncoder;
@@ -415,53 +415,122 @@ fn buffered_events(guard: &TracefsGuard) -> u64 {
 /// The lines' timestamps are µs, so events of one µs on different CPUs come in CPU order,
 /// where the kernel orders them by ns; a reader sorts by the printed time either way. A
 /// line without a timestamp takes its CPU's last one, so it stays in its CPU's place.
-fn merge_by_timestamp<R: BufRead>(
+///
+/// Each CPU's file is read, and its timestamps parsed, on a thread of its own, which
+/// hands the merge [`READ_BATCH`] lines at a time: the kernel formats a CPU's events as
+/// they are read, and in a guest under emulation that formatting, spread over the
+/// guest's CPUs, is what the write-out waits for.
+fn merge_by_timestamp<R: BufRead + Send>(
     cpus: Vec<R>,
     write: &mut dyn FnMut(&str) -> Result<(), RecordError>,
 ) -> Result<(), RecordError> {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
 
-    let mut cpus: Vec<std::io::Lines<R>> = cpus.into_iter().map(BufRead::lines).collect();
-    let mut last_ts = vec![0u64; cpus.len()];
-    // The next event line of CPU `i`, with its timestamp.
-    let mut next =
-        |i: usize, lines: &mut std::io::Lines<R>| -> Result<Option<(u64, String)>, RecordError> {
-            for line in lines.by_ref() {
-                let line = line.map_err(io("read a CPU's trace"))?;
-                if line.trim().is_empty() || line.trim_start().starts_with('#') {
-                    continue;
+    std::thread::scope(|scope| {
+        let mut feeds: Vec<Feed> = cpus
+            .into_iter()
+            .map(|reader| {
+                let (tx, rx) = mpsc::sync_channel(1);
+                scope.spawn(move || read_cpu(reader, tx));
+                Feed {
+                    batches: rx,
+                    batch: Vec::new().into_iter(),
                 }
-                let ts = crate::parse::line_timestamp(&line)
-                    .unwrap_or(last_ts[i])
-                    .max(last_ts[i]);
-                last_ts[i] = ts;
-                return Ok(Some((ts, line)));
+            })
+            .collect();
+        let mut heap = BinaryHeap::new();
+        for (i, feed) in feeds.iter_mut().enumerate() {
+            if let Some((ts, line)) = feed.next()? {
+                heap.push(Reverse((ts, i, line)));
             }
-            Ok(None)
-        };
-    let mut heap = BinaryHeap::new();
-    for (i, lines) in cpus.iter_mut().enumerate() {
-        if let Some((ts, line)) = next(i, lines)? {
-            heap.push(Reverse((ts, i, line)));
         }
-    }
-    while let Some(Reverse((_, i, line))) = heap.pop() {
-        write(&line)?;
-        if let Some((ts, line)) = next(i, &mut cpus[i])? {
-            heap.push(Reverse((ts, i, line)));
+        while let Some(Reverse((_, i, line))) = heap.pop() {
+            write(&line)?;
+            if let Some((ts, line)) = feeds[i].next()? {
+                heap.push(Reverse((ts, i, line)));
+            }
         }
-    }
-    Ok(())
+        // Leaving the scope drops the receivers first, so that a reader still sending
+        // (after an error here) stops instead of waiting.
+        Ok(())
+    })
 }
 
-/// Drop the `page=` field: a hashed pointer that the replay does not use and that does not
-/// compress.
-fn compact_line(line: &str) -> String {
-    line.split(' ')
-        .filter(|token| !token.starts_with("page="))
-        .collect::<Vec<_>>()
-        .join(" ")
+/// Lines a CPU's reader hands to the merge at a time ([`merge_by_timestamp`]). A CPU has
+/// at most three batches in memory (one being filled, one waiting, one being merged),
+/// about 70 KiB each at the recorder's 110 bytes a line: 46 MB for 224 CPUs.
+const READ_BATCH: usize = 512;
+
+/// One CPU's lines with their timestamps, as its reader thread hands them over.
+type Batch = Result<Vec<(u64, String)>, RecordError>;
+
+/// The merge's end of one CPU's reader.
+struct Feed {
+    batches: mpsc::Receiver<Batch>,
+    batch: std::vec::IntoIter<(u64, String)>,
+}
+
+impl Feed {
+    /// The CPU's next event line, `None` once its reader has sent all of them.
+    fn next(&mut self) -> Result<Option<(u64, String)>, RecordError> {
+        loop {
+            if let Some(line) = self.batch.next() {
+                return Ok(Some(line));
+            }
+            match self.batches.recv() {
+                Ok(batch) => self.batch = batch?.into_iter(),
+                Err(mpsc::RecvError) => return Ok(None),
+            }
+        }
+    }
+}
+
+/// Read one CPU's trace into batches of event lines with their timestamps (ns), until
+/// its end, a read error (sent, then stop) or the merge hanging up.
+fn read_cpu<R: BufRead>(reader: R, tx: mpsc::SyncSender<Batch>) {
+    let mut last_ts = 0;
+    let mut batch = Vec::with_capacity(READ_BATCH);
+    for line in reader.lines() {
+        let line = match line {
+            Ok(line) => line,
+            Err(e) => {
+                let _ = tx.send(Err(io("read a CPU's trace")(e)));
+                return;
+            }
+        };
+        if line.trim().is_empty() || line.trim_start().starts_with('#') {
+            continue;
+        }
+        let ts = crate::parse::line_timestamp(&line)
+            .unwrap_or(last_ts)
+            .max(last_ts);
+        last_ts = ts;
+        batch.push((ts, line));
+        if batch.len() == READ_BATCH {
+            let full = std::mem::replace(&mut batch, Vec::with_capacity(READ_BATCH));
+            if tx.send(Ok(full)).is_err() {
+                return;
+            }
+        }
+    }
+    if !batch.is_empty() {
+        let _ = tx.send(Ok(batch));
+    }
+}
+
+/// Append `line` to `out` without its `page=` field (a hashed pointer that the replay
+/// does not use and that does not compress), and a newline.
+fn push_compact_line(out: &mut Vec<u8>, line: &str) {
+    let mut tokens = line.split(' ').filter(|token| !token.starts_with("page="));
+    if let Some(first) = tokens.next() {
+        out.extend_from_slice(first.as_bytes());
+    }
+    for token in tokens {
+        out.push(b' ');
+        out.extend_from_slice(token.as_bytes());
+    }
+    out.push(b'\n');
 }
 
 /// Where a recording is, for a progress display ([`record_with_progress`]).
@@ -720,6 +789,71 @@ impl Snapshot {
     }
 }
 
+/// Bytes each CPU's trace is read at a time (as `cat` reads), not `BufReader`'s 8 KiB: a
+/// sixteenth of the system calls, each a slow one in a guest under emulation.
+const READ_BUFFER: usize = 128 << 10;
+
+/// Bytes of trace text the merge hands the compressor at a time ([`write_trace`]).
+const WRITE_CHUNK: usize = 1 << 20;
+
+/// Write the event lines of `cpus` (each CPU's trace) to `out` in timestamp order (a
+/// CPU's lines in their order, the lower CPU first at equal timestamps; comment lines left
+/// out), without their `page=` field, one line each; `written` hears the line count every
+/// 65,536 lines, and a signal stops the writing there.
+/// Returns the lines written and `out`.
+///
+/// `out` (the recorder's gzip encoder) is written on a thread of its own while the merge
+/// goes on, so that the compression, the merge and the CPUs' readers run side by side:
+/// in a guest under emulation each is slow, and its CPUs are many. Public so that
+/// `cargo run --release -p mmkit-trace --example write_out` can time it.
+pub fn write_trace<R: BufRead + Send, W: Write + Send>(
+    cpus: Vec<R>,
+    mut out: W,
+    written: &mut dyn FnMut(u64),
+) -> Result<(u64, W), RecordError> {
+    std::thread::scope(|scope| {
+        let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(2);
+        let writer = scope.spawn(move || -> std::io::Result<W> {
+            for chunk in rx {
+                out.write_all(&chunk)?;
+            }
+            Ok(out)
+        });
+        let mut chunk = Vec::with_capacity(WRITE_CHUNK + READ_BUFFER);
+        let mut lines = 0;
+        let merged = merge_by_timestamp(cpus, &mut |line| {
+            push_compact_line(&mut chunk, line);
+            lines += 1;
+            if chunk.len() >= WRITE_CHUNK {
+                let full = std::mem::replace(&mut chunk, Vec::with_capacity(WRITE_CHUNK));
+                if tx.send(full).is_err() {
+                    // The writer stopped at an error, which its result gives below.
+                    return Err(RecordError::Io("write the output file".into()));
+                }
+            }
+            if lines % LINES_PER_REPORT == 0 {
+                // A signal now means the user gave up on the file: the caller removes it.
+                if interrupted().load(Ordering::SeqCst) {
+                    return Err(RecordError::Interrupted);
+                }
+                written(lines);
+            }
+            Ok(())
+        });
+        if merged.is_ok() {
+            // The last chunk; a failed send means the writer stopped, as above.
+            let _ = tx.send(chunk);
+        }
+        drop(tx);
+        let out = writer
+            .join()
+            .expect("the trace writer does not panic")
+            .map_err(io("write the output file"))?;
+        merged?;
+        Ok((lines, out))
+    })
+}
+
 /// Write the container: header, snapshots, the trace and the end marker. `written` hears
 /// the line count every [`LINES_PER_REPORT`] lines; a signal stops the writing there.
 fn write_file(
@@ -772,22 +906,9 @@ fn write_file(
     for cpu in 0..cpu_stats(guard)?.len() {
         let file = File::open(guard.path(&format!("per_cpu/cpu{cpu}/trace")))
             .map_err(io("open a CPU's trace"))?;
-        cpus.push(BufReader::new(file));
+        cpus.push(BufReader::with_capacity(READ_BUFFER, file));
     }
-    let mut lines = 0;
-    merge_by_timestamp(cpus, &mut |line| {
-        gz.write_all(compact_line(line).as_bytes()).map_err(&w)?;
-        gz.write_all(b"\n").map_err(&w)?;
-        lines += 1;
-        if lines % LINES_PER_REPORT == 0 {
-            // A signal now means the user gave up on the file: the caller removes it.
-            if interrupted().load(Ordering::SeqCst) {
-                return Err(RecordError::Interrupted);
-            }
-            written(lines);
-        }
-        Ok(())
-    })?;
+    let (lines, mut gz) = write_trace(cpus, gz, written)?;
     gz.write_all(format!("{END_MARKER}\n").as_bytes())
         .map_err(&w)?;
     let mut file = gz.finish().map_err(&w)?;
@@ -858,12 +979,57 @@ mod tests {
         );
     }
 
+    /// The write-out gives the merged lines without `page=`, and a writer that fails
+    /// mid-way ends it with the writer's error, the CPUs' readers stopped (no hang).
+    #[test]
+    fn the_trace_is_written_merged_and_a_failing_writer_stops_it() {
+        let texts = [
+            "  sh-1 [000] ..... 1.000002: mm_page_free: page=00ab pfn=0x1 order=0\n",
+            "# a comment\n  sh-2 [001] ..... 1.000001: mm_page_alloc: page=00cd pfn=0x2 order=0\n",
+        ];
+        let readers = texts.iter().map(|t| t.as_bytes()).collect();
+        let (lines, out) = write_trace(readers, Vec::new(), &mut |_| {}).unwrap();
+        assert_eq!(lines, 2);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "  sh-2 [001] ..... 1.000001: mm_page_alloc: pfn=0x2 order=0\n  \
+             sh-1 [000] ..... 1.000002: mm_page_free: pfn=0x1 order=0\n"
+        );
+
+        struct Full;
+        impl Write for Full {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                Err(std::io::Error::other("no space left"))
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        // Enough for several chunks, so that the merge is still sending when the writer
+        // has stopped.
+        let big: Vec<String> = (0..4)
+            .map(|cpu| {
+                (0..20_000)
+                    .map(|i| format!("  sh-1 [{cpu:03}] ..... 1.{i:06}: mm_page_free: pfn=0x{i:x} order=0 {:>40}\n", ""))
+                    .collect()
+            })
+            .collect();
+        let readers = big.iter().map(|t| t.as_bytes()).collect();
+        match write_trace(readers, Full, &mut |_| {}) {
+            Err(RecordError::Io(m)) => assert!(m.contains("no space left"), "{m}"),
+            other => panic!("expected the writer's error, got {:?}", other.map(|r| r.0)),
+        }
+    }
+
     #[test]
     fn compact_lines_drop_the_page_pointer() {
         let line = "  bash-1 [000] ..... 1.5: mm_page_free: page=0000000012 pfn=0x10 order=0";
+        let mut out = b"before\n".to_vec();
+        push_compact_line(&mut out, line);
+        push_compact_line(&mut out, "");
         assert_eq!(
-            compact_line(line),
-            "  bash-1 [000] ..... 1.5: mm_page_free: pfn=0x10 order=0"
+            String::from_utf8(out).unwrap(),
+            "before\n  bash-1 [000] ..... 1.5: mm_page_free: pfn=0x10 order=0\n\n"
         );
     }
 }
