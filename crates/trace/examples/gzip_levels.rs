@@ -3,31 +3,20 @@
 //! -- FILE`, FILE a recording (gzip) or plain text. The text is written line by line, as
 //! the recorder writes it (docs/ARCHITECTURE.md, the compression bullet).
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::time::Instant;
 
-use flate2::read::MultiGzDecoder;
 use flate2::write::GzEncoder;
 use flate2::Compression;
+
+mod common;
 
 fn main() {
     let Some(path) = std::env::args().nth(1) else {
         eprintln!("usage: gzip_levels FILE (a recording or plain text)");
         std::process::exit(2);
     };
-    let raw = std::fs::read(&path).unwrap_or_else(|e| {
-        eprintln!("gzip_levels: cannot read {path}: {e}");
-        std::process::exit(1);
-    });
-    let mut text = Vec::new();
-    if raw.starts_with(&[0x1f, 0x8b]) {
-        if let Err(e) = MultiGzDecoder::new(&raw[..]).read_to_end(&mut text) {
-            eprintln!("gzip_levels: {path} is not whole gzip: {e}");
-            std::process::exit(1);
-        }
-    } else {
-        text = raw;
-    }
+    let text = common::read_text("gzip_levels", &path);
     println!("{} bytes of text", text.len());
     for (name, level) in [
         ("fast", Compression::fast()),

@@ -6,14 +6,15 @@
 //! were a CPU's `per_cpu/cpuN/trace`, line i to stream i mod CPUS, so that the merge
 //! takes a line from another stream at every step.
 
-use std::io::{Cursor, Read, Write};
+use std::io::{Cursor, Write};
 use std::time::Instant;
 
-use flate2::read::MultiGzDecoder;
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use mmkit_trace::parse::{END_MARKER, SECTION_PREFIX};
 use mmkit_trace::record::write_trace;
+
+mod common;
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -29,13 +30,10 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let mut text = String::new();
-    let read = std::fs::File::open(&path)
-        .and_then(|file| MultiGzDecoder::new(file).read_to_string(&mut text));
-    if let Err(e) = read {
-        eprintln!("write_out: cannot read {path} as a recording: {e}");
+    let Ok(text) = String::from_utf8(common::read_text("write_out", &path)) else {
+        eprintln!("write_out: {path} is not text");
         std::process::exit(1);
-    }
+    };
     let trace_heading = format!("{SECTION_PREFIX}trace");
     let Some(start) = text.lines().position(|l| l == trace_heading) else {
         eprintln!("write_out: {path} has no trace section");

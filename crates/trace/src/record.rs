@@ -417,9 +417,12 @@ fn buffered_events(guard: &TracefsGuard) -> u64 {
 /// line without a timestamp takes its CPU's last one, so it stays in its CPU's place.
 ///
 /// Each CPU's file is read, and its timestamps parsed, on a thread of its own, which
-/// hands the merge [`READ_BATCH`] lines at a time: the kernel formats a CPU's events as
-/// they are read, and in a guest under emulation that formatting, spread over the
-/// guest's CPUs, is what the write-out waits for.
+/// hands the merge [`READ_BATCH`] lines at a time: the kernel formats a CPU's events in
+/// the thread that reads them, so the guest's CPUs share that work. With the compression
+/// on a thread too ([`write_trace`]), a 64-CPU guest under emulation wrote 415,306 lines
+/// in 36 s, where reading and compressing on one thread had taken about three minutes
+/// for 424,337 (docs/EXPERIMENTS.md, "The recorder's write-out on threads"); how the
+/// 36 s divide between the parts was not measured.
 fn merge_by_timestamp<R: BufRead + Send>(
     cpus: Vec<R>,
     write: &mut dyn FnMut(&str) -> Result<(), RecordError>,
