@@ -80,7 +80,7 @@ struct ShardFile {
 
 /// `mmkit sim calibrate`.
 pub fn run_calibrate(args: &CalibrateArgs) -> Result<(), CliError> {
-    let text = std::fs::read_to_string(&args.targets)
+    let text = crate::limits::read_input_text(&args.targets)
         .map_err(|e| CliError::usage(format!("{}: {e}", args.targets.display())))?;
     let targets: Targets = serde_json::from_str(&text)
         .map_err(|e| CliError::usage(format!("{}: {e}", args.targets.display())))?;
@@ -252,7 +252,7 @@ fn write_shard(
 fn merge(identity: &Identity, paths: &[PathBuf]) -> Result<Vec<Candidate>, CliError> {
     let mut slots: Vec<Option<(Candidate, &Path)>> = vec![None; identity.candidates.len()];
     for path in paths {
-        let text = std::fs::read_to_string(path)
+        let text = crate::limits::read_input_text(path)
             .map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?;
         let file: ShardFile = serde_json::from_str(&text).map_err(|e| {
             CliError::usage(format!(

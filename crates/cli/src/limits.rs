@@ -11,8 +11,13 @@
 //! Durations are bounded by [`MAX_RUN_SECONDS`], thread counts by the CPUs that run them
 //! ([`check_threads`]).
 //!
+//! Input files are read whole by [`read_input`], which refuses a device (`/dev/zero` never
+//! ends) and a file larger than this machine's RAM before reading it.
+//!
 //! The bounds are far above any sensible value, so only a mistake meets them.
 
+use std::io::{self, Read};
+use std::path::Path;
 use std::time::Duration;
 
 use crate::CliError;
@@ -26,19 +31,81 @@ pub fn machine_memory_bytes() -> u64 {
     let Ok(meminfo) = std::fs::read_to_string("/proc/meminfo") else {
         return ADDRESS_SPACE_BYTES;
     };
-    let kbytes = |key: &str| -> Option<u64> {
-        let line = meminfo.lines().find(|l| l.starts_with(key))?;
-        line[key.len()..]
-            .trim()
-            .trim_end_matches("kB")
-            .trim()
-            .parse()
-            .ok()
-    };
-    match kbytes("MemTotal:") {
-        Some(ram) => (ram + kbytes("SwapTotal:").unwrap_or(0)).saturating_mul(1024),
+    match meminfo_kbytes(&meminfo, "MemTotal:") {
+        Some(ram) => {
+            (ram + meminfo_kbytes(&meminfo, "SwapTotal:").unwrap_or(0)).saturating_mul(1024)
+        }
         None => ADDRESS_SPACE_BYTES,
     }
+}
+
+/// This machine's RAM in bytes (`MemTotal`), or the address space's size when
+/// `/proc/meminfo` cannot say.
+fn machine_ram_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|meminfo| meminfo_kbytes(&meminfo, "MemTotal:"))
+        .map_or(ADDRESS_SPACE_BYTES, |kb| kb.saturating_mul(1024))
+}
+
+/// The value of `key` (`MemTotal:`) in `/proc/meminfo`'s text, in kB.
+fn meminfo_kbytes(meminfo: &str, key: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with(key))?;
+    line[key.len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The bytes of the input file at `path`, read whole: a recording, a script, a snapshot,
+/// a JSON file. Refused before anything is read, as an `InvalidInput` error that says
+/// why: a character or block device, which is no such file and may never end
+/// (`/dev/zero` filled memory until the kernel killed the process), and a file larger
+/// than this machine's RAM, which a command that parses it whole could not hold. A pipe
+/// (`<(zcat F)`) is read up to the same bound.
+pub fn read_input(path: &Path) -> io::Result<Vec<u8>> {
+    read_input_within(path, machine_ram_bytes())
+}
+
+/// [`read_input`] as UTF-8 text (an `InvalidData` error if it is not).
+pub fn read_input_text(path: &Path) -> io::Result<String> {
+    String::from_utf8(read_input(path)?)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8 text"))
+}
+
+/// [`read_input`] with the bound `limit` in bytes.
+fn read_input_within(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileTypeExt;
+
+    let file = std::fs::File::open(path)?;
+    let meta = file.metadata()?;
+    let kind = meta.file_type();
+    if kind.is_char_device() || kind.is_block_device() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a device, not a file: give the path of a file",
+        ));
+    }
+    let too_large = || {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "larger than this machine's {} of RAM, so it cannot be read whole",
+                human_bytes(u128::from(limit))
+            ),
+        )
+    };
+    if meta.len() > limit {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::new();
+    file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(too_large());
+    }
+    Ok(bytes)
 }
 
 /// The product of `factors`, saturating: the bytes a set of counts implies, which may be
@@ -141,6 +208,29 @@ mod tests {
         );
         assert!(check_memory("--count 1", 4096).is_ok());
         assert_eq!(product(&[u128::MAX, 2]), u128::MAX);
+    }
+
+    #[test]
+    fn an_input_is_a_file_read_whole_within_the_bound() {
+        let error = read_input(Path::new("/dev/zero")).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
+        assert!(error.to_string().contains("a device"), "{error}");
+
+        let path = std::env::temp_dir().join(format!("mmkit-read-input-{}", std::process::id()));
+        std::fs::write(&path, b"0123456789").unwrap();
+        assert_eq!(read_input_within(&path, 10).unwrap(), b"0123456789");
+        let error = read_input_within(&path, 9).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
+        assert!(error.to_string().contains("larger than"), "{error}");
+
+        // A file whose size says nothing (procfs gives 0, as a pipe does) is read up to the
+        // bound and refused past it.
+        let maps = Path::new("/proc/self/maps");
+        assert_eq!(std::fs::metadata(maps).unwrap().len(), 0);
+        let error = read_input_within(maps, 16).unwrap_err();
+        assert!(error.to_string().contains("larger than"), "{error}");
+        assert!(!read_input(maps).unwrap().is_empty());
     }
 
     #[test]

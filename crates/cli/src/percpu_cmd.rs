@@ -272,7 +272,7 @@ fn objects(path: Option<&Path>, kernel: &Kernel) -> Result<Vec<ObjectSpec>, CliE
         return Ok(parse_objects(kernel.objects).expect("the built-in lists parse"));
     };
     let refuse = |what: String| CliError::usage(format!("--objects {}:{what}", path.display()));
-    let bytes = std::fs::read(path).map_err(|e| refuse(format!(" {e}")))?;
+    let bytes = crate::limits::read_input(path).map_err(|e| refuse(format!(" {e}")))?;
     let text = String::from_utf8(bytes).map_err(|e| {
         let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
         let line = valid.iter().filter(|&&b| b == b'\n').count() + 1;

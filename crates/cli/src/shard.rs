@@ -334,8 +334,8 @@ fn label(job: &Value) -> String {
 /// Read and check one shard file of a `sweep`.
 fn read(sweep: Sweep, path: &Path) -> Result<ShardIn, CliError> {
     let shown = path.display();
-    let text =
-        std::fs::read_to_string(path).map_err(|e| CliError::usage(format!("{shown}: {e}")))?;
+    let text = crate::limits::read_input_text(path)
+        .map_err(|e| CliError::usage(format!("{shown}: {e}")))?;
     let head: Value = serde_json::from_str(&text)
         .map_err(|e| CliError::usage(format!("{shown}: not an mmkit shard file: {e}")))?;
     if head["format"] != FORMAT {

@@ -714,7 +714,7 @@ fn zoneinfo_machine(
     warm_pagesets: bool,
 ) -> Result<mmkit_sim::MachineSpec, CliError> {
     let refuse = |why: String| CliError::usage(format!("--zoneinfo {}: {why}", path.display()));
-    let text = std::fs::read_to_string(path).map_err(|e| refuse(e.to_string()))?;
+    let text = crate::limits::read_input_text(path).map_err(|e| refuse(e.to_string()))?;
     let zones = mmkit_core::views::zoneinfo::parse(&text).map_err(|e| refuse(e.to_string()))?;
     let llc_bytes =
         mmkit_trace::machine::llc(std::path::Path::new("/")).map_or(32 << 20, |llc| llc.llc_bytes);

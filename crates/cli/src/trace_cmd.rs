@@ -150,8 +150,8 @@ impl From<SeedArg> for SeedRule {
 /// naming the file.
 pub(crate) fn load_complete(file: &std::path::Path) -> Result<parse::Trace, CliError> {
     let name = file.display();
-    let bytes =
-        std::fs::read(file).map_err(|e| CliError::usage(format!("cannot read {name}: {e}")))?;
+    let bytes = crate::limits::read_input(file)
+        .map_err(|e| CliError::usage(format!("cannot read {name}: {e}")))?;
     let trace = parse::load(&bytes).map_err(|e| CliError::usage(format!("{name}: {e}")))?;
     if let Some(why) = trace.truncation() {
         return Err(CliError::usage(format!("{name} is truncated: {why}")));
@@ -320,7 +320,7 @@ impl RecordBar {
 }
 
 fn run_replay(args: &ReplayArgs) -> Result<(), CliError> {
-    let bytes = std::fs::read(&args.file)
+    let bytes = crate::limits::read_input(&args.file)
         .map_err(|e| CliError::usage(format!("cannot read {}: {e}", args.file.display())))?;
     let trace = parse::load(&bytes)
         .map_err(|e| CliError::usage(format!("{}: {e}", args.file.display())))?;
@@ -340,7 +340,7 @@ fn run_replay(args: &ReplayArgs) -> Result<(), CliError> {
     }
     let zoneinfo = match &args.zoneinfo {
         Some(path) => Some(
-            std::fs::read_to_string(path)
+            crate::limits::read_input_text(path)
                 .map_err(|e| CliError::usage(format!("cannot read {}: {e}", path.display())))?,
         ),
         None => None,

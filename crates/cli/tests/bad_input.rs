@@ -355,17 +355,7 @@ fn percpu_objects_files_are_refused_with_file_and_line_and_status_2() {
     let scratch = Scratch::new("bad-input-objects");
     let objects = |name: &str, text: &[u8], culprit: &str| {
         let path = scratch.file(name, text);
-        let args = [
-            "percpu",
-            "test",
-            "--outer",
-            "1",
-            "--inner",
-            "1",
-            "--objects",
-            &path,
-        ];
-        refused(&args, &culprit.replace("FILE", &path));
+        refused(&percpu_test_objects(&path), &culprit.replace("FILE", &path));
     };
     objects("empty", b"", "--objects FILE: the object list is empty");
     objects("binary", b"a 8\n\x80\x81", "--objects FILE:2: not UTF-8");
@@ -378,19 +368,14 @@ fn percpu_objects_files_are_refused_with_file_and_line_and_status_2() {
     objects("bad-align", b"a 8 3", "--objects FILE:1:");
     objects("huge-align", b"a 8 8192", "--objects FILE:1:");
     let missing = scratch.path("missing");
-    refused(
-        &[
-            "percpu",
-            "test",
-            "--outer",
-            "1",
-            "--inner",
-            "1",
-            "--objects",
-            &missing,
-        ],
-        &missing,
-    );
+    refused(&percpu_test_objects(&missing), &missing);
+}
+
+/// `mmkit percpu test` at its smallest, with the object list `path`.
+fn percpu_test_objects(path: &str) -> Vec<&str> {
+    let mut args = vec!["percpu", "test", "--outer", "1", "--inner", "1"];
+    args.extend(["--objects", path]);
+    args
 }
 
 #[test]
@@ -675,6 +660,28 @@ fn trace_replay_names_the_file_it_cannot_use() {
         &["trace", "replay", &compile_trace(), "--policies", "v9"],
         "v9",
     );
+}
+
+/// A device where a file belongs is refused before it is read: `/dev/zero` never ends,
+/// and every command that reads its file whole read it until the kernel killed the
+/// process for the memory (`trace replay` and `high-order` did, status 137).
+#[test]
+fn every_input_file_refuses_a_device_naming_it() {
+    let zero = "/dev/zero";
+    let compile = compile_trace();
+    for args in [
+        vec!["trace", "replay", zero],
+        vec!["trace", "high-order", zero],
+        vec!["trace", "lives", zero],
+        vec!["trace", "replay", &compile, "--zoneinfo", zero],
+        vec!["sim", "--workload", "unix", "--zoneinfo", zero],
+        vec!["sim", "calibrate", "--targets", zero],
+        vec!["sim", "merge", zero],
+        vec!["pcp-script", zero],
+        percpu_test_objects(zero),
+    ] {
+        refused(&args, &format!("{zero}: a device, not a file"));
+    }
 }
 
 #[test]

@@ -22,7 +22,7 @@ mod report;
 
 use std::collections::HashMap;
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use mmkit_core::page_alloc::MigrateType;
@@ -157,7 +157,7 @@ fn script_errors(source: &str, errors: &[parse::ParseError]) -> CliError {
 }
 
 /// The script's name for messages and its text: UTF-8 with at least one operation.
-fn read_script(path: &PathBuf) -> Result<(String, String), CliError> {
+fn read_script(path: &Path) -> Result<(String, String), CliError> {
     let (source, bytes) = if path.as_os_str() == "-" {
         let mut bytes = Vec::new();
         std::io::stdin()
@@ -165,7 +165,7 @@ fn read_script(path: &PathBuf) -> Result<(String, String), CliError> {
             .map_err(|e| CliError::usage(format!("reading the script from stdin: {e}")))?;
         ("<stdin>".to_owned(), bytes)
     } else {
-        let bytes = std::fs::read(path)
+        let bytes = crate::limits::read_input(path)
             .map_err(|e| CliError::usage(format!("reading {}: {e}", path.display())))?;
         (path.display().to_string(), bytes)
     };
