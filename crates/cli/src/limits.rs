@@ -20,6 +20,8 @@ use std::io::{self, Read};
 use std::path::Path;
 use std::time::Duration;
 
+use mmkit_trace::machine::meminfo_kbytes;
+
 use crate::CliError;
 
 /// The x86-64 user address space (47 bits, 128 TiB): no mapping is larger, whatever the
@@ -42,21 +44,7 @@ pub fn machine_memory_bytes() -> u64 {
 /// This machine's RAM in bytes (`MemTotal`), or the address space's size when
 /// `/proc/meminfo` cannot say.
 fn machine_ram_bytes() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|meminfo| meminfo_kbytes(&meminfo, "MemTotal:"))
-        .map_or(ADDRESS_SPACE_BYTES, |kb| kb.saturating_mul(1024))
-}
-
-/// The value of `key` (`MemTotal:`) in `/proc/meminfo`'s text, in kB.
-fn meminfo_kbytes(meminfo: &str, key: &str) -> Option<u64> {
-    let line = meminfo.lines().find(|l| l.starts_with(key))?;
-    line[key.len()..]
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()
+    mmkit_trace::machine::ram_bytes().unwrap_or(ADDRESS_SPACE_BYTES)
 }
 
 /// The bytes of the input file at `path`, read whole: a recording, a script, a snapshot,

@@ -23,6 +23,23 @@ pub const SYSCTL_FILES: [&str; 5] = [
     "proc/sys/vm/lowmem_reserve_ratio",
 ];
 
+/// This machine's RAM in bytes (`MemTotal` of `/proc/meminfo`), if it can be read.
+pub fn ram_bytes() -> Option<u64> {
+    meminfo_kbytes(&fs::read_to_string("/proc/meminfo").ok()?, "MemTotal:")
+        .map(|kb| kb.saturating_mul(1024))
+}
+
+/// The value of `key` (`MemTotal:`) in `/proc/meminfo`'s text, in kB.
+pub fn meminfo_kbytes(meminfo: &str, key: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with(key))?;
+    line[key.len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// A file reader: path relative to the root → contents, or a message.
 pub type Reader<'a> = dyn Fn(&str) -> Result<String, String> + 'a;
 

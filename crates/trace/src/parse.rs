@@ -263,13 +263,27 @@ pub const SECTION_PREFIX: &str = "@@section ";
 pub const END_MARKER: &str = "@@end";
 
 /// Read a trace file's bytes: gzip or not, recorder container or plain tracefs text.
-/// Invalid UTF-8 is replaced (and the lines it spoils are reported as malformed).
+/// Invalid UTF-8 is replaced (and the lines it spoils are reported as malformed). A gzip
+/// stream that decompresses to more than this machine's RAM is refused (an error, not
+/// an allocation failure): the text is held whole, and a recording ten times smaller
+/// than its text can name any size.
 pub fn load(bytes: &[u8]) -> Result<Trace, LoadError> {
+    load_within(bytes, crate::machine::ram_bytes().unwrap_or(u64::MAX))
+}
+
+/// [`load`] with at most `limit` bytes of decompressed text.
+fn load_within(bytes: &[u8], limit: u64) -> Result<Trace, LoadError> {
     let mut decompress_error = None;
     let text = if bytes.starts_with(&[0x1f, 0x8b]) {
         let mut out = Vec::new();
-        let mut decoder = flate2::read::MultiGzDecoder::new(bytes);
-        if let Err(e) = decoder.read_to_end(&mut out) {
+        let decoder = flate2::read::MultiGzDecoder::new(bytes);
+        let read = decoder.take(limit.saturating_add(1)).read_to_end(&mut out);
+        if out.len() as u64 > limit {
+            return Err(LoadError(format!(
+                "decompresses to more than this machine's {limit} bytes of RAM"
+            )));
+        }
+        if let Err(e) = read {
             // A truncated gzip stream still yields what was decoded before the cut.
             if out.is_empty() {
                 return Err(LoadError(format!("cannot decompress: {e}")));
@@ -513,6 +527,20 @@ mod tests {
     use super::*;
 
     const ALLOC: &str = "            bash-1556    [000] .....  7763.274331: mm_page_alloc: page=00000000628aa8a7 pfn=0x124f90 order=0 migratetype=0 gfp_flags=GFP_KERNEL_ACCOUNT|__GFP_ZERO|__GFP_COMP";
+
+    #[test]
+    fn a_gzip_stream_larger_than_the_bound_is_refused_not_read_whole() {
+        use std::io::Write;
+        let text = format!("{}\n", ALLOC.trim()).repeat(2_000);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(text.as_bytes()).unwrap();
+        let gz = gz.finish().unwrap();
+        assert!(gz.len() * 50 < text.len(), "the text compresses well");
+        let whole = load_within(&gz, text.len() as u64).unwrap();
+        assert_eq!(whole.events.len(), 2_000);
+        let error = load_within(&gz, text.len() as u64 - 1).unwrap_err();
+        assert!(error.0.contains("decompresses to more than"), "{error}");
+    }
 
     #[test]
     fn parses_an_alloc_line() {
