@@ -20,6 +20,7 @@ use std::io::{self, Read};
 use std::path::Path;
 use std::time::Duration;
 
+pub use mmkit_trace::machine::human_bytes;
 use mmkit_trace::machine::meminfo_kbytes;
 
 use crate::CliError;
@@ -118,24 +119,6 @@ pub fn check_memory(culprit: &str, bytes: u128) -> Result<(), CliError> {
     )))
 }
 
-/// `1.5 GiB`, `24.0 TiB`, `12.0 EiB`.
-pub fn human_bytes(bytes: u128) -> String {
-    const UNITS: [&str; 7] = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} bytes")
-    } else if value >= 1024.0 {
-        format!("{value:.1e} {}", UNITS[unit])
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
-}
-
 /// The longest run a duration flag may ask for: a day. `--seconds 1e300` is a typo (it
 /// panicked converting to a `Duration`), and a longer experiment is better split.
 pub const MAX_RUN_SECONDS: f64 = 86_400.0;
@@ -179,13 +162,6 @@ pub fn check_threads(flag: &str, threads: u64) -> Result<(), CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_print_in_binary_units() {
-        assert_eq!(human_bytes(512), "512 bytes");
-        assert_eq!(human_bytes(24_000_000_000_000), "21.8 TiB");
-        assert_eq!(human_bytes(u128::MAX), "3.0e20 EiB");
-    }
 
     #[test]
     fn memory_beyond_the_address_space_is_refused() {

@@ -40,6 +40,24 @@ pub fn meminfo_kbytes(meminfo: &str, key: &str) -> Option<u64> {
         .ok()
 }
 
+/// A size in bytes as a person reads it, in binary units: `512 bytes`, `1.5 GiB`, `24.0 TiB`, `12.0 EiB`.
+pub fn human_bytes(bytes: u128) -> String {
+    const UNITS: [&str; 7] = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} bytes")
+    } else if value >= 1024.0 {
+        format!("{value:.1e} {}", UNITS[unit])
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
 /// A file reader: path relative to the root → contents, or a message.
 pub type Reader<'a> = dyn Fn(&str) -> Result<String, String> + 'a;
 
@@ -232,6 +250,13 @@ pub fn topology(kernel: &[ZoneInfo], llc: CacheInfo, layout: Layout) -> Result<T
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_print_in_binary_units() {
+        assert_eq!(human_bytes(512), "512 bytes");
+        assert_eq!(human_bytes(24_000_000_000_000), "21.8 TiB");
+        assert_eq!(human_bytes(u128::MAX), "3.0e20 EiB");
+    }
 
     #[test]
     fn cpu_lists_count_ranges() {

@@ -280,7 +280,8 @@ fn load_within(bytes: &[u8], limit: u64) -> Result<Trace, LoadError> {
         let read = decoder.take(limit.saturating_add(1)).read_to_end(&mut out);
         if out.len() as u64 > limit {
             return Err(LoadError(format!(
-                "decompresses to more than this machine's {limit} bytes of RAM"
+                "decompresses to more than this machine's {} of RAM",
+                crate::machine::human_bytes(u128::from(limit))
             )));
         }
         if let Err(e) = read {
@@ -538,8 +539,14 @@ mod tests {
         assert!(gz.len() * 50 < text.len(), "the text compresses well");
         let whole = load_within(&gz, text.len() as u64).unwrap();
         assert_eq!(whole.events.len(), 2_000);
-        let error = load_within(&gz, text.len() as u64 - 1).unwrap_err();
-        assert!(error.0.contains("decompresses to more than"), "{error}");
+        let bound = text.len() as u64 - 1;
+        let error = load_within(&gz, bound).unwrap_err();
+        let expected = format!(
+            "more than this machine's {}",
+            crate::machine::human_bytes(bound.into())
+        );
+        assert!(expected.ends_with("KiB"), "{expected}");
+        assert!(error.0.contains(&expected), "{error}");
     }
 
     #[test]
