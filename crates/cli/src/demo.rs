@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use mmkit_core::Policy;
+use mmkit_sim::measured;
 use mmkit_sim::published::{self, Cell, Column};
 use mmkit_sim::{table, RunResult, RunSpec, TableRow, WorkloadKind};
 
@@ -207,6 +208,8 @@ pub struct DemoTable {
     pub rows: Vec<(String, Vec<Value>)>,
     /// The line below the table on memory used (kbuild only).
     pub used_memory: Option<String>,
+    /// The line below the table on high-order frees after another (kbuild only).
+    pub high_order: Option<String>,
     /// The workload's scored cells, in scoring order.
     pub cells: Vec<Cell>,
 }
@@ -338,14 +341,43 @@ pub fn beside_published(results: &[RunResult]) -> Option<DemoTable> {
             published::KBUILD_USED_MEMORY_PCT
         )
     });
+    let high_order = (workload == WorkloadKind::Kbuild).then(|| high_order_line(first));
     Some(DemoTable {
         title: title(workload),
         heading,
         columns,
         rows: shown,
         used_memory,
+        high_order,
         cells,
     })
+}
+
+/// kbuild's high-order frees after another on their pageset in the first run (base),
+/// beside the recorded builds': what the `free_high` cells of patches 1–9 rest on.
+fn high_order_line(base: &RunResult) -> String {
+    let stats = &base.stats;
+    let pct = 100.0 * stats.high_order_after_high as f64 / stats.high_order_frees.max(1) as f64;
+    let mut recorded: Vec<(u32, Vec<f64>)> = Vec::new();
+    for (cpus, share) in measured::KBUILD_RECORDED_AFTER_HIGH_PCT {
+        match recorded.last_mut() {
+            Some((last, shares)) if *last == cpus => shares.push(share),
+            _ => recorded.push((cpus, vec![share])),
+        }
+    }
+    let recorded: Vec<String> = recorded
+        .iter()
+        .map(|(cpus, shares)| {
+            let shares: Vec<String> = shares.iter().map(|s| format!("{s:.2}")).collect();
+            format!("{cpus}: {}", shares.join(" / "))
+        })
+        .collect();
+    format!(
+        "high-order frees after another on their pageset (patch 1's free_high condition): {} {pct:.2} % of {}; recorded builds (CPUs: %) {}; the published machine's not known",
+        base.policy,
+        stats.high_order_frees,
+        recorded.join(", ")
+    )
 }
 
 /// The table as the terminal shows it.
@@ -365,7 +397,10 @@ pub fn render_terminal(table: &DemoTable) -> String {
         }
         out.push('\n');
     }
-    if let Some(line) = &table.used_memory {
+    for line in [&table.used_memory, &table.high_order]
+        .into_iter()
+        .flatten()
+    {
         let _ = writeln!(out, "{line}");
     }
     out

@@ -140,6 +140,9 @@ fn render_table(out: &mut String, table: &DemoTable) {
     if let Some(line) = &table.used_memory {
         let _ = writeln!(out, "<p class=\"used-memory\">{}</p>", escape(line));
     }
+    if let Some(line) = &table.high_order {
+        let _ = writeln!(out, "<p class=\"high-order\">{}</p>", escape(line));
+    }
 }
 
 /// One value: simulated, published beside it, and the mark of a scored cell.

@@ -30,7 +30,7 @@
 //! then CPU number, so a run is a pure function of its inputs.
 
 use mmkit_core::page::{Page, NO_PFN};
-use mmkit_core::page_alloc::pcp::pcp_allowed_order;
+use mmkit_core::page_alloc::pcp::{pcp_allowed_order, PAGE_ALLOC_COSTLY_ORDER};
 use mmkit_core::page_alloc::{
     AllocAttempt, Caller, DrainAll, DrainReason, DrainWork, Gfp, HoldKind, LockEvents, Zone,
     ZoneLockHold,
@@ -187,6 +187,15 @@ pub struct SimStats {
     pub steps: u64,
     /// vmstat ticks run (each may decay a pageset's `high` and drain it).
     pub vmstat_ticks: u64,
+    /// Frees of orders 1–3 to a pageset: the frees the `free_high` rule looks at.
+    #[serde(default)]
+    pub high_order_frees: u64,
+    /// Of those, the ones whose pageset's previous free was of order 1–3 too (an order-0
+    /// or THP free in between clears it; allocations do not): the frees on which patch
+    /// 1's rule (`PCPF_PREV_FREE_HIGH_ORDER`) may drain, counted whatever the policy, as
+    /// `mmkit trace high-order` counts a recording's.
+    #[serde(default)]
+    pub high_order_after_high: u64,
 }
 
 impl SimStats {
@@ -210,6 +219,8 @@ impl SimStats {
             requests_ahead: self.requests_ahead - earlier.requests_ahead,
             steps: self.steps - earlier.steps,
             vmstat_ticks: self.vmstat_ticks - earlier.vmstat_ticks,
+            high_order_frees: self.high_order_frees - earlier.high_order_frees,
+            high_order_after_high: self.high_order_after_high - earlier.high_order_after_high,
         }
     }
 }
@@ -419,6 +430,9 @@ pub struct Sim {
     /// fills [`Series::spin_ns`].
     spin_bins: TimeBins,
     free_high: u64,
+    /// Per CPU and zone slot: whether the last free to that pageset was of order 1–3
+    /// ([`SimStats::high_order_after_high`]).
+    prev_free_high: Vec<[bool; MAX_ZONES]>,
     options: SimOptions,
     tick_ns: u64,
     /// Per CPU: when its next vmstat tick is due. A tick that finds its CPU busy past that
@@ -556,6 +570,7 @@ impl Sim {
             series,
             spin_bins: TimeBins::new(options.sample_ns),
             free_high: 0,
+            prev_free_high: vec![[false; MAX_ZONES]; nr_cpus as usize],
             options,
             tick_ns,
             tick_due: vec![0; nr_cpus as usize],
@@ -1044,8 +1059,22 @@ impl Sim {
         self.cache.stamp(cpu, slot, offset, order.pages());
         if pcp_allowed_order(order) {
             self.charge(cpu, self.cost.free_hit_ns);
+            self.note_pageset_free(cpu, slot, order);
         }
         Ok(())
+    }
+
+    /// Count a free of `order` to `cpu`'s pageset of zone `slot`
+    /// ([`SimStats::high_order_after_high`]).
+    #[inline(always)]
+    fn note_pageset_free(&mut self, cpu: u32, slot: usize, order: Order) {
+        let high = (1..=PAGE_ALLOC_COSTLY_ORDER).contains(&order.get());
+        let prev = &mut self.prev_free_high[cpu as usize][slot % MAX_ZONES];
+        if high {
+            self.stats.high_order_frees += 1;
+            self.stats.high_order_after_high += u64::from(*prev);
+        }
+        *prev = high;
     }
 
     /// `drain_all_pages(NULL)` called on `cpu` (direct reclaim that could not allocate):
@@ -1399,6 +1428,52 @@ mod tests {
             ..CostModel::calibrated()
         });
         assert!(sim.smt.is_none());
+    }
+
+    /// A free of order 1–3 counts as after another when its pageset's previous free was
+    /// of order 1–3: an order-0 or THP free in between clears that, a free past the
+    /// pagesets (order 4) does not, and each CPU's pageset keeps its own.
+    #[test]
+    fn high_order_frees_after_another_are_counted_per_pageset() {
+        let machine = MachineSpec::spr_224().with_cpus(2).with_node_bytes(1 << 30);
+        let options = SimOptions {
+            sample_ns: 1_000_000,
+            verify_every: Some(1),
+            high_cpus: Vec::new(),
+            measure_from_ns: 0,
+        };
+        let mut sim = Sim::new(&machine, Policy::preset("base").unwrap(), options);
+        // (CPU, order) of each free, and whether it counts as after another.
+        let frees = [
+            (0, 1, false),
+            (0, 2, true),
+            (0, 0, false),
+            (0, 3, false),
+            (1, 1, false),
+            (0, 3, true),
+            (0, 4, false),
+            (0, 1, true),
+            (0, 9, false),
+            (0, 2, false),
+            (1, 3, true),
+        ];
+        let gfp = Gfp::HIGHUSER_MOVABLE;
+        let blocks: Vec<Pfn> = frees
+            .iter()
+            .map(|&(cpu, order, _)| sim.alloc(cpu, gfp, Order::new(order).unwrap()).unwrap())
+            .collect();
+        let (mut high, mut after) = (0, 0);
+        for (&(cpu, order, counts), &pfn) in frees.iter().zip(&blocks) {
+            sim.free(cpu, pfn, Order::new(order).unwrap()).unwrap();
+            high += u64::from((1..=3).contains(&order));
+            after += u64::from(counts);
+            assert_eq!(
+                (sim.stats.high_order_frees, sim.stats.high_order_after_high),
+                (high, after),
+                "after freeing order {order} on CPU {cpu}"
+            );
+        }
+        assert_eq!((high, after), (8, 4));
     }
 
     #[test]

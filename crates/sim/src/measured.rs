@@ -13,6 +13,27 @@
 use crate::workload::kbuild::KbuildParams;
 use crate::workload::stream::StreamParams;
 
+/// Of a recorded build's frees of orders 1–3 to the pagesets, the share (%) whose
+/// pageset's previous free was of order 1–3 too (patch 1's condition for a `free_high`
+/// drain), by virtual CPUs of the QEMU guest that ran it, twice where a CPU count was
+/// recorded twice: compile-like builds (`crates/trace/workloads/compile.sh`) on Debian's
+/// 6.1 kernel (order-1 PGDs) under TCG, recorded with
+/// `crates/trace/workloads/many-cpu-vm.sh` and counted with `mmkit trace high-order`
+/// (docs/EXPERIMENTS.md, "kbuild's high-order frees on more CPUs"). What the simulator's
+/// kbuild does is [`crate::engine::SimStats::high_order_after_high`]; the published
+/// 224-CPU machine's share is not known.
+pub const KBUILD_RECORDED_AFTER_HIGH_PCT: [(u32, f64); 9] = [
+    (2, 0.41),
+    (8, 1.04),
+    (16, 0.56),
+    (16, 1.23),
+    (24, 0.52),
+    (32, 3.13),
+    (32, 2.99),
+    (48, 4.05),
+    (64, 4.66),
+];
+
 /// A build as a trace of it shows it: its processes with their page faults, their
 /// kernel pages and blocks, and how long it ran on how many CPUs.
 #[derive(Clone, Debug, PartialEq)]
