@@ -59,20 +59,29 @@ bin="${CARGO_TARGET_DIR:-$root/target}/release-lto/examples/callgrind_fastpath"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
-# Instructions per page inside the function `$1_phase`.
-measure() {
-    local out="$tmp/$1.out"
-    valgrind --tool=callgrind --callgrind-out-file="$out" --collect-atstart=no \
-        --toggle-collect="*::$1_phase" "$bin" "$pairs" >"$tmp/$1.stdout" 2>"$tmp/$1.stderr" || {
-        cat "$tmp/$1.stderr" >&2
+# Instructions callgrind counts inside the functions matching `$2` while the command after
+# it runs; its stdout is kept in "$tmp/$1.stdout". Exits 2 if the command fails or nothing
+# was counted.
+instructions() {
+    local name=$1 function=$2 total
+    shift 2
+    valgrind --tool=callgrind --callgrind-out-file="$tmp/$name.out" --collect-atstart=no \
+        --toggle-collect="$function" "$@" >"$tmp/$name.stdout" 2>"$tmp/$name.stderr" || {
+        cat "$tmp/$name.stderr" >&2
         exit 2
     }
-    local total
-    total=$(sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$out")
+    total=$(sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$tmp/$name.out")
     if [[ -z "$total" || "$total" == 0 ]]; then
-        echo "callgrind-check: no instructions counted in $1_phase" >&2
+        echo "callgrind-check: no instructions counted in $function ($name)" >&2
         exit 2
     fi
+    echo "$total"
+}
+
+# Instructions per page inside the function `$1_phase`.
+measure() {
+    local total
+    total=$(instructions "$1" "*::$1_phase" "$bin" "$pairs") || exit 2
     awk -v t="$total" -v p="$pairs" 'BEGIN { printf "%.1f", t / p }'
 }
 
@@ -91,18 +100,12 @@ mmkit="${CARGO_TARGET_DIR:-$root/target}/release/mmkit"
 
 # Instructions per page event inside `Sim::run` for workload $1 at scale $2.
 measure_sim() {
-    local out="$tmp/sim-$1.out" json="$tmp/sim-$1.json"
-    valgrind --tool=callgrind --callgrind-out-file="$out" --collect-atstart=no \
-        --toggle-collect='mmkit_sim::engine::Sim::run' "$mmkit" sim --workload "$1" \
-        --policies base --threads 1 --json --scale "$2" >"$json" 2>"$tmp/sim-$1.stderr" || {
-        cat "$tmp/sim-$1.stderr" >&2
-        exit 2
-    }
     local total events
-    total=$(sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$out")
-    events=$(sed -n 's/^ *"run_page_events": *\([0-9]*\).*/\1/p' "$json" | head -n 1)
-    if [[ -z "$total" || "$total" == 0 || -z "$events" || "$events" == 0 ]]; then
-        echo "callgrind-check: no instructions or no page events counted in the $1 run" >&2
+    total=$(instructions "sim-$1" 'mmkit_sim::engine::Sim::run' "$mmkit" sim --workload "$1" \
+        --policies base --threads 1 --json --scale "$2") || exit 2
+    events=$(sed -n 's/^ *"run_page_events": *\([0-9]*\).*/\1/p' "$tmp/sim-$1.stdout" | head -n 1)
+    if [[ -z "$events" || "$events" == 0 ]]; then
+        echo "callgrind-check: no page events in the $1 run's JSON" >&2
         exit 2
     fi
     awk -v t="$total" -v e="$events" 'BEGIN { printf "%.1f", t / e }'
@@ -130,9 +133,9 @@ if $update; then
   "tolerance_percent": $tolerance,
   "sim_runs": "$sim_runs",
   "sim_counted": "instructions executed inside mmkit_sim::engine::Sim::run (callgrind --toggle-collect) of mmkit sim --workload W --policies base --threads 1 --json --scale S (the release build), divided by the run_page_events of its JSON",
-  "sim_kbuild_instructions_per_page_event": ${sim_count[kbuild]},
-  "sim_netperf_instructions_per_page_event": ${sim_count[netperf]},
-  "sim_unix_instructions_per_page_event": ${sim_count[unix]},
+$(for run in $sim_runs; do
+    echo "  \"sim_${run%%:*}_instructions_per_page_event\": ${sim_count[${run%%:*}]},"
+done)
   "sim_tolerance_percent": $sim_tolerance
 }
 JSON

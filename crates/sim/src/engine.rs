@@ -1069,6 +1069,7 @@ impl Sim {
     #[inline(always)]
     fn note_pageset_free(&mut self, cpu: u32, slot: usize, order: Order) {
         let high = (1..=PAGE_ALLOC_COSTLY_ORDER).contains(&order.get());
+        // `slot < MAX_ZONES` (`Sim::new` asserts it): the mask only spares a bounds check.
         let prev = &mut self.prev_free_high[cpu as usize][slot % MAX_ZONES];
         if high {
             self.stats.high_order_frees += 1;
