@@ -79,7 +79,7 @@ fn percent(n: u64, d: u64) -> f64 {
 /// The metrics, in the order printed.
 fn metrics(rows: &[Row]) -> Vec<Metric> {
     type Of = fn(&HighOrderFrees) -> f64;
-    let table: [(&'static str, Of); 20] = [
+    let table: [(&'static str, Of); 36] = [
         ("processes (tasks with faults)", |c| c.processes as f64),
         ("faults (order-0 movable allocations)", |c| c.faults as f64),
         ("pageset frees of order 0", |c| c.frees[0] as f64),
@@ -117,6 +117,57 @@ fn metrics(rows: &[Row]) -> Vec<Metric> {
         ("% in softirq (RCU)", |c| percent(c.when.softirq, c.high())),
         ("% freed at once after allocation", |c| {
             percent(c.freed_at_once, c.high())
+        }),
+        // Whose blocks: the lazy `mm` reference dropped at a context switch shows as
+        // another task's block freed at the freeing task's first event on the CPU.
+        ("% blocks allocated before or outside", |c| {
+            percent(c.owners.untraced, c.high())
+        }),
+        ("% blocks of the freeing task", |c| {
+            percent(c.owners.own, c.high())
+        }),
+        ("% another task's, at a switch", |c| {
+            percent(c.owners.other_at_switch, c.high())
+        }),
+        ("% another task's, later in a run", |c| {
+            percent(c.owners.other, c.high())
+        }),
+        // The frees after another, each as a share of them.
+        ("after another: % < 1 ms after it", |c| {
+            percent(c.pairs.within_1ms, c.after_high)
+        }),
+        ("after another: % 1-100 ms after", |c| {
+            percent(c.pairs.within_100ms, c.after_high)
+        }),
+        ("after another: % >= 100 ms after", |c| {
+            percent(c.pairs.later, c.after_high)
+        }),
+        ("after another: % CPU quiet between", |c| {
+            percent(c.pairs.cpu_quiet, c.after_high)
+        }),
+        ("after another: % 1st outside/before", |c| {
+            percent(c.pairs.first.untraced, c.after_high)
+        }),
+        ("after another: % 1st own", |c| {
+            percent(c.pairs.first.own, c.after_high)
+        }),
+        ("after another: % 1st other, switch", |c| {
+            percent(c.pairs.first.other_at_switch, c.after_high)
+        }),
+        ("after another: % 1st other, later", |c| {
+            percent(c.pairs.first.other, c.after_high)
+        }),
+        ("after another: % 2nd outside/before", |c| {
+            percent(c.pairs.second.untraced, c.after_high)
+        }),
+        ("after another: % 2nd own", |c| {
+            percent(c.pairs.second.own, c.after_high)
+        }),
+        ("after another: % 2nd other, switch", |c| {
+            percent(c.pairs.second.other_at_switch, c.after_high)
+        }),
+        ("after another: % 2nd other, later", |c| {
+            percent(c.pairs.second.other, c.after_high)
         }),
     ];
     table

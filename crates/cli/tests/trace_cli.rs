@@ -150,11 +150,34 @@ fn high_order_counts_each_recording_and_the_mean_over_them() {
         .unwrap();
     assert!(faults["mean"].as_f64().unwrap() > 0.0);
     assert_eq!(faults["sd"].as_f64().unwrap(), 0.0, "the same file twice");
+    // Every high-order free has one owner, and every free after another one gap.
+    let counts = &json["rows"][0]["counts"];
+    let sum = |v: &serde_json::Value| {
+        v.as_object()
+            .unwrap()
+            .values()
+            .filter_map(|n| n.as_u64())
+            .sum::<u64>()
+    };
+    let high: u64 = (1..4).map(|o| counts["frees"][o].as_u64().unwrap()).sum();
+    assert!(high > 0, "the recording has high-order frees");
+    assert_eq!(sum(&counts["owners"]), high);
+    let pairs = &counts["pairs"];
+    let after = counts["after_high"].as_u64().unwrap();
+    let gaps = ["within_1ms", "within_100ms", "later"]
+        .map(|k| pairs[k].as_u64().unwrap())
+        .iter()
+        .sum::<u64>();
+    assert_eq!((gaps, sum(&pairs["second"])), (after, after));
     mmkit()
         .args(["trace", "high-order", &data("compile.mmkit.gz")])
         .assert()
         .success()
         .stdout(predicate::str::contains("% in softirq (RCU)"))
+        .stdout(predicate::str::contains("% another task's, at a switch"))
+        .stdout(predicate::str::contains(
+            "after another: % CPU quiet between",
+        ))
         .stdout(predicate::str::contains("mean ± sd"));
 }
 

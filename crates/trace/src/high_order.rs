@@ -10,6 +10,13 @@
 //! and where in a process's life each one happened: in the exit's burst (after the
 //! process's last fault), mid-life, in a task without faults, in a kernel thread, or in
 //! softirq (RCU callbacks: deferred slab and task frees, whichever task was interrupted).
+//! And whose block each one was (its allocation's task, if the recording holds it, and
+//! whether the free was the task's first page event on that CPU after another task's:
+//! the last reference to an exited process's `mm`, held lazily by a CPU that ran it and
+//! went idle, is dropped when that CPU next switches to a task with an `mm` of its own,
+//! in `finish_task_switch`, so its PGD is freed by whichever task comes next), both for
+//! every high-order free and for those after another, with how long the pageset was
+//! quiet between the two.
 //!
 //! Meant for `mmkit trace record --command-only` recordings of a build
 //! (`crates/trace/workloads/compile.sh`): every task event is then the build's. A
@@ -63,6 +70,61 @@ pub struct When {
     pub no_faults: u64,
 }
 
+/// Whose block a high-order free returned.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Owners {
+    /// The block's allocation is not in the recording: made before it began, or by a
+    /// task it leaves out (a kernel thread, the idle task's interrupts).
+    pub untraced: u64,
+    /// Allocated by the task that frees it (a PGD freed at the task's next `exec`).
+    pub own: u64,
+    /// Allocated by another task and freed as the freeing task's first page event on
+    /// this CPU after another task's: at a context switch, where the last lazy
+    /// reference to an exited process's `mm` is dropped.
+    pub other_at_switch: u64,
+    /// Allocated by another task and freed later in the freeing task's run on the CPU.
+    pub other: u64,
+}
+
+impl Owners {
+    fn count(&mut self, owner: Owner) {
+        *match owner {
+            Owner::Untraced => &mut self.untraced,
+            Owner::Own => &mut self.own,
+            Owner::OtherAtSwitch => &mut self.other_at_switch,
+            Owner::Other => &mut self.other,
+        } += 1;
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Owner {
+    Untraced,
+    Own,
+    OtherAtSwitch,
+    Other,
+}
+
+/// The high-order frees after another on their pageset: how long after the first, and
+/// whose blocks the second returned.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Pairs {
+    /// Less than 1 ms after the first.
+    pub within_1ms: u64,
+    /// 1 ms to 100 ms after.
+    pub within_100ms: u64,
+    /// 100 ms or more after.
+    pub later: u64,
+    /// No page event at all on the CPU between the two (no allocation, no free of any
+    /// order, in any zone): the CPU ran nothing the recording holds between them, idle
+    /// or in tasks it leaves out.
+    pub cpu_quiet: u64,
+    /// Whose block the second free returned.
+    pub second: Owners,
+    /// Whose block the first free returned.
+    pub first: Owners,
+}
+
 /// One recording's high-order frees.
 #[derive(Clone, Debug, Serialize)]
 pub struct HighOrderFrees {
@@ -95,6 +157,10 @@ pub struct HighOrderFrees {
     pub of_traced_blocks: u64,
     /// … on another CPU than the allocation.
     pub on_other_cpu: u64,
+    /// Whose block each high-order free returned.
+    pub owners: Owners,
+    /// The frees counted in `after_high`, by gap and owner.
+    pub pairs: Pairs,
 }
 
 impl HighOrderFrees {
@@ -159,6 +225,11 @@ struct Pageset {
     alloc_since_free: bool,
     /// Length of the current run of high-order frees.
     run: u64,
+    /// The last high-order free's time, whose block it was, and its CPU's page-event
+    /// count then.
+    prev_high_ns: u64,
+    prev_owner: Option<Owner>,
+    prev_cpu_events: u64,
 }
 
 /// Count `trace`'s high-order frees; `zones` (the recording's snapshot) split each CPU's
@@ -206,12 +277,16 @@ pub fn measure(trace: &Trace, zones: &[ZoneInfo]) -> HighOrderFrees {
         freed_at_once: 0,
         of_traced_blocks: 0,
         on_other_cpu: 0,
+        owners: Owners::default(),
+        pairs: Pairs::default(),
     };
     let mut pagesets: BTreeMap<(u32, usize), Pageset> = BTreeMap::new();
-    // Live blocks allocated in the recording: pfn → CPU of the allocation.
-    let mut live: HashMap<u64, u32> = HashMap::new();
+    // Live blocks allocated in the recording: pfn → CPU and task of the allocation.
+    let mut live: HashMap<u64, (u32, u32)> = HashMap::new();
     // Each CPU's last allocation or free: (kind, pfn, pid).
     let mut last_on_cpu: HashMap<u32, (EventKind, u64, u32)> = HashMap::new();
+    // Each CPU's allocations and frees so far.
+    let mut cpu_events: HashMap<u32, u64> = HashMap::new();
     let mut frees_seen: HashMap<u32, u64> = HashMap::new();
     for e in &trace.events {
         // The task-context frees this task has left after this one.
@@ -227,7 +302,7 @@ pub fn measure(trace: &Trace, zones: &[ZoneInfo]) -> HighOrderFrees {
                 if e.order <= HIGH_ORDER_MAX || e.order == THP_ORDER {
                     pageset.alloc_since_free = true;
                 }
-                live.insert(e.pfn, e.cpu);
+                live.insert(e.pfn, (e.cpu, e.pid));
             }
             EventKind::Free if e.order == 0 || e.order == THP_ORDER => {
                 out.frees[0] += u64::from(e.order == 0);
@@ -239,20 +314,49 @@ pub fn measure(trace: &Trace, zones: &[ZoneInfo]) -> HighOrderFrees {
             }
             EventKind::Free if e.order <= HIGH_ORDER_MAX => {
                 out.frees[e.order as usize] += 1;
+                let last = last_on_cpu.get(&e.cpu);
+                if last == Some(&(EventKind::Alloc, e.pfn, e.pid)) {
+                    out.freed_at_once += 1;
+                }
+                let allocation = live.remove(&e.pfn);
+                if let Some((cpu, _)) = allocation {
+                    out.of_traced_blocks += 1;
+                    out.on_other_cpu += u64::from(cpu != e.cpu);
+                }
+                let owner = match allocation {
+                    None => Owner::Untraced,
+                    Some((_, pid)) if pid == e.pid => Owner::Own,
+                    // No earlier event on the CPU, or another task's: the task has
+                    // just been switched in, as far as the recording tells.
+                    Some(_) if last.map_or(true, |&(_, _, pid)| pid != e.pid) => {
+                        Owner::OtherAtSwitch
+                    }
+                    Some(_) => Owner::Other,
+                };
+                out.owners.count(owner);
+                let events = cpu_events.get(&e.cpu).copied().unwrap_or(0);
                 if pageset.prev_high {
                     out.after_high += 1;
                     out.after_high_no_alloc += u64::from(!pageset.alloc_since_free);
+                    let pairs = &mut out.pairs;
+                    *match e.ts_ns.saturating_sub(pageset.prev_high_ns) {
+                        gap if gap < 1_000_000 => &mut pairs.within_1ms,
+                        gap if gap < 100_000_000 => &mut pairs.within_100ms,
+                        _ => &mut pairs.later,
+                    } += 1;
+                    pairs.cpu_quiet += u64::from(events == pageset.prev_cpu_events);
+                    pairs.second.count(owner);
+                    if let Some(first) = pageset.prev_owner {
+                        pairs.first.count(first);
+                    }
                 }
                 pageset.prev_high = true;
                 pageset.alloc_since_free = false;
                 pageset.run += 1;
-                if last_on_cpu.get(&e.cpu) == Some(&(EventKind::Alloc, e.pfn, e.pid)) {
-                    out.freed_at_once += 1;
-                }
-                if let Some(cpu) = live.remove(&e.pfn) {
-                    out.of_traced_blocks += 1;
-                    out.on_other_cpu += u64::from(cpu != e.cpu);
-                }
+                pageset.prev_high_ns = e.ts_ns;
+                pageset.prev_owner = Some(owner);
+                // This free's own count: the CPU is quiet until the next event.
+                pageset.prev_cpu_events = events + 1;
                 let task = Task {
                     kernel_thread: kernel_thread(e.pid, comm(e.pid)),
                     last_fault_ns: last_fault.get(&e.pid).copied(),
@@ -268,6 +372,7 @@ pub fn measure(trace: &Trace, zones: &[ZoneInfo]) -> HighOrderFrees {
         }
         if matches!(e.kind, EventKind::Alloc | EventKind::Free) {
             last_on_cpu.insert(e.cpu, (e.kind, e.pfn, e.pid));
+            *cpu_events.entry(e.cpu).or_default() += 1;
         }
     }
     for pageset in pagesets.values_mut() {
@@ -350,6 +455,71 @@ mod tests {
         // make-5 freed the block it had just allocated.
         assert_eq!(counts.freed_at_once, 1);
         assert_eq!((counts.of_traced_blocks, counts.on_other_cpu), (2, 0));
+        // 0x2000 and 0x4000 were freed by the tasks that allocated them; the rest were
+        // never allocated in the recording.
+        assert_eq!(
+            counts.owners,
+            Owners {
+                own: 2,
+                untraced: 3,
+                ..Owners::default()
+            }
+        );
+        assert_eq!(
+            counts.pairs.first.own + counts.pairs.first.untraced,
+            counts.after_high
+        );
+    }
+
+    #[test]
+    fn whose_block_each_high_order_free_returned_and_the_gap_before_it() {
+        // cc1-7 allocates a PGD on CPU 2 and a kernel block on CPU 1, then exits on CPU
+        // 0: an order-0 free, then an order-1 block the recording never saw allocated.
+        // CPU 0 is quiet for half a second; as-8 comes and its first event is the free
+        // of cc1-7's PGD (the lazy reference dropped at the switch); it then allocates
+        // and frees a block of its own, and frees cc1-7's kernel block.
+        let text = "\
+  cc1-7 [002] ..... 1.000000: mm_page_alloc: pfn=0x2000 order=1 migratetype=0
+  cc1-7 [001] ..... 1.500000: mm_page_alloc: pfn=0x6000 order=2 migratetype=0
+  cc1-7 [000] ..... 2.000000: mm_page_alloc: pfn=0x1000 order=0 migratetype=1
+  cc1-7 [000] ..... 2.000100: mm_page_free: pfn=0x1000 order=0
+  cc1-7 [000] ..... 2.000200: mm_page_free: pfn=0x3000 order=1
+  as-8 [000] ..... 2.500000: mm_page_free: pfn=0x2000 order=1
+  as-8 [000] ..... 2.500500: mm_page_alloc: pfn=0x4000 order=1 migratetype=0
+  as-8 [000] ..... 2.502000: mm_page_free: pfn=0x4000 order=1
+  as-8 [000] ..... 2.502500: mm_page_free: pfn=0x6000 order=2
+";
+        let counts = measure(&parse_text(text), &[]);
+        let one_each = Owners {
+            untraced: 1,
+            own: 1,
+            other_at_switch: 1,
+            other: 1,
+        };
+        assert_eq!(counts.owners, one_each);
+        assert_eq!(counts.after_high, 3);
+        assert_eq!(
+            counts.pairs,
+            Pairs {
+                // 0.4998 s after the exit's block, 1.5 ms and 0.5 ms after the one before.
+                later: 1,
+                within_100ms: 1,
+                within_1ms: 1,
+                // The PGD's free and the kernel block's followed the free before with no
+                // event between; as-8's own block had its allocation between.
+                cpu_quiet: 2,
+                second: Owners {
+                    untraced: 0,
+                    ..one_each
+                },
+                first: Owners {
+                    other: 0,
+                    ..one_each
+                },
+            }
+        );
+        assert_eq!((counts.of_traced_blocks, counts.on_other_cpu), (3, 2));
+        assert_eq!(counts.freed_at_once, 1);
     }
 
     #[test]
