@@ -79,7 +79,7 @@ fn percent(n: u64, d: u64) -> f64 {
 /// The metrics, in the order printed.
 fn metrics(rows: &[Row]) -> Vec<Metric> {
     type Of = fn(&HighOrderFrees) -> f64;
-    let table: [(&'static str, Of); 36] = [
+    let table: [(&'static str, Of); 40] = [
         ("processes (tasks with faults)", |c| c.processes as f64),
         ("faults (order-0 movable allocations)", |c| c.faults as f64),
         ("pageset frees of order 0", |c| c.frees[0] as f64),
@@ -169,6 +169,13 @@ fn metrics(rows: &[Row]) -> Vec<Metric> {
         ("after another: % 2nd other, later", |c| {
             percent(c.pairs.second.other, c.after_high)
         }),
+        // The blocks an exit lets go of, per process: its emptied slabs.
+        ("processes freeing 1 other block at exit", |c| {
+            c.exit_blocks[0] as f64
+        }),
+        ("… 2 other blocks", |c| c.exit_blocks[1] as f64),
+        ("… 3 other blocks", |c| c.exit_blocks[2] as f64),
+        ("… 4 or more", |c| c.exit_blocks[3] as f64),
     ];
     table
         .iter()

@@ -161,6 +161,11 @@ pub struct HighOrderFrees {
     pub owners: Owners,
     /// The frees counted in `after_high`, by gap and owner.
     pub pairs: Pairs,
+    /// Processes (tasks with faults) by how many blocks not their own they freed in
+    /// task context after their last fault, other than at a switch: 1, 2, 3, 4 or more.
+    /// The kernel blocks an exit lets go of (the slabs its VMAs emptied), as a model of
+    /// the exit would free them.
+    pub exit_blocks: [u64; 4],
 }
 
 impl HighOrderFrees {
@@ -279,6 +284,7 @@ pub fn measure(trace: &Trace, zones: &[ZoneInfo]) -> HighOrderFrees {
         on_other_cpu: 0,
         owners: Owners::default(),
         pairs: Pairs::default(),
+        exit_blocks: [0; 4],
     };
     let mut pagesets: BTreeMap<(u32, usize), Pageset> = BTreeMap::new();
     // Live blocks allocated in the recording: pfn → CPU and task of the allocation.
@@ -287,6 +293,8 @@ pub fn measure(trace: &Trace, zones: &[ZoneInfo]) -> HighOrderFrees {
     let mut last_on_cpu: HashMap<u32, (EventKind, u64, u32)> = HashMap::new();
     // Each CPU's allocations and frees so far.
     let mut cpu_events: HashMap<u32, u64> = HashMap::new();
+    // Per task: blocks not its own freed after its last fault, not at a switch.
+    let mut exit_blocks: HashMap<u32, u64> = HashMap::new();
     let mut frees_seen: HashMap<u32, u64> = HashMap::new();
     for e in &trace.events {
         // The task-context frees this task has left after this one.
@@ -323,17 +331,24 @@ pub fn measure(trace: &Trace, zones: &[ZoneInfo]) -> HighOrderFrees {
                     out.of_traced_blocks += 1;
                     out.on_other_cpu += u64::from(cpu != e.cpu);
                 }
+                // No earlier event on the CPU, or another task's: the task has just been
+                // switched in, as far as the recording tells.
+                let at_switch = last.map_or(true, |&(_, _, pid)| pid != e.pid);
                 let owner = match allocation {
                     None => Owner::Untraced,
                     Some((_, pid)) if pid == e.pid => Owner::Own,
-                    // No earlier event on the CPU, or another task's: the task has
-                    // just been switched in, as far as the recording tells.
-                    Some(_) if last.map_or(true, |&(_, _, pid)| pid != e.pid) => {
-                        Owner::OtherAtSwitch
-                    }
+                    Some(_) if at_switch => Owner::OtherAtSwitch,
                     Some(_) => Owner::Other,
                 };
                 out.owners.count(owner);
+                let after_last_fault = last_fault.get(&e.pid).is_some_and(|&t| e.ts_ns >= t);
+                if after_last_fault
+                    && !e.softirq
+                    && !at_switch
+                    && matches!(owner, Owner::Untraced | Owner::Other)
+                {
+                    *exit_blocks.entry(e.pid).or_default() += 1;
+                }
                 let events = cpu_events.get(&e.cpu).copied().unwrap_or(0);
                 if pageset.prev_high {
                     out.after_high += 1;
@@ -377,6 +392,9 @@ pub fn measure(trace: &Trace, zones: &[ZoneInfo]) -> HighOrderFrees {
     }
     for pageset in pagesets.values_mut() {
         end_run(pageset, &mut out.runs);
+    }
+    for &n in exit_blocks.values() {
+        out.exit_blocks[(n as usize).min(4) - 1] += 1;
     }
     out
 }
@@ -469,6 +487,8 @@ mod tests {
             counts.pairs.first.own + counts.pairs.first.untraced,
             counts.after_high
         );
+        // cc1-7 freed two blocks it never allocated after its last fault.
+        assert_eq!(counts.exit_blocks, [0, 1, 0, 0]);
     }
 
     #[test]
@@ -520,6 +540,9 @@ mod tests {
         );
         assert_eq!((counts.of_traced_blocks, counts.on_other_cpu), (3, 2));
         assert_eq!(counts.freed_at_once, 1);
+        // cc1-7's exit freed one block not its own; as-8, which freed cc1-7's PGD and
+        // kernel block, made no fault.
+        assert_eq!(counts.exit_blocks, [1, 0, 0, 0]);
     }
 
     #[test]
