@@ -15,8 +15,8 @@
 //! the last reference to an exited process's `mm`, held lazily by a CPU that ran it and
 //! went idle, is dropped when that CPU next switches to a task with an `mm` of its own,
 //! in `finish_task_switch`, so its PGD is freed by whichever task comes next), both for
-//! every high-order free and for those after another, with how long the pageset was
-//! quiet between the two.
+//! every high-order free and for those after another, with how long after the first
+//! each came and whether its CPU had any page event between.
 //!
 //! Meant for `mmkit trace record --command-only` recordings of a build
 //! (`crates/trace/workloads/compile.sh`): every task event is then the build's. A
