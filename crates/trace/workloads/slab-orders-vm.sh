@@ -1,6 +1,6 @@
 #!/bin/sh
 # The slab page order of each SLUB cache on guests with different CPU counts: SLUB sizes a
-# cache's slabs for at least 4 x (fls(nr_cpu_ids) + 1) objects (`calculate_order` in
+# cache's slabs for at least 4 x (fls(present CPUs) + 1) objects (`calculate_order` in
 # mm/slub.c, up to `slub_max_order`), so on a machine with more CPUs more caches free
 # blocks of orders 1-3 when their slabs empty. Boots one QEMU guest per CPU count with
 # virtme-ng (as many-cpu-vm.sh does; KVM=0 for TCG) and prints, for every cache whose
@@ -12,7 +12,7 @@
 #   CPUS    the guests' CPU counts, e.g. 2 16 32 64
 set -eu
 if [ $# -lt 3 ]; then
-    sed -n '2,13p' "$0" >&2
+    sed -n '2,12p' "$0" >&2
     exit 2
 fi
 kernel=$1 out=$2
