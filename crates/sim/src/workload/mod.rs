@@ -6,6 +6,7 @@
 pub mod kbuild;
 pub mod micro;
 pub mod pageout;
+pub mod slab_order;
 pub mod stream;
 
 use serde::{Deserialize, Serialize};
