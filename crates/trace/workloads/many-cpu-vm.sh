@@ -17,21 +17,33 @@
 # and RCU grace periods come that many times more often per unit of the guest's work.
 #
 # The guest side (`--guest`) runs `mmkit trace record --command-only` around the loops, with
-# 16 MiB of trace buffer per CPU (CPUS x 16 MiB of the guest's memory).
+# 16 MiB of trace buffer per CPU (CPUS x 16 MiB of the guest's memory). WHOLE=1 records
+# the whole guest instead (32 MiB a CPU), with what its CPUs free in softirq (RCU callbacks freeing slab
+# pages) between the loops' tasks; the guest runs nothing else but its init.
+#
+# APPEND=OPTIONS adds kernel boot options to the guest's command line, e.g.
+# APPEND=slub_min_objects=36 gives SLUB the slab orders of a 224-CPU machine (SLUB sizes
+# slabs for at least 4 x (fls(CPUs) + 1) objects, 36 from 128 CPUs on; mm/slub.c,
+# `calculate_order`), so that a small guest frees the published machine's high-order
+# slab blocks.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
 
 if [ "${1:-}" = "--guest" ]; then
-    loops=$2 rounds=$3 out=$4
+    loops=$2 rounds=$3 out=$4 scope=$5
     cd "$repo"
     echo "guest: $(nproc) CPUs, Linux $(uname -r), $(grep MemTotal /proc/meminfo | tr -s ' ')"
-    exec target/release/mmkit trace record --command-only --buffer-kb 16384 --out "$out" -- \
+    echo "guest: boot options $(tr ' ' '\n' < /proc/cmdline | grep -v -e '^virtme' -e '^init=' | tr '\n' ' ')"
+    only="--command-only" buffer=16384
+    [ "$scope" = whole ] && only="" buffer=32768
+    # shellcheck disable=SC2086 # $only is one flag or none
+    exec target/release/mmkit trace record $only --buffer-kb $buffer --out "$out" -- \
         sh -c "for i in \$(seq $loops); do sh crates/trace/workloads/compile.sh $rounds & done; wait"
 fi
 
 if [ $# -lt 5 ]; then
-    sed -n '2,20p' "$0" >&2
+    sed -n '2,29p' "$0" >&2
     exit 2
 fi
 kernel=$1 cpus=$2 loops=$3 rounds=$4 out=$5 mem=${6:-8G}
@@ -41,6 +53,11 @@ command -v qemu-system-x86_64 >/dev/null || { echo "many-cpu-vm.sh: qemu-system-
 outdir=$(cd "$(dirname "$out")" && pwd)
 accel=""
 [ "${KVM:-1}" = 0 ] && accel="--disable-kvm"
+scope=command
+[ "${WHOLE:-0}" = 1 ] && scope=whole
+# The boot options, as one argument (the script's own arguments are read by now).
+set --
+[ -n "${APPEND:-}" ] && set -- --append "$APPEND"
 # shellcheck disable=SC2086 # $accel is one flag or none
-vng -r "$kernel" $accel --force-9p --cpus "$cpus" -m "$mem" --rwdir "$outdir" \
-    --exec "sh $here/many-cpu-vm.sh --guest $loops $rounds $outdir/$(basename "$out")"
+vng -r "$kernel" $accel "$@" --force-9p --cpus "$cpus" -m "$mem" --rwdir "$outdir" \
+    --exec "sh $here/many-cpu-vm.sh --guest $loops $rounds $outdir/$(basename "$out") $scope"
