@@ -51,6 +51,10 @@ pub struct RunSpec {
     /// times a scale above 1): a longer or shorter build at the published lifetimes.
     /// Given `params`, theirs count.
     pub kbuild_jobs_per_cpu: Option<u32>,
+    /// kbuild: the objects SLUB wants in a slab instead of Linux's default for the CPU
+    /// count ([`KbuildParams::slub_min_objects`]), which sets the order of the VMA slabs
+    /// an exit frees. Given `params`, theirs count.
+    pub kbuild_slub_min_objects: Option<u32>,
     /// The machine to simulate instead of the published run's (e.g. one built from a
     /// zoneinfo snapshot, [`MachineSpec::from_zoneinfo`]); `cpus` and `node_bytes` still
     /// apply to it.
@@ -88,6 +92,7 @@ impl RunSpec {
             unix_placement: crate::cost::calibrated_fit().unix_placement,
             kbuild_steady_window: true,
             kbuild_jobs_per_cpu: None,
+            kbuild_slub_min_objects: None,
             machine: None,
             params: None,
         }
@@ -138,6 +143,19 @@ impl RunSpec {
             if !(1..=most).contains(&jobs) {
                 return Err(SimError::Invalid(format!(
                     "{jobs} processes per CPU: use 1 to {most}"
+                )));
+            }
+        }
+        if let Some(objects) = self.kbuild_slub_min_objects {
+            if self.workload != WorkloadKind::Kbuild {
+                return Err(SimError::Invalid(format!(
+                    "SLUB's objects per slab are kbuild's, not {}'s",
+                    self.workload
+                )));
+            }
+            if !(1..=1024).contains(&objects) {
+                return Err(SimError::Invalid(format!(
+                    "{objects} objects per slab: use 1 to 1024"
                 )));
             }
         }
@@ -366,6 +384,7 @@ pub fn run(
                         faults_per_s: spec.kbuild_faults_per_s,
                         steady_window: spec.kbuild_steady_window,
                         jobs_per_cpu: spec.kbuild_jobs_per_cpu.unwrap_or(scaled.jobs_per_cpu),
+                        slub_min_objects: spec.kbuild_slub_min_objects,
                         ..scaled
                     }
                 }

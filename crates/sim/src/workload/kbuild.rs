@@ -6,17 +6,27 @@
 //! allocates its PGD (order 1 with PTI) and 5–30 page-table pages at start, then faults
 //! order-0 anonymous pages in bursts while it computes, freeing a few mid-life; at exit it
 //! frees its whole address space in one run with no allocation, then the page tables, then
-//! the order-1 PGD last (`exit_mmap`, then `__mmdrop → pgd_free`). A share of frees runs on
-//! another CPU of the socket (RCU-freed page tables, migrated tasks). The next process on
-//! the slot starts after a short gap and reuses what the last one freed.
+//! the slabs of its VMAs that emptied (`exit_mmap`: `unmap_vmas`, `free_pgtables`, then
+//! `remove_vma` on each), blocks of the order SLUB gives `vm_area_struct` on the
+//! machine's CPU count ([`slab_order`]: order 1 from 32 CPUs). Its order-1 PGD stays
+//! until the CPU next switches to a process: an exited task's `mm` is held lazily as the
+//! CPU's `active_mm` while it idles, and `finish_task_switch` drops it (`__mmdrop →
+//! pgd_free`) when the next process runs, so the PGD is that process's first free. A
+//! share of frees runs on another CPU of the socket (RCU-freed page tables, migrated
+//! tasks). The next process on the slot starts after a short gap and reuses what the
+//! last one freed.
 //!
 //! Kernel blocks of orders 1–3 (slab pages) are rare and freed by RCU callbacks: a block
 //! the process lets go of (at a random point of its life, or at its exit) is freed one
 //! grace period later on the same CPU, in softirq, between whatever that CPU runs then.
 //! Measured on a kernel build (`KbuildParams::kernel_blocks_per_fault`): 82 % of its
 //! order-1–3 pageset frees ran in softirq, most of the rest right after their
-//! allocation, none in the exit's burst of frees, so none follows the PGD as part of the
-//! exit.
+//! allocation.
+//!
+//! Two high-order frees in a row on a pageset (patch 1's `free_high` condition) are then
+//! mostly an exit's last VMA slabs followed, on a CPU that did nothing between, by the
+//! PGD freed when the next process starts (docs/EXPERIMENTS.md, "What puts two
+//! high-order frees together").
 
 use std::collections::VecDeque;
 
@@ -24,6 +34,7 @@ use mmkit_core::page_alloc::Gfp;
 use mmkit_core::{Order, Pfn};
 use serde::Serialize;
 
+use super::slab_order::{min_objects, slab_order};
 use crate::engine::{Sim, SimError, Step, Workload};
 use crate::prefetch::prefetch;
 use crate::rng::{Geometric, Rng};
@@ -90,6 +101,20 @@ pub struct KbuildParams {
     pub rcu_grace_ms: f64,
     /// Share of frees done on another CPU of the socket (measured 7.1 %).
     pub cross_cpu_free_share: f64,
+    /// Shares of processes whose exit frees 1, 2, 3 and 4 emptied VMA slabs after its
+    /// page tables (measured where those slabs are of order 1, so that the recording
+    /// tells them from the exit's pages; the model frees as many at every CPU count, of
+    /// the order the machine gives them). Each process allocates its slabs at its start.
+    pub exit_slab_blocks: [f64; 4],
+    /// `vm_area_struct`'s slab object size (`/proc/slabinfo`'s `objsize`: 152 bytes in
+    /// Debian's 6.1), which with the machine's CPU count gives its slabs' order
+    /// ([`slab_order`]).
+    pub vma_object_bytes: u32,
+    /// The objects SLUB wants in a slab, as Linux's `slub_min_objects=` boot option sets
+    /// it; `None`: Linux's default for the machine's CPUs ([`min_objects`]). A guest
+    /// booted with `slub_min_objects=36` has the slab orders of the published 224-CPU
+    /// machine, and this runs the model as that guest.
+    pub slub_min_objects: Option<u32>,
     /// Mean idle gap between processes on a slot (fork/exec, make's scheduling), in µs.
     pub exit_gap_us: f64,
     /// The page faults of each process of a measured build, run in this order (and again
@@ -128,6 +153,9 @@ impl Default for KbuildParams {
             kernel_blocks_per_fault: [11.0 / 9_802_005.0, 8.0 / 9_802_005.0, 78.0 / 9_802_005.0],
             rcu_grace_ms: 4.0,
             cross_cpu_free_share: 0.07,
+            exit_slab_blocks: EXIT_SLAB_BLOCKS,
+            vma_object_bytes: 152,
+            slub_min_objects: None,
             exit_gap_us: 200.0,
             measured_faults: Vec::new(),
             warmup_ms: 0.0,
@@ -151,6 +179,15 @@ impl KbuildParams {
     }
 }
 
+/// [`KbuildParams::exit_slab_blocks`]' default, measured: of the 914 processes of a
+/// compile-like build on a 16-CPU guest booted with `slub_min_objects=36` (the published
+/// machine's slab orders; Debian 6.1.0-48 under QEMU, the whole guest recorded), 13, 4
+/// and 2 freed 1, 2 and 3 blocks not their own at their exit's end, in task context
+/// (`WHOLE=1 APPEND=slub_min_objects=36 KVM=0 sh crates/trace/workloads/many-cpu-vm.sh
+/// KERNEL 16 8 1 OUT`, then `mmkit trace high-order OUT`, rows "processes freeing 1
+/// other block at exit" on; docs/EXPERIMENTS.md, "The published machine's slab orders").
+const EXIT_SLAB_BLOCKS: [f64; 4] = [13.0 / 914.0, 4.0 / 914.0, 2.0 / 914.0, 0.0];
+
 #[derive(Clone, Copy, Debug)]
 enum Phase {
     Idle(u64),
@@ -159,6 +196,7 @@ enum Phase {
     Run,
     Exit,
     ExitTables,
+    ExitSlabs,
     Finished,
 }
 
@@ -180,6 +218,13 @@ struct Slot {
     /// Kernel blocks waiting for their RCU callback on this CPU, with the time it runs;
     /// in that order, since this CPU's clock only moves forward.
     rcu: VecDeque<(u64, Pfn, Order)>,
+    /// The last process's PGD, held with its `mm` as this CPU's lazy `active_mm` until
+    /// the next process runs here.
+    lazy_pgd: Option<Pfn>,
+    /// VMA slabs the starting process has yet to allocate.
+    slabs_to_alloc: u32,
+    /// VMA slabs the process's exit will have emptied, freed after its page tables.
+    slabs: Vec<Pfn>,
 }
 
 /// The kbuild workload.
@@ -195,6 +240,8 @@ pub struct Kbuild {
     /// negative, so every draw walks).
     kernel_draws_below: f64,
     cpus_per_socket: u32,
+    /// The order of a VMA slab on this machine.
+    vma_slab_order: Order,
     held: u64,
     seed: u64,
     jobs_total: u64,
@@ -246,8 +293,17 @@ impl Kbuild {
                 kernel: Vec::new(),
                 remote: Vec::new(),
                 rcu: VecDeque::new(),
+                lazy_pgd: None,
+                slabs_to_alloc: 0,
+                slabs: Vec::new(),
             })
             .collect();
+        // The one-socket run of a two-socket machine sees its own CPUs only: 32 objects
+        // a slab at 112 CPUs for the whole machine's 36, the same order for a VMA.
+        let objects = params.slub_min_objects.unwrap_or(min_objects(cpus));
+        let vma_slab_order = slab_order(params.vma_object_bytes, objects)
+            .and_then(Order::new)
+            .expect("a VMA's slab fits a block");
         let kernel_draws_below = kernel_draws_below(&params.kernel_blocks_per_fault);
         Kbuild {
             kernel_draws_below,
@@ -257,6 +313,7 @@ impl Kbuild {
             params,
             slots,
             cpus_per_socket,
+            vma_slab_order,
             held: 0,
             seed,
             jobs_started: 0,
@@ -290,6 +347,14 @@ impl Kbuild {
         Ok(())
     }
 
+    /// Free a PGD on `cpu`.
+    fn free_pgd(&mut self, sim: &mut Sim, cpu: u32, pgd: Pfn) -> Result<(), SimError> {
+        let order = Order::new(self.params.pgd_order).expect("PGD order");
+        sim.free(cpu, pgd, order)?;
+        self.held -= order.pages();
+        Ok(())
+    }
+
     fn start_job(&mut self, cpu: u32) {
         let p = &self.params;
         let slot = &mut self.slots[cpu as usize];
@@ -310,6 +375,7 @@ impl Kbuild {
         };
         slot.burst_left = 0;
         slot.unmap_left = 0;
+        slot.slabs_to_alloc = exit_slabs(&p.exit_slab_blocks, slot.rng.unit());
         slot.phase = Phase::Start;
     }
 }
@@ -323,6 +389,18 @@ fn remote_cpu(rng: &mut Rng, share: f64, per_socket: u32, cpu: u32) -> Option<u3
     }
     let first = cpu / per_socket * per_socket;
     Some(first + (cpu - first + 1 + rng.below(per_socket as u64 - 1) as u32) % per_socket)
+}
+
+/// How many VMA slabs an exit whose draw is `x` empties: each count from 1 on takes its
+/// share of the unit interval in turn.
+fn exit_slabs(shares: &[f64; 4], mut x: f64) -> u32 {
+    for (i, &share) in shares.iter().enumerate() {
+        if x < share {
+            return i as u32 + 1;
+        }
+        x -= share;
+    }
+    0
 }
 
 /// The order (1–3) of the kernel block a fault whose draw is `x` allocates, if any:
@@ -426,9 +504,26 @@ impl Workload for Kbuild {
         match self.slots[c].phase {
             Phase::Idle(until) if now < until => return Ok(Step::SleepUntil(until.min(rcu_due))),
             Phase::Idle(_) if self.jobs_started == self.jobs_total => {
-                self.slots[c].phase = Phase::Finished;
+                // No process runs here again: the last one's PGD, which Linux frees
+                // whenever this CPU next runs one, is freed now so that every page the
+                // build took comes back.
+                match self.slots[c].lazy_pgd.take() {
+                    Some(pgd) => self.free_pgd(sim, cpu, pgd)?,
+                    None => self.slots[c].phase = Phase::Finished,
+                }
             }
             Phase::Idle(_) => self.start_job(cpu),
+            // The switch to the new process drops the last one's `mm`.
+            Phase::Start if self.slots[c].lazy_pgd.is_some() => {
+                let pgd = self.slots[c].lazy_pgd.take().expect("checked");
+                self.free_pgd(sim, cpu, pgd)?;
+            }
+            Phase::Start if self.slots[c].slabs_to_alloc > 0 => {
+                let pfn = self.alloc(sim, cpu, KERNEL, self.vma_slab_order)?;
+                let slot = &mut self.slots[c];
+                slot.slabs.push(pfn);
+                slot.slabs_to_alloc -= 1;
+            }
             Phase::Start => {
                 let order = Order::new(self.params.pgd_order).expect("PGD order");
                 let pgd = self.alloc(sim, cpu, KERNEL, order)?;
@@ -466,16 +561,17 @@ impl Workload for Kbuild {
                     prefetch_ahead(sim, &self.slots[c].tables);
                     self.free(sim, cpu, pfn, Order::ZERO)?
                 }
+                None => self.slots[c].phase = Phase::ExitSlabs,
+            },
+            Phase::ExitSlabs => match self.slots[c].slabs.pop() {
+                Some(pfn) => {
+                    sim.free(cpu, pfn, self.vma_slab_order)?;
+                    self.held -= self.vma_slab_order.pages();
+                }
                 None => {
-                    let order = Order::new(self.params.pgd_order).expect("PGD order");
-                    let pgd = self.slots[c]
-                        .pgd
-                        .take()
-                        .expect("a running process has a PGD");
-                    sim.free(cpu, pgd, order)?;
-                    self.held -= order.pages();
-                    self.jobs_done += 1;
                     let slot = &mut self.slots[c];
+                    slot.lazy_pgd = Some(slot.pgd.take().expect("a running process has a PGD"));
+                    self.jobs_done += 1;
                     let gap_ns = (slot.rng.exp(self.params.exit_gap_us) * 1000.0) as u64;
                     slot.phase = Phase::Idle(now + gap_ns);
                 }
