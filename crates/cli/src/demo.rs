@@ -372,11 +372,16 @@ fn high_order_line(base: &RunResult) -> String {
             format!("{cpus}: {}", shares.join(" / "))
         })
         .collect();
+    let published_slabs: Vec<String> = measured::KBUILD_RECORDED_AFTER_HIGH_PCT_PUBLISHED_SLABS
+        .iter()
+        .map(|(cpus, share)| format!("{cpus}: {share:.2}"))
+        .collect();
     format!(
-        "high-order frees after another on their pageset (patch 1's free_high condition): {} {pct:.2} % of {}; recorded builds (CPUs: %) {}; the published machine's not known",
+        "high-order frees after another on their pageset (patch 1's free_high condition): {} {pct:.2} % of {}; recorded builds (CPUs: %) {}; with the published machine's slab orders {}; the published machine's not known",
         base.policy,
         stats.high_order_frees,
-        recorded.join(", ")
+        recorded.join(", "),
+        published_slabs.join(", ")
     )
 }
 

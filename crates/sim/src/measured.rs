@@ -16,23 +16,33 @@ use crate::workload::stream::StreamParams;
 /// Of a recorded build's frees of orders 1–3 to the pagesets, the share (%) whose
 /// pageset's previous free was of order 1–3 too (patch 1's condition for a `free_high`
 /// drain), by virtual CPUs of the QEMU guest that ran it, twice where a CPU count was
-/// recorded twice: compile-like builds (`crates/trace/workloads/compile.sh`) on Debian's
+/// recorded more than once: compile-like builds (`crates/trace/workloads/compile.sh`) on Debian's
 /// 6.1 kernel (order-1 PGDs) under TCG, recorded with
 /// `crates/trace/workloads/many-cpu-vm.sh` and counted with `mmkit trace high-order`
-/// (docs/EXPERIMENTS.md, "kbuild's high-order frees on more CPUs"). What the simulator's
+/// (docs/EXPERIMENTS.md, "kbuild's high-order frees on more CPUs"; the third 16- and
+/// 32-CPU figures, "What puts two high-order frees together"). What the simulator's
 /// kbuild does is [`crate::engine::SimStats::high_order_after_high`]; the published
 /// 224-CPU machine's share is not known.
-pub const KBUILD_RECORDED_AFTER_HIGH_PCT: [(u32, f64); 9] = [
+pub const KBUILD_RECORDED_AFTER_HIGH_PCT: [(u32, f64); 11] = [
     (2, 0.41),
     (8, 1.04),
     (16, 0.56),
     (16, 1.23),
+    (16, 0.65),
     (24, 0.52),
     (32, 3.13),
     (32, 2.99),
+    (32, 2.69),
     (48, 4.05),
     (64, 4.66),
 ];
+
+/// The same share in compile-like builds on guests booted with `slub_min_objects=36`, the
+/// published 224-CPU machine's slab orders, the whole guest recorded
+/// (`WHOLE=1 APPEND=slub_min_objects=36 KVM=0 sh crates/trace/workloads/many-cpu-vm.sh`;
+/// docs/EXPERIMENTS.md, "The published machine's slab orders").
+pub const KBUILD_RECORDED_AFTER_HIGH_PCT_PUBLISHED_SLABS: [(u32, f64); 2] =
+    [(16, 3.68), (32, 3.80)];
 
 /// A build as a trace of it shows it: its processes with their page faults, their
 /// kernel pages and blocks, and how long it ran on how many CPUs.
@@ -106,6 +116,9 @@ impl KbuildParams {
             page_tables: (tables, tables),
             pgd_order,
             kernel_blocks_per_fault: blocks.map(|b| b as f64 / faults),
+            // The recording's own high-order blocks are all in the rate above, the
+            // exits' slabs among them: the model's exit slabs would count them twice.
+            exit_slab_blocks: [0.0; 4],
             cross_cpu_free_share: build.cross_cpu_free_share,
             warmup_ms: seconds * 1e3,
             // The second pass, whole: the measured build's processes, run once warm.
@@ -197,6 +210,10 @@ mod tests {
         assert_eq!(p.jobs_per_cpu, 7, "two passes of 7 processes on 2 CPUs");
         assert_eq!(p.warmup_ms, 2000.0);
         assert_eq!(p.cross_cpu_free_share, 0.3);
+        assert_eq!(
+            p.exit_slab_blocks, [0.0; 4],
+            "the recording's blocks include them"
+        );
     }
 
     #[test]
