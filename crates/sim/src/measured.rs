@@ -41,8 +41,8 @@ pub const KBUILD_RECORDED_AFTER_HIGH_PCT: [(u32, f64); 11] = [
 /// published 224-CPU machine's slab orders, the whole guest recorded
 /// (`WHOLE=1 APPEND=slub_min_objects=36 KVM=0 sh crates/trace/workloads/many-cpu-vm.sh`;
 /// docs/EXPERIMENTS.md, "The published machine's slab orders").
-pub const KBUILD_RECORDED_AFTER_HIGH_PCT_PUBLISHED_SLABS: [(u32, f64); 2] =
-    [(16, 3.68), (32, 3.80)];
+pub const KBUILD_RECORDED_AFTER_HIGH_PCT_PUBLISHED_SLABS: [(u32, f64); 3] =
+    [(8, 2.30), (16, 3.68), (32, 3.80)];
 
 /// A build as a trace of it shows it: its processes with their page faults, their
 /// kernel pages and blocks, and how long it ran on how many CPUs.
