@@ -88,3 +88,20 @@ fn scales_outside_the_range_are_refused() {
         assert!(why.starts_with("scale "), "{why}");
     }
 }
+
+/// SLUB's objects per slab are kbuild's setting, from 1 (Linux's fewest) to 1,024.
+#[test]
+fn slab_objects_outside_the_range_or_for_a_stream_are_refused() {
+    for objects in [0, 1025] {
+        let why = refused(&RunSpec {
+            kbuild_slub_min_objects: Some(objects),
+            ..spec(WorkloadKind::Kbuild, 2, 0.01)
+        });
+        assert_eq!(why, format!("{objects} objects per slab: use 1 to 1024"));
+    }
+    let why = refused(&RunSpec {
+        kbuild_slub_min_objects: Some(36),
+        ..spec(WorkloadKind::Netperf, 2, 0.01)
+    });
+    assert_eq!(why, "SLUB's objects per slab are kbuild's, not netperf's");
+}
