@@ -391,28 +391,26 @@ fn remote_cpu(rng: &mut Rng, share: f64, per_socket: u32, cpu: u32) -> Option<u3
     Some(first + (cpu - first + 1 + rng.below(per_socket as u64 - 1) as u32) % per_socket)
 }
 
-/// How many VMA slabs an exit whose draw is `x` empties: each count from 1 on takes its
-/// share of the unit interval in turn.
-fn exit_slabs(shares: &[f64; 4], mut x: f64) -> u32 {
+/// Which of `shares` a draw `x` of the unit interval falls in, each taking its share
+/// in turn from 0; `None` past them all.
+fn share_of(shares: &[f64], mut x: f64) -> Option<usize> {
     for (i, &share) in shares.iter().enumerate() {
         if x < share {
-            return i as u32 + 1;
-        }
-        x -= share;
-    }
-    0
-}
-
-/// The order (1–3) of the kernel block a fault whose draw is `x` allocates, if any:
-/// each order takes its share of the unit interval in turn.
-fn kernel_order(shares: &[f64; 3], mut x: f64) -> Option<u8> {
-    for (i, &share) in shares.iter().enumerate() {
-        if x < share {
-            return Some(i as u8 + 1);
+            return Some(i);
         }
         x -= share;
     }
     None
+}
+
+/// How many VMA slabs (1–4) an exit whose draw is `x` empties.
+fn exit_slabs(shares: &[f64; 4], x: f64) -> u32 {
+    share_of(shares, x).map_or(0, |i| i as u32 + 1)
+}
+
+/// The order (1–3) of the kernel block a fault whose draw is `x` allocates, if any.
+fn kernel_order(shares: &[f64; 3], x: f64) -> Option<u8> {
+    share_of(shares, x).map(|i| i as u8 + 1)
 }
 
 /// A bound at or above which no draw gets a kernel block from [`kernel_order`]: twice

@@ -18,9 +18,6 @@ pub const SLUB_MAX_ORDER: u8 = 3;
 /// The largest order the page allocator gives (v6.6's inclusive `MAX_ORDER`).
 const MAX_PAGE_ORDER: u32 = 10;
 
-/// SLUB's bound on objects in one slab (the `objects` field is 15 bits).
-const MAX_OBJS_PER_PAGE: u32 = 32_767;
-
 const PAGE_SIZE: u64 = 4096;
 
 /// The fewest objects SLUB wants in a slab on a machine with `present_cpus` CPUs
@@ -76,13 +73,9 @@ fn order_of(bytes: u64) -> u32 {
 
 /// Linux's `calc_slab_order`: the smallest order from the one that holds `wanted`
 /// objects up to `max_order` whose leftover is at most 1/`fraction` of the slab;
-/// `max_order + 1` if none is.
+/// `max_order + 1` if none is. (Linux first caps a slab at 32,767 objects, which only
+/// a minimum order above SLUB's default 0 can reach: a page holds at most 4,096.)
 fn order_within(size: u64, wanted: u64, max_order: u32, fraction: u64) -> u32 {
-    if objects(0, size) > u64::from(MAX_OBJS_PER_PAGE) {
-        // So small an object that a page would hold too many: the order that holds the
-        // most a slab can count, less one.
-        return order_of(size * u64::from(MAX_OBJS_PER_PAGE)) - 1;
-    }
     let mut order = order_of(wanted * size);
     while order <= max_order {
         let slab = PAGE_SIZE << order;
