@@ -177,6 +177,39 @@ pub unsafe fn free_pages_batch_exclusive<R: RawMutex>(
     allocator.free_pages_batch_exclusive(caller, pfns)
 }
 
+/// [`free_pages_batch_exclusive`], telling `events` what the call did under the zone
+/// lock ([`PageAllocator::free_pages_batch_report`]).
+///
+/// # Safety
+///
+/// As [`free_pages_exclusive`], for every page of `pfns`.
+#[expect(
+    unsafe_code,
+    reason = "a caller's promise, not an unsafe operation: see # Safety"
+)]
+pub unsafe fn free_pages_batch_exclusive_report<R: RawMutex>(
+    allocator: &PageAllocator<R>,
+    caller: Caller,
+    pfns: &[Pfn],
+    events: &mut impl LockEvents,
+) -> Result<(), BatchFreeError> {
+    allocator.free_pages_batch_exclusive_report(caller, pfns, events)
+}
+
+/// How many order-0 pages `caller` can free to its pageset of the zone spanning `pfn`
+/// before one of the frees could drain it, at most 32 (the batch free's relock, Linux's
+/// `SWAP_CLUSTER_MAX`); 0 when the next free may drain. A batch free of that many
+/// allocated pages of the zone then takes no zone lock, when nothing else frees to that
+/// pageset meanwhile (a single-threaded caller): the simulator frees an exit's pages so,
+/// one relock's worth at a time, as Linux's `free_unref_page_list` does.
+pub fn quiet_order0_frees<R: RawMutex>(
+    allocator: &PageAllocator<R>,
+    caller: Caller,
+    pfn: Pfn,
+) -> usize {
+    allocator.quiet_order0_frees(caller, pfn)
+}
+
 /// Set a zone flag kswapd or the watermark checks own (`BELOW_HIGH`, `RECLAIM_ACTIVE`,
 /// `BOOSTED_WATERMARK`), for a test or replay that stands in for them; true if it was
 /// clear.

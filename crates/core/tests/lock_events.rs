@@ -253,6 +253,14 @@ enum Op {
         cpu: u32,
         pages: usize,
     },
+    /// Free, in one exclusive batch, as many order-0 held pages of one zone (up to
+    /// `pages`) as `internals::quiet_order0_frees` says go onto `cpu`'s pageset with no
+    /// chance of a drain (the simulator's exit frees), and the same pages one by one on
+    /// the plain allocator.
+    FreeQuiet {
+        cpu: u32,
+        pages: usize,
+    },
     /// `vmstat_tick` on `cpu`, `times` times.
     Tick {
         cpu: u32,
@@ -296,6 +304,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => (cpu.clone(), 2usize..200, 0..GFPS.len())
             .prop_map(|(cpu, pages, gfp)| Op::Bulk { cpu, pages, gfp }),
         1 => (cpu.clone(), 1usize..200).prop_map(|(cpu, pages)| Op::FreeBatch { cpu, pages }),
+        2 => (cpu.clone(), 1usize..40).prop_map(|(cpu, pages)| Op::FreeQuiet { cpu, pages }),
         3 => (cpu.clone(), 1u32..8).prop_map(|(cpu, times)| Op::Tick { cpu, times }),
         1 => cpu.clone().prop_map(|cpu| Op::DrainLocal { cpu }),
         1 => Just(Op::DrainAll),
@@ -374,6 +383,38 @@ impl Run {
                 let caller = Caller::task(cpu);
                 let freed = a.free_pages_batch_report(caller, &pfns, &mut rec);
                 assert_eq!(freed, b.free_pages_batch(caller, &pfns), "{op:?}");
+            }
+            Op::FreeQuiet { cpu, pages } => {
+                let caller = Caller::task(cpu);
+                let Some(&(first, _)) = self.held.iter().find(|h| h.1 == Order::ZERO) else {
+                    return (rec, alloc);
+                };
+                let zone = a
+                    .zones()
+                    .iter()
+                    .find(|z| z.spans(first))
+                    .expect("a held pfn");
+                let room = internals::quiet_order0_frees(a, caller, first).min(pages);
+                let mut pfns = Vec::new();
+                self.held.retain(|&(pfn, order)| {
+                    let take = order == Order::ZERO && zone.spans(pfn) && pfns.len() < room;
+                    if take {
+                        pfns.push(pfn);
+                    }
+                    !take
+                });
+                // SAFETY: one thread, and the run holds every page of `pfns`.
+                let freed = unsafe {
+                    internals::free_pages_batch_exclusive_report(a, caller, &pfns, &mut rec)
+                };
+                assert_eq!(freed, Ok(()), "{op:?}");
+                assert!(
+                    rec.holds.is_empty(),
+                    "a quiet batch took the zone lock: {rec:?}"
+                );
+                for &pfn in &pfns {
+                    assert_eq!(b.free_pages(caller, pfn, Order::ZERO), Ok(()), "{op:?}");
+                }
             }
             Op::Tick { cpu, times } => {
                 for _ in 0..times {

@@ -629,6 +629,17 @@ impl CacheModel {
         *stamp_mut(&mut self.stamps[zone], first as usize) = stamp;
     }
 
+    /// [`Self::stamp`] of single pages of zone `zone`, at `offsets`, freed together by
+    /// `cpu` (an exit's quiet batch): one stamp, since a free advances no counter, stored
+    /// at each.
+    pub fn stamp_pages(&mut self, cpu: u32, zone: usize, offsets: impl Iterator<Item = u64>) {
+        let stamp = self.stamp_now(cpu);
+        let stamps = &mut self.stamps[zone];
+        for offset in offsets {
+            *stamp_mut(stamps, offset as usize) = stamp;
+        }
+    }
+
     /// [`Self::stamp`] of a block of more than one page.
     #[inline(never)]
     fn stamp_block(&mut self, cpu: u32, zone: usize, first: u64, pages: u64) {

@@ -1064,6 +1064,75 @@ impl Sim {
         Ok(())
     }
 
+    /// Free the order-0 pages of `batch` (blocks the workload allocated), in this order,
+    /// onto `cpu`'s pageset in one call, none of whose frees can drain it: at most as
+    /// many as [`Self::quiet_frees`] of its first page allows, all in that page's zone
+    /// (refused otherwise, before anything is freed). Linux frees an exit's pages so,
+    /// through `free_unref_page_list`, which drops the pageset lock and takes it again
+    /// every 32 pages (`SWAP_CLUSTER_MAX`); a free that may drain is left to
+    /// [`Self::free`], in a step of its own, so that the drain's zone-lock request is
+    /// made at its own time. Each page is charged and counted as [`Self::free`] charges
+    /// it.
+    #[expect(
+        unsafe_code,
+        reason = "the exclusive free's promise, kept by one thread"
+    )]
+    pub fn free_quiet(&mut self, cpu: u32, batch: &[Pfn]) -> Result<(), SimError> {
+        let Some(&first) = batch.first() else {
+            return Ok(());
+        };
+        let caller = Caller::task(cpu);
+        let Some(slot) = self.slot_of(first) else {
+            return Err(SimError::BadFree(format!(
+                "{first:?} is in no simulated zone"
+            )));
+        };
+        let (_, start, end) = self.zones[slot];
+        let span = start..end;
+        let room = mmkit_core::internals::quiet_order0_frees(&self.allocator, caller, first);
+        if batch.len() > room || !batch.iter().all(|pfn| span.contains(&pfn.0)) {
+            return Err(SimError::BadFree(format!(
+                "{} pages of a quiet batch on CPU {cpu}, where {room} of zone pfns {span:?} \
+                 go onto its pageset without a drain",
+                batch.len()
+            )));
+        }
+        debug_assert!(self.report.holds.is_empty());
+        // SAFETY: as in `free`: one thread, and the workload owns these pages.
+        let result = unsafe {
+            mmkit_core::internals::free_pages_batch_exclusive_report(
+                &self.allocator,
+                caller,
+                batch,
+                &mut self.report,
+            )
+        };
+        // None but a page of an isolated pageblock (freed to the buddy) takes the zone
+        // lock here: charged at the call's time, as a single free's.
+        self.charge_report(cpu);
+        result.map_err(|e| SimError::BadFree(e.to_string()))?;
+        self.walk_ahead();
+        self.stats.free_calls += batch.len() as u64;
+        self.cache
+            .stamp_pages(cpu, slot, batch.iter().map(|pfn| pfn.0 - start));
+        self.note_pageset_free(cpu, slot, Order::ZERO);
+        self.charge(cpu, self.cost.free_hit_ns * batch.len() as u64);
+        Ok(())
+    }
+
+    /// How many order-0 pages `cpu` may free in one [`Self::free_quiet`] that begins with
+    /// `pfn` (0 when this free may drain its pageset, at most 32), and the pfns of the
+    /// zone they must all be in.
+    pub fn quiet_frees(&self, cpu: u32, pfn: Pfn) -> (usize, std::ops::Range<u64>) {
+        let Some(slot) = self.slot_of(pfn) else {
+            return (0, 0..0);
+        };
+        let room =
+            mmkit_core::internals::quiet_order0_frees(&self.allocator, Caller::task(cpu), pfn);
+        let (_, start, end) = self.zones[slot];
+        (room, start..end)
+    }
+
     /// Count a free of `order` to `cpu`'s pageset of zone `slot`
     /// ([`SimStats::high_order_after_high`]).
     #[inline(always)]
@@ -1431,11 +1500,9 @@ mod tests {
         assert!(sim.smt.is_none());
     }
 
-    /// A free of order 1–3 counts as after another when its pageset's previous free was
-    /// of order 1–3: an order-0 or THP free in between clears that, a free past the
-    /// pagesets (order 4) does not, and each CPU's pageset keeps its own.
-    #[test]
-    fn high_order_frees_after_another_are_counted_per_pageset() {
+    /// A base-policy simulator of 2 CPUs and 1 GiB that verifies the allocator after
+    /// every step.
+    fn two_cpus_verified() -> Sim {
         let machine = MachineSpec::spr_224().with_cpus(2).with_node_bytes(1 << 30);
         let options = SimOptions {
             sample_ns: 1_000_000,
@@ -1443,7 +1510,95 @@ mod tests {
             high_cpus: Vec::new(),
             measure_from_ns: 0,
         };
-        let mut sim = Sim::new(&machine, Policy::preset("base").unwrap(), options);
+        Sim::new(&machine, Policy::preset("base").unwrap(), options)
+    }
+
+    /// [`Sim::free_quiet`] frees a batch no larger than [`Sim::quiet_frees`] allows with
+    /// no zone-lock acquisition, to the state and the charges single frees of the same
+    /// pages leave; a batch larger than that, or reaching into another zone, is refused
+    /// before anything is freed.
+    #[test]
+    fn a_quiet_batch_frees_as_single_frees_do_and_a_larger_one_is_refused() {
+        let mut batched = two_cpus_verified();
+        let mut single = two_cpus_verified();
+        let gfp = Gfp::HIGHUSER_MOVABLE;
+        let mut pages = Vec::new();
+        for _ in 0..20_000 {
+            let pfn = batched.alloc(0, gfp, Order::ZERO).unwrap();
+            assert_eq!(single.alloc(0, gfp, Order::ZERO), Ok(pfn));
+            pages.push(pfn);
+        }
+        let (mut batches, mut drains) = (0, 0);
+        while let Some(&first) = pages.last() {
+            let (room, span) = batched.quiet_frees(0, first);
+            assert_eq!((room, span.clone()), single.quiet_frees(0, first));
+            if room == 0 {
+                pages.pop();
+                batched.free(0, first, Order::ZERO).unwrap();
+                single.free(0, first, Order::ZERO).unwrap();
+                drains += 1;
+                continue;
+            }
+            let batch: Vec<Pfn> = pages.iter().rev().take(room).copied().collect();
+            if batch.len() == room && pages.len() > room {
+                // One page more than the room: refused, and nothing changes.
+                let over: Vec<Pfn> = pages.iter().rev().take(room + 1).copied().collect();
+                let before = (batched.zone_totals(), batched.stats.free_calls);
+                assert!(matches!(
+                    batched.free_quiet(0, &over),
+                    Err(SimError::BadFree(_))
+                ));
+                assert_eq!((batched.zone_totals(), batched.stats.free_calls), before);
+                batched.allocator().verify().unwrap();
+            }
+            let acquisitions = batched.stats.lock_acquisitions;
+            batched.free_quiet(0, &batch).unwrap();
+            assert_eq!(
+                batched.stats.lock_acquisitions, acquisitions,
+                "no zone lock"
+            );
+            for &pfn in &batch {
+                single.free(0, pfn, Order::ZERO).unwrap();
+            }
+            pages.truncate(pages.len() - batch.len());
+            batches += 1;
+        }
+        assert!(
+            batches > 10 && drains > 4,
+            "{batches} batches, {drains} drains"
+        );
+        assert_eq!(batched.zone_totals(), single.zone_totals());
+        assert_eq!(
+            batched.now(0),
+            single.now(0),
+            "each page charged as a single free"
+        );
+        assert_eq!(batched.stats.free_calls, single.stats.free_calls);
+        let pageset = |sim: &Sim| {
+            let zone = sim
+                .allocator()
+                .zone(0, mmkit_core::ZoneType::Normal)
+                .unwrap();
+            let p = zone.pageset(0).unwrap();
+            (
+                p.count,
+                p.high,
+                p.alloc_factor,
+                p.free_factor,
+                p.free_count,
+                p.flags,
+            )
+        };
+        assert_eq!(pageset(&batched), pageset(&single));
+        batched.allocator().verify().unwrap();
+    }
+
+    /// A free of order 1–3 counts as after another when its pageset's previous free was
+    /// of order 1–3: an order-0 or THP free in between clears that, a free past the
+    /// pagesets (order 4) does not, and each CPU's pageset keeps its own.
+    #[test]
+    fn high_order_frees_after_another_are_counted_per_pageset() {
+        let mut sim = two_cpus_verified();
         // (CPU, order) of each free, and whether it counts as after another.
         let frees = [
             (0, 1, false),

@@ -335,6 +335,39 @@ impl<R: RawMutex> PageAllocator<R> {
             .map_err(BatchFreeError::from)
     }
 
+    /// [`PageAllocator::free_pages_batch_exclusive`], telling `events` what the call did
+    /// ([`PageAllocator::free_pages_batch_report`]).
+    #[cfg(any(test, feature = "internals"))]
+    pub(crate) fn free_pages_batch_exclusive_report(
+        &self,
+        caller: Caller,
+        pfns: &[Pfn],
+        events: &mut impl LockEvents,
+    ) -> Result<(), BatchFreeError> {
+        self.free_pages_batch_claimed::<Exclusive, _>(caller, pfns, events)
+            .map_err(BatchFreeError::from)
+    }
+
+    /// How many order-0 frees `caller`'s pageset of the zone spanning `pfn` takes, one
+    /// after another, with no chance of a drain ([`PerCpuPages::order0_free_room`]), at
+    /// most one relock's worth of the batch path (`FREE_BATCH_RELOCK`, Linux's
+    /// `SWAP_CLUSTER_MAX`): 0 when the next free may drain, or the pageset is busy or
+    /// offline, or no zone spans `pfn`. A batch ([`PageAllocator::free_pages_batch`]) of
+    /// that many allocated pages of the zone, in pageblocks the pagesets take, then takes
+    /// no zone lock, if nothing else frees to the pageset in between: read under the
+    /// pageset's lock, which is dropped before the batch takes it again.
+    #[cfg(any(test, feature = "internals"))]
+    pub(crate) fn quiet_order0_frees(&self, caller: Caller, pfn: Pfn) -> usize {
+        let Some(zone) = self.find_zone(pfn) else {
+            return 0;
+        };
+        let Ok(pcp) = zone.pcp_trylock(caller.cpu) else {
+            return 0;
+        };
+        let room = pcp.order0_free_room(&self.policy.pcp, zone.flags());
+        usize::try_from(room).map_or(FREE_BATCH_RELOCK, |room| room.min(FREE_BATCH_RELOCK))
+    }
+
     /// The body of [`PageAllocator::free_pages_batch`], claiming with `C`.
     #[inline(always)]
     fn free_pages_batch_claimed<C: Claim, E: LockEvents>(

@@ -425,6 +425,10 @@ fn kernel_draws_below(shares: &[f64; 3]) -> f64 {
     }
 }
 
+/// Most pages an exit frees in one call ([`Kbuild::free_exit_pages`]): Linux's
+/// `free_unref_page_list` relocks the pageset every `SWAP_CLUSTER_MAX` (32) pages.
+const QUIET_BATCH: usize = 32;
+
 /// Blocks of an exit burst whose descriptors are read together ([`Sim::prefetch`]).
 const PREFETCH_BATCH: usize = 8;
 
@@ -439,6 +443,50 @@ fn prefetch_ahead(sim: &Sim, stack: &[Pfn]) {
 }
 
 impl Kbuild {
+    /// An exit's next pages, from the top of the page stack, whose first is `top`: as
+    /// many as go onto `cpu`'s pageset with no chance of a drain, in one call
+    /// ([`Sim::free_quiet`]: Linux's `free_unref_page_list`, 32 at a time), each drawn as
+    /// [`Self::free`] draws it (another CPU's share handed over), or, when the next free
+    /// may drain, that one alone.
+    fn free_exit_pages(&mut self, sim: &mut Sim, cpu: u32, top: Pfn) -> Result<(), SimError> {
+        let (room, span) = sim.quiet_frees(cpu, top);
+        if room == 0 {
+            let pages = &mut self.slots[cpu as usize].pages;
+            pages.pop();
+            prefetch_ahead(sim, pages);
+            return self.free(sim, cpu, top, Order::ZERO);
+        }
+        let mut batch = [Pfn(0); QUIET_BATCH];
+        let mut local = 0;
+        let share = self.params.cross_cpu_free_share;
+        while local < room.min(QUIET_BATCH) {
+            let slot = &mut self.slots[cpu as usize];
+            let Some(&pfn) = slot.pages.last() else {
+                break;
+            };
+            if !span.contains(&pfn.0) {
+                break;
+            }
+            slot.pages.pop();
+            match remote_cpu(&mut slot.rng, share, self.cpus_per_socket, cpu) {
+                Some(other) => {
+                    self.slots[other as usize].remote.push((pfn, Order::ZERO));
+                    sim.wake(other, sim.now(cpu));
+                }
+                None => {
+                    batch[local] = pfn;
+                    local += 1;
+                }
+            }
+        }
+        sim.free_quiet(cpu, &batch[..local])?;
+        self.held -= local as u64;
+        // The next call's pages: their descriptors and stamps in flight meanwhile.
+        let pages = &self.slots[cpu as usize].pages;
+        sim.prefetch(&pages[pages.len().saturating_sub(QUIET_BATCH)..]);
+        Ok(())
+    }
+
     /// A mid-life unmap frees pages at random places of the process's page stack: two
     /// misses a page (its slot in the stack, then its descriptor) that nothing else
     /// overlaps. The burst's next draws can be known now, since the random stream as it
@@ -547,11 +595,8 @@ impl Workload for Kbuild {
                         .map(|(pfn, order, _)| (due, pfn, order)),
                 );
             }
-            Phase::Exit => match self.slots[c].pages.pop() {
-                Some(pfn) => {
-                    prefetch_ahead(sim, &self.slots[c].pages);
-                    self.free(sim, cpu, pfn, Order::ZERO)?
-                }
+            Phase::Exit => match self.slots[c].pages.last() {
+                Some(&pfn) => self.free_exit_pages(sim, cpu, pfn)?,
                 None => self.slots[c].phase = Phase::ExitTables,
             },
             Phase::ExitTables => match self.slots[c].tables.pop() {
