@@ -1082,14 +1082,13 @@ impl Sim {
             return Ok(());
         };
         let caller = Caller::task(cpu);
-        let Some(slot) = self.slot_of(first) else {
+        let Some((slot, room)) = self.quiet_room(cpu, first) else {
             return Err(SimError::BadFree(format!(
                 "{first:?} is in no simulated zone"
             )));
         };
         let (_, start, end) = self.zones[slot];
         let span = start..end;
-        let room = mmkit_core::internals::quiet_order0_frees(&self.allocator, caller, first);
         if batch.len() > room || !batch.iter().all(|pfn| span.contains(&pfn.0)) {
             return Err(SimError::BadFree(format!(
                 "{} pages of a quiet batch on CPU {cpu}, where {room} of zone pfns {span:?} \
@@ -1124,13 +1123,19 @@ impl Sim {
     /// `pfn` (0 when this free may drain its pageset, at most 32), and the pfns of the
     /// zone they must all be in.
     pub fn quiet_frees(&self, cpu: u32, pfn: Pfn) -> (usize, std::ops::Range<u64>) {
-        let Some(slot) = self.slot_of(pfn) else {
-            return (0, 0..0);
-        };
+        match self.quiet_room(cpu, pfn) {
+            Some((slot, room)) => (room, self.zones[slot].1..self.zones[slot].2),
+            None => (0, 0..0),
+        }
+    }
+
+    /// The simulated zone spanning `pfn` and [`Self::quiet_frees`]' count, if a zone
+    /// spans it.
+    fn quiet_room(&self, cpu: u32, pfn: Pfn) -> Option<(usize, usize)> {
+        let slot = self.slot_of(pfn)?;
         let room =
             mmkit_core::internals::quiet_order0_frees(&self.allocator, Caller::task(cpu), pfn);
-        let (_, start, end) = self.zones[slot];
-        (room, start..end)
+        Some((slot, room))
     }
 
     /// Count a free of `order` to `cpu`'s pageset of zone `slot`
@@ -1500,8 +1505,8 @@ mod tests {
         assert!(sim.smt.is_none());
     }
 
-    /// A base-policy simulator of 2 CPUs and 1 GiB that verifies the allocator after
-    /// every step.
+    /// A base-policy simulator of 2 CPUs, one on each of two nodes of 1 GiB, that
+    /// verifies the allocator after every step.
     fn two_cpus_verified() -> Sim {
         let machine = MachineSpec::spr_224().with_cpus(2).with_node_bytes(1 << 30);
         let options = SimOptions {
@@ -1550,6 +1555,23 @@ mod tests {
                 ));
                 assert_eq!((batched.zone_totals(), batched.stats.free_calls), before);
                 batched.allocator().verify().unwrap();
+            }
+            if batches == 0 {
+                // A page of another zone (CPU 1's node's) in the batch: refused, and
+                // nothing changes.
+                let other = batched.alloc(1, gfp, Order::ZERO).unwrap();
+                assert!(!span.contains(&other.0), "CPU 1's node is outside {span:?}");
+                let mixed = [batch[0], other];
+                let before = (batched.zone_totals(), batched.stats.free_calls);
+                assert!(matches!(
+                    batched.free_quiet(0, &mixed),
+                    Err(SimError::BadFree(_))
+                ));
+                assert_eq!((batched.zone_totals(), batched.stats.free_calls), before);
+                batched.free(1, other, Order::ZERO).unwrap();
+                let twin = single.alloc(1, gfp, Order::ZERO).unwrap();
+                assert_eq!(twin, other);
+                single.free(1, twin, Order::ZERO).unwrap();
             }
             let acquisitions = batched.stats.lock_acquisitions;
             batched.free_quiet(0, &batch).unwrap();
