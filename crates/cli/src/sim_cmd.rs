@@ -13,6 +13,7 @@ use std::sync::Mutex;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use mmkit_core::Policy;
+use mmkit_sim::speed::RunSpeed;
 use mmkit_sim::workload::pageout::{DirectReclaim, PageoutParams};
 use mmkit_sim::workload::stream::StreamParams;
 use mmkit_sim::{run, table, RunResult, RunSpec, TableRow, WorkloadKind, WorkloadParams};
@@ -59,6 +60,12 @@ pub struct SimArgs {
     /// Parallel runs; default: the available cores.
     #[arg(long)]
     pub threads: Option<usize>,
+    /// After the runs, print each one's speed on standard error: the virtual seconds it
+    /// simulated per second of its thread's CPU time and of wall time (set-up included),
+    /// the simulator's speed target being at least 1× for kbuild on one core. Host times
+    /// are never part of the table or the JSON, which stay the same on every machine.
+    #[arg(long)]
+    pub timing: bool,
     /// Cost-model sensitivity: descriptor cache lines, written last by another CPU, that
     /// one buddy merge level touches under the zone lock, each a same-socket transfer;
     /// default: the model's 3 (the buddy and its two list neighbours).
@@ -268,6 +275,16 @@ pub fn run_all(
     threads: Option<usize>,
     quiet: bool,
 ) -> Result<Vec<RunResult>, CliError> {
+    let timed = run_all_timed(jobs, threads, quiet)?;
+    Ok(timed.into_iter().map(|(result, _)| result).collect())
+}
+
+/// [`run_all`], with each run's speed: the host time its thread took, measured around it.
+pub fn run_all_timed(
+    jobs: &[(RunSpec, Policy)],
+    threads: Option<usize>,
+    quiet: bool,
+) -> Result<Vec<(RunResult, RunSpeed)>, CliError> {
     if threads == Some(0) {
         return Err(CliError::usage("--threads must be at least 1"));
     }
@@ -287,8 +304,8 @@ pub fn run_all(
         bar
     };
     let next = AtomicUsize::new(0);
-    let slots: Vec<Mutex<Option<Result<RunResult, String>>>> =
-        jobs.iter().map(|_| Mutex::new(None)).collect();
+    type Slot = Option<(Result<RunResult, String>, Option<RunSpeed>)>;
+    let slots: Vec<Mutex<Slot>> = jobs.iter().map(|_| Mutex::new(None)).collect();
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| loop {
@@ -305,9 +322,12 @@ pub fn run_all(
                         reported = permille;
                     }
                 };
-                let result = run(spec, *policy, &mut progress).map_err(|e| e.to_string());
+                let (result, speed) = RunSpeed::measure(
+                    || run(spec, *policy, &mut progress).map_err(|e| e.to_string()),
+                    |result| result.as_ref().ok().map(|r| r.wall_ns),
+                );
                 bar.inc(1000 - reported.min(1000));
-                *slots[index].lock().expect("no thread panicked") = Some(result);
+                *slots[index].lock().expect("no thread panicked") = Some((result, speed));
             });
         }
     });
@@ -315,10 +335,12 @@ pub fn run_all(
     slots
         .into_iter()
         .map(|slot| {
-            slot.into_inner()
+            let (result, speed) = slot
+                .into_inner()
                 .expect("no thread panicked")
-                .expect("every job ran")
-                .map_err(|e| CliError::failed(format!("simulation failed: {e}")))
+                .expect("every job ran");
+            let result = result.map_err(|e| CliError::failed(format!("simulation failed: {e}")))?;
+            Ok((result, speed.expect("a run that succeeded was timed")))
         })
         .collect()
 }
@@ -713,8 +735,24 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
     if let Some(shard) = crate::shard::select(&args.shard, &crate::shard::process_env)? {
         return run_shard(args, &jobs, &shard);
     }
-    let results = run_all(&jobs, args.threads, args.json)?;
+    let timed = run_all_timed(&jobs, args.threads, args.json)?;
+    if args.timing {
+        for (result, speed) in &timed {
+            eprintln!("{}", speed_line(result, speed));
+        }
+    }
+    let results: Vec<RunResult> = timed.into_iter().map(|(result, _)| result).collect();
     report(&results, args.json, args.plot.as_deref())
+}
+
+/// What `--timing` prints of one run: which run, on how many CPUs, and its speed.
+fn speed_line(result: &RunResult, speed: &RunSpeed) -> String {
+    format!(
+        "speed: {} / {} on {} CPUs: {speed}",
+        result.workload,
+        result.policy,
+        result.machine.nr_cpus()
+    )
 }
 
 /// The machine of `--zoneinfo FILE`. The caches are not in zoneinfo: this machine's

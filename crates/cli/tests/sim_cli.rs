@@ -607,3 +607,89 @@ fn jobs_per_cpu_sets_the_builds_length_and_refuses_what_it_cannot_be() {
         "--jobs-per-cpu 2: processes per CPU are kbuild's, not netperf's",
     );
 }
+
+/// `--timing` adds one speed line per run on standard error, its virtual seconds those of
+/// the run's JSON, and changes nothing on standard output: host time is never part of a
+/// result.
+#[test]
+fn timing_prints_each_runs_speed_on_stderr_and_leaves_stdout_as_it_was() {
+    let args = ["--workload", "unix", "--policies", "base,patch3", "--json"];
+    let plain = sim(&args).output().unwrap();
+    let timed = sim(&[&args[..], &["--timing"]].concat()).output().unwrap();
+    assert!(plain.status.success() && timed.status.success());
+    assert_eq!(
+        plain.stdout, timed.stdout,
+        "--timing changed the runs' output"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&timed.stdout).unwrap();
+    let stderr = String::from_utf8(timed.stderr).unwrap();
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("speed: "))
+        .collect();
+    assert_eq!(lines.len(), 2, "{stderr}");
+    for (line, run) in lines.iter().zip(json["runs"].as_array().unwrap()) {
+        let virtual_s = run["wall_ns"].as_f64().unwrap() / 1e9;
+        let policy = run["policy"].as_str().unwrap();
+        assert!(
+            line.starts_with(&format!(
+                "speed: unix / {policy} on 8 CPUs: {virtual_s:.3} virtual s in "
+            )),
+            "{line}"
+        );
+        assert!(
+            line.contains("× real time") && line.ends_with("×)"),
+            "{line}"
+        );
+    }
+    assert!(
+        !String::from_utf8(plain.stderr).unwrap().contains("speed: "),
+        "speed lines only with --timing"
+    );
+}
+
+/// `crates/bench/realtime.sh`, the speed target's command: two binaries alternated (here
+/// the same one twice), a speed line a run and a summary a binary that reads them back
+/// (a summary of "0 runs" would mean its pattern no longer matches `--timing`'s line);
+/// a path that is not an executable is refused before anything runs.
+#[test]
+fn the_realtime_script_alternates_binaries_and_summarises_their_speed_lines() {
+    let root = format!("{}/../..", env!("CARGO_MANIFEST_DIR"));
+    let script = format!("{root}/crates/bench/realtime.sh");
+    let bin = assert_cmd::cargo::cargo_bin("mmkit");
+    let bin = bin.to_str().unwrap();
+    let out = std::process::Command::new("bash")
+        .args([&script, bin, bin])
+        .env("ROUNDS", "2")
+        .env(
+            "ARGS",
+            "--workload unix --cpus 8 --scale 0.005 --policies base --threads 1",
+        )
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rounds = stdout.lines().filter(|l| l.starts_with("round ")).count();
+    assert_eq!(rounds, 4, "{stdout}");
+    let summaries: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with(&format!("{bin}: ")))
+        .collect();
+    assert_eq!(summaries.len(), 2, "{stdout}");
+    for line in summaries {
+        assert!(
+            line.contains(": 2 runs; x real time (CPU) median "),
+            "{line}"
+        );
+    }
+    let refused = std::process::Command::new("bash")
+        .args([&script, "/nonexistent/mmkit"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(refused.stdout.is_empty());
+}

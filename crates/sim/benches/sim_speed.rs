@@ -9,9 +9,10 @@
 //! Set `MMKIT_BENCH_POLICIES=base,patch7` to choose the policies (default: base).
 //!
 //! Each line gives the virtual time, then the run's own CPU time and wall time, machine
-//! set-up included, with virtual seconds per CPU second (`× real time (CPU)`, the figure
-//! that holds on a machine shared with other jobs) and per wall second. The CPU time is the
-//! thread's, from Linux's `/proc/thread-self/schedstat` (wall time where that is missing).
+//! set-up included, with virtual seconds per CPU second (`× real time`, the figure that
+//! holds on a machine shared with other jobs) and per wall second: `mmkit_sim::speed`'s
+//! `RunSpeed`, as `mmkit sim --timing` prints it. The CPU time is the thread's, from
+//! Linux's `/proc/thread-self/schedstat` (wall time where that is missing).
 //! Page events per second (over the whole run: `RunResult::run_page_events`, not the
 //! measured window's `page_events`) and the set-up's share follow, so that where the time
 //! goes is visible.
@@ -19,6 +20,7 @@
 use std::time::Instant;
 
 use mmkit_core::Policy;
+use mmkit_sim::speed::RunSpeed;
 use mmkit_sim::{run, RunSpec, WorkloadKind};
 
 fn main() {
@@ -31,41 +33,28 @@ fn main() {
         for name in policies.split(',') {
             let policy = Policy::preset(name).expect("a preset name");
             let spec = RunSpec::new(workload);
-            let cpu_start = thread_cpu_secs();
             let start = Instant::now();
             // The first progress call comes once the machine (mem_map, pagesets) is built.
             let mut built = None;
-            let result = run(&spec, policy, &mut |_| {
-                built.get_or_insert_with(Instant::now);
-            })
-            .expect("the run completes");
-            let secs = start.elapsed().as_secs_f64();
-            let cpu_secs = cpu_start
-                .and_then(|c| Some(thread_cpu_secs()? - c))
-                .unwrap_or(secs);
+            let (result, speed) = RunSpeed::measure(
+                || {
+                    run(&spec, policy, &mut |_| {
+                        built.get_or_insert_with(Instant::now);
+                    })
+                    .expect("the run completes")
+                },
+                |result| Some(result.wall_ns),
+            );
+            let speed = speed.expect("a completed run is timed");
             let setup = built.map_or(0.0, |b| b.duration_since(start).as_secs_f64());
-            let virtual_secs = result.wall_ns as f64 / 1e9;
+            let cpu_secs = speed.cpu_secs.unwrap_or(speed.wall_secs);
             println!(
-                "{workload:>8} {name:>7} {:>3} CPUs: {:>8.3} virtual s in {:>6.2} s CPU, {:>6.2} s wall: {:.3}× real time (CPU), {:.3}× (wall); {:>10} page events, {:>5.2} M/s of CPU ({} engine steps in the measured window; set-up {:.2} s wall)",
+                "{workload:>8} {name:>7} {:>3} CPUs: {speed}; {:>10} page events, {:>5.2} M/s of CPU ({} engine steps in the measured window; set-up {setup:.2} s wall)",
                 result.machine.nr_cpus(),
-                virtual_secs,
-                cpu_secs,
-                secs,
-                virtual_secs / cpu_secs,
-                virtual_secs / secs,
                 result.run_page_events,
                 result.run_page_events as f64 / cpu_secs / 1e6,
                 result.stats.steps,
-                setup,
             );
         }
     }
-}
-
-/// The CPU time this thread has run, in seconds: the first field of Linux's
-/// `/proc/thread-self/schedstat` (nanoseconds on a CPU). `None` where it cannot be read.
-fn thread_cpu_secs() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    let ns: u64 = stat.split_whitespace().next()?.parse().ok()?;
-    Some(ns as f64 / 1e9)
 }

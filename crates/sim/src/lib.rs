@@ -22,10 +22,12 @@
 //! | [`plot`] | SVG plots of the series |
 //! | [`published`] | the published tables and the tolerance rule of each cell |
 //! | [`rng`] | the seeded SplitMix64 streams |
+//! | [`speed`] | virtual seconds per host second, measured around a run (never in its result) |
 //!
 //! Linux has no counterpart: this is the measuring instrument. Nothing here decides what
 //! the allocator does; the engine only reads what the allocator did to charge time.
-//! Same inputs and seed ⇒ byte-identical results (no hash-map order, no host time).
+//! Same inputs and seed ⇒ byte-identical results (no hash-map order, no host time: a
+//! run's speed is measured around it, by [`speed`]).
 //! `unsafe` is denied but for one prefetch intrinsic, one `madvise` for huge pages and
 //! the `mmap` that holds the descriptors (with the slice made from it), none of which can
 //! change a result, and the core's exclusive free, whose promise (no other thread frees
@@ -50,6 +52,7 @@ pub mod published;
 mod queue;
 pub mod rng;
 pub mod run;
+pub mod speed;
 pub mod workload;
 
 pub use cost::CostModel;
