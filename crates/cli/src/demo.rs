@@ -334,11 +334,16 @@ pub fn beside_published(results: &[RunResult]) -> Option<DemoTable> {
         .map(|(row, publ)| (row.policy.clone(), values(&columns, row, publ, &cells)))
         .collect();
     let used_memory = (workload == WorkloadKind::Kbuild).then(|| {
+        let used = |i: usize| rows.get(i).map_or(0.0, |r| r.used_memory_mean_pct);
+        let pcp = |i: usize| rows.get(i).map_or(0.0, |r| r.pcp_of_used_pct);
         format!(
-            "used memory (pages held + pagesets, mean over the measured window) vs base: patch7 {:+.1} %, patch9 {:+.1} %; published: up to +{} %",
-            rows.get(4).map_or(0.0, |r| r.used_memory_mean_pct),
-            rows.get(5).map_or(0.0, |r| r.used_memory_mean_pct),
-            published::KBUILD_USED_MEMORY_PCT
+            "used memory (pages held + pagesets, mean over the measured window) vs base: patch7 {:+.1} %, patch9 {:+.1} %; published: up to +{} %; pagesets hold {:.1} % of it with base, {:.1} % with patch7, {:.1} % with patch9",
+            used(4),
+            used(5),
+            published::KBUILD_USED_MEMORY_PCT,
+            pcp(0),
+            pcp(4),
+            pcp(5),
         )
     });
     let high_order = (workload == WorkloadKind::Kbuild).then(|| high_order_line(first));

@@ -176,6 +176,14 @@ fn the_demo_report_holds_every_table_cell_and_plot_and_fetches_nothing() {
         let line = text(only(root, note));
         assert!(stdout.lines().any(|l| l == line), "{note}: {line}");
     }
+    // Issue 19: the pagesets' share of used memory, beside the published +18.4 %.
+    let used = text(only(root, ".used-memory"));
+    assert!(
+        used.contains("published: up to +18.4 %; pagesets hold ")
+            && used.contains(" % with patch7, ")
+            && used.ends_with(" % with patch9"),
+        "{used}"
+    );
     let tolerances = text(only(root, "#tolerances"));
     assert!(stdout.lines().any(|line| line == tolerances));
 

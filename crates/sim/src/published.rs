@@ -228,6 +228,7 @@ mod tests {
                 pcp_pages_mean: 100.0,
                 pcp_pages_peak: 100.0,
                 used_memory_mean_pct: 0.0,
+                pcp_of_used_pct: 0.0,
             })
             .collect()
     }

@@ -599,6 +599,9 @@ pub struct TableRow {
     /// Mean used memory (pages the workload holds + pages on pagesets) over the
     /// measurement, in % above the first policy's: the published "+18.4 % used memory".
     pub used_memory_mean_pct: f64,
+    /// Mean pages on pagesets as % of the mean used memory over the measurement
+    /// (absolute, this run's own): how much of what a policy adds is pageset memory.
+    pub pcp_of_used_pct: f64,
 }
 
 /// The table of `results`, as Huang 2023 gives it, (one workload, several policies).
@@ -636,6 +639,7 @@ pub fn table(results: &[RunResult]) -> Vec<TableRow> {
             pcp_pages_mean: rel(r.pcp_pages_mean, first.pcp_pages_mean),
             pcp_pages_peak: rel(r.pcp_pages_peak as f64, first.pcp_pages_peak as f64),
             used_memory_mean_pct: rel(r.used_pages_mean, first.used_pages_mean) - 100.0,
+            pcp_of_used_pct: rel(r.pcp_pages_mean, r.used_pages_mean),
         })
         .collect()
 }

@@ -290,3 +290,25 @@ fn rows_that_keep_a_batch_warm_up_shorter_and_measure_as_long() {
     let unbatched = run_preset(&small_cache, "patch3");
     assert_eq!(ms(unbatched.wall_ns), params.duration_ms);
 }
+
+/// "kbuild also reports the memory held in pagesets as % of used memory": each row's
+/// `pcp_of_used_pct` is its own run's mean pageset pages over its mean used pages, and
+/// patch 7's auto-tuned pagesets hold a larger share than base's fixed ones.
+#[test]
+fn the_table_gives_the_pagesets_share_of_used_memory() {
+    let spec = small(WorkloadKind::Kbuild, 8, 0.05);
+    let runs = [run_preset(&spec, "base"), run_preset(&spec, "patch7")];
+    let rows = table(&runs);
+    for (row, run) in rows.iter().zip(&runs) {
+        assert!(run.used_pages_mean > 0.0 && run.pcp_pages_mean > 0.0);
+        let share = 100.0 * (run.pcp_pages_mean / run.used_pages_mean);
+        assert_eq!(row.pcp_of_used_pct, share, "{}", row.policy);
+        assert!(share > 0.0 && share < 100.0, "{}: {share}", row.policy);
+    }
+    assert!(
+        rows[1].pcp_of_used_pct > rows[0].pcp_of_used_pct,
+        "patch7 {} against base {}",
+        rows[1].pcp_of_used_pct,
+        rows[0].pcp_of_used_pct
+    );
+}
