@@ -312,3 +312,43 @@ fn the_table_gives_the_pagesets_share_of_used_memory() {
         rows[0].pcp_of_used_pct
     );
 }
+
+/// A mid-life unmap frees its pages as an exit does, as many a step as go onto the
+/// pageset with no chance of a drain, at most 32 (Linux: `zap_pte_range` gathers them
+/// for `release_pages` → `free_unref_page_list`): half the faults' pages unmapped in
+/// mid-life add few steps, where one page a step added one step per page.
+#[test]
+fn a_midlife_unmap_frees_its_pages_up_to_32_a_step() {
+    let run_with = |share: f64| {
+        let params = KbuildParams {
+            jobs_per_cpu: 3,
+            kernel_blocks_per_fault: [0.0; 3],
+            cross_cpu_free_share: 0.0,
+            midlife_free_share: share,
+            steady_window: false,
+            ..KbuildParams::scaled(1.0)
+        };
+        let spec = RunSpec {
+            params: Some(WorkloadParams::Kbuild(params)),
+            kbuild_steady_window: false,
+            verify_every: Some(1000),
+            ..small(WorkloadKind::Kbuild, 2, 1.0)
+        };
+        let r = run_preset(&spec, "base");
+        assert_eq!(r.work_done, 6, "two CPUs, three processes each");
+        assert_eq!(r.stats.requests_ahead, 0);
+        (r.stats.steps, r.stats.alloc_calls)
+    };
+    let (steps_without, faults_without) = run_with(0.0);
+    let (steps_with, faults_with) = run_with(0.5);
+    let unmapped = 0.5 * faults_with as f64;
+    assert!(unmapped > 2_000.0, "{faults_with} faults");
+    // The unmaps change the random draws, so the faults differ a little; a page a step
+    // would add about `unmapped` steps.
+    let added =
+        steps_with as f64 - steps_without as f64 * faults_with as f64 / faults_without as f64;
+    assert!(
+        added < unmapped / 8.0,
+        "{added:.0} steps added for about {unmapped:.0} pages unmapped in mid-life"
+    );
+}

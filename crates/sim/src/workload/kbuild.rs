@@ -4,8 +4,9 @@
 //! of `jobs_per_cpu × CPUs` processes, drawn up front so that every policy runs the same
 //! processes, until the queue is empty; the build time is when the last one exits. A process
 //! allocates its PGD (order 1 with PTI) and 5–30 page-table pages at start, then faults
-//! order-0 anonymous pages in bursts while it computes, freeing a few mid-life; at exit it
-//! frees its whole address space in one run with no allocation, then the page tables, then
+//! order-0 anonymous pages in bursts while it computes, freeing a few mid-life (an
+//! unmap's pages at random places of its address space); at exit it frees its whole
+//! address space in one run with no allocation, then the page tables, then
 //! the slabs of its VMAs that emptied (`exit_mmap`: `unmap_vmas`, `free_pgtables`, then
 //! `remove_vma` on each), blocks of the order SLUB gives `vm_area_struct` on the
 //! machine's CPU count ([`slab_order`]: order 1 from 32 CPUs). Its order-1 PGD stays
@@ -14,7 +15,10 @@
 //! pgd_free`) when the next process runs, so the PGD is that process's first free. A
 //! share of frees runs on another CPU of the socket (RCU-freed page tables, migrated
 //! tasks). The next process on the slot starts after a short gap and reuses what the
-//! last one freed.
+//! last one freed. An exit's and an unmap's order-0 pages are freed as Linux frees them,
+//! through `free_unref_page_list`: up to 32 a step, as many as go onto the pageset with
+//! no chance of a drain ([`Sim::free_quiet`]); the free that may drain is a step of its
+//! own.
 //!
 //! Kernel blocks of orders 1–3 (slab pages) are rare and freed by RCU callbacks: a block
 //! the process lets go of (at a random point of its life, or at its exit) is freed one
@@ -456,18 +460,78 @@ impl Kbuild {
             prefetch_ahead(sim, pages);
             return self.free(sim, cpu, top, Order::ZERO);
         }
+        self.free_batch(sim, cpu, room, false, |slot| {
+            let &pfn = slot.pages.last()?;
+            span.contains(&pfn.0).then(|| {
+                slot.pages.pop();
+                pfn
+            })
+        })?;
+        // The next call's pages: their descriptors and stamps in flight meanwhile.
+        let pages = &self.slots[cpu as usize].pages;
+        sim.prefetch(&pages[pages.len().saturating_sub(QUIET_BATCH)..]);
+        Ok(())
+    }
+
+    /// A mid-life unmap's next pages, drawn at random from the process's page stack: as
+    /// many as go onto `cpu`'s pageset with no chance of a drain, at most 32, in one call
+    /// ([`Sim::free_quiet`]), each drawn as [`Self::free`] draws it (another CPU's share
+    /// handed over); or, when the next free may drain, that one alone. Linux frees an
+    /// unmap's pages as it frees an exit's (`zap_pte_range` gathers them,
+    /// `tlb_finish_mmu` → `release_pages` → `free_unref_page_list`, 32 to a pageset
+    /// lock hold).
+    fn free_unmapped_pages(&mut self, sim: &mut Sim, cpu: u32) -> Result<(), SimError> {
+        let slot = &mut self.slots[cpu as usize];
+        // The page the next draw picks, to ask how many go onto the pageset quietly.
+        let first = slot.pages[slot.rng.clone().below(slot.pages.len() as u64) as usize];
+        let (room, span) = sim.quiet_frees(cpu, first);
+        if room == 0 {
+            slot.unmap_left -= 1;
+            let index = slot.rng.below(slot.pages.len() as u64) as usize;
+            let old = slot.pages.swap_remove(index);
+            let freed = self.free(sim, cpu, old, Order::ZERO);
+            self.read_ahead_unmap(sim, cpu);
+            return freed;
+        }
+        self.free_batch(sim, cpu, room, true, |slot| {
+            if slot.unmap_left == 0 {
+                return None;
+            }
+            let index = slot.rng.below(slot.pages.len() as u64) as usize;
+            let pfn = slot.pages[index];
+            // Another zone's page (the first draw is in the span) ends the batch: the next
+            // step draws again.
+            span.contains(&pfn.0).then(|| {
+                slot.pages.swap_remove(index);
+                slot.unmap_left -= 1;
+                pfn
+            })
+        })
+    }
+
+    /// Free the pages `next` takes off `cpu`'s slot, one at a time, in one quiet batch
+    /// ([`Sim::free_quiet`]) of at most `room` (and 32) pages freed here: each drawn as
+    /// [`Self::free`] draws it, another CPU's share handed over (which takes none of the
+    /// room). `next` ends the batch early by returning `None`. With `read_ahead`, the
+    /// batch's descriptors and stamps are asked for together before the frees need them
+    /// (an unmap's, at random places; an exit's were asked for a call ahead).
+    #[inline(always)]
+    fn free_batch(
+        &mut self,
+        sim: &mut Sim,
+        cpu: u32,
+        room: usize,
+        read_ahead: bool,
+        mut next: impl FnMut(&mut Slot) -> Option<Pfn>,
+    ) -> Result<(), SimError> {
+        let share = self.params.cross_cpu_free_share;
         let mut batch = [Pfn(0); QUIET_BATCH];
         let mut local = 0;
-        let share = self.params.cross_cpu_free_share;
         while local < room.min(QUIET_BATCH) {
             let slot = &mut self.slots[cpu as usize];
-            let Some(&pfn) = slot.pages.last() else {
+            let Some(pfn) = next(slot) else {
                 break;
             };
-            if !span.contains(&pfn.0) {
-                break;
-            }
-            slot.pages.pop();
             match remote_cpu(&mut slot.rng, share, self.cpus_per_socket, cpu) {
                 Some(other) => {
                     self.slots[other as usize].remote.push((pfn, Order::ZERO));
@@ -479,11 +543,11 @@ impl Kbuild {
                 }
             }
         }
+        if read_ahead {
+            sim.prefetch(&batch[..local]);
+        }
         sim.free_quiet(cpu, &batch[..local])?;
         self.held -= local as u64;
-        // The next call's pages: their descriptors and stamps in flight meanwhile.
-        let pages = &self.slots[cpu as usize].pages;
-        sim.prefetch(&pages[pages.len().saturating_sub(QUIET_BATCH)..]);
         Ok(())
     }
 
@@ -693,12 +757,7 @@ impl Kbuild {
             return Ok(());
         }
         if slot.unmap_left > 0 {
-            slot.unmap_left -= 1;
-            let index = slot.rng.below(slot.pages.len() as u64) as usize;
-            let old = slot.pages.swap_remove(index);
-            let freed = self.free(sim, cpu, old, Order::ZERO);
-            self.read_ahead_unmap(sim, cpu);
-            return freed;
+            return self.free_unmapped_pages(sim, cpu);
         }
         if slot.burst_left == 0 {
             self.start_burst(sim, cpu);
