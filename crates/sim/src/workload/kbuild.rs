@@ -540,7 +540,29 @@ impl Kbuild {
                 slot.unmap_left -= 1;
                 pfn
             })
-        })
+        })?;
+        self.read_ahead_unmap_slots(cpu);
+        Ok(())
+    }
+
+    /// Ask for the stack slots a mid-life unmap's next batch draws its pages from: each
+    /// draw reads a slot at a random place of the stack, a line not read since its
+    /// fault, and nothing else in the step overlaps those loads. The draws are peeked at
+    /// on a copy of the random stream as [`Self::free_batch`] will make them (the index,
+    /// then the other-CPU draw), so the run draws exactly as before; a batch that ends
+    /// sooner, or a draw that comes first from elsewhere, only wastes hints. (Reading the
+    /// slots a batch later, to ask for their pages' descriptors too, gained nothing
+    /// more: docs/EXPERIMENTS.md, "Speed".)
+    fn read_ahead_unmap_slots(&self, cpu: u32) {
+        let slot = &self.slots[cpu as usize];
+        let share = self.params.cross_cpu_free_share;
+        let mut peek = slot.rng.clone();
+        let len = slot.pages.len();
+        let draws = slot.unmap_left.min(QUIET_BATCH as u64) as usize;
+        for draw in 0..draws.min(len) {
+            prefetch(&slot.pages[peek.below((len - draw) as u64) as usize]);
+            let _ = remote_cpu(&mut peek, share, self.cpus_per_socket, cpu);
+        }
     }
 
     /// Free the pages `next` takes off `cpu`'s slot, one at a time, in one quiet batch
