@@ -497,13 +497,16 @@ impl Kbuild {
                 pfn
             })
         })?;
-        // The next call's pages: their descriptors and stamps in flight meanwhile.
+        // The next two calls' pages: their descriptors and stamps in flight meanwhile, the
+        // second call's a whole call early. The next call's were asked for a call ago
+        // (not for an exit's first), but asking again paid: asking only for the second
+        // call's, and for the first two as the exit began, ran slower (docs/EXPERIMENTS.md,
+        // "Speed"). Then the stack lines of the call after those, which the next call's
+        // read-ahead reads: lines not read since their faults.
         let pages = &self.slots[cpu as usize].pages;
-        let next = pages.len().saturating_sub(QUIET_BATCH);
-        sim.prefetch(&pages[next..]);
-        // The call after it reads its pages' numbers off the stack for the same hints,
-        // lines that have not been read since their faults: ask for them now.
-        prefetch_stack(&pages[next.saturating_sub(QUIET_BATCH)..next]);
+        let after = pages.len().saturating_sub(2 * QUIET_BATCH);
+        sim.prefetch(&pages[after..]);
+        prefetch_stack(&pages[after.saturating_sub(QUIET_BATCH)..after]);
         Ok(())
     }
 
