@@ -1384,8 +1384,19 @@ impl Sim {
             Some(t),
             "the queue holds the current step"
         );
+        let busy_until = self.cpus[c].clock;
+        if busy_until > t {
+            // Busy past the step: its vmstat tick's work (a decay drain, patch 7 on) or a
+            // wake-up's time fell inside the CPU's last work. The step runs when the CPU
+            // gets to it, after the other CPUs' events before then, as a late tick does;
+            // run now, its zone-lock requests would be booked ahead of theirs.
+            self.cpus[c].scheduled = Some(busy_until);
+            self.queue
+                .set_step(c, event_key(busy_until, KIND_STEP, cpu));
+            return Ok(());
+        }
         self.cpus[c].scheduled = None;
-        self.cpus[c].clock = self.cpus[c].clock.max(t);
+        self.cpus[c].clock = t;
         self.nr_scheduled -= 1;
         self.queue.run(c);
         self.in_step = true;

@@ -51,6 +51,29 @@ fn no_zone_lock_request_is_booked_ahead_of_an_earlier_event() {
     }
 }
 
+/// Item 1, a step due while its CPU is still busy: a vmstat tick's decay (patch 7 on)
+/// can drain a pageset past the CPU's next step. That step used to run at its own time
+/// with the CPU's clock past it, so its zone-lock requests were booked up to 300 µs
+/// ahead of other CPUs' events (35 and 33 in the demo's kbuild patch 7 and 9 runs); it
+/// now waits in the queue until the CPU is free, as a late tick does.
+#[test]
+fn a_step_due_while_its_cpu_drains_at_its_tick_waits_for_the_cpu() {
+    // The demo's node size for the CPUs (no memory pressure: no drain of every pageset).
+    let spec = RunSpec {
+        cpus: Some(16),
+        scale: 0.5,
+        ..RunSpec::new(WorkloadKind::Kbuild)
+    };
+    for preset in ["patch7", "patch9"] {
+        let r = run_preset(&spec, preset);
+        assert!(r.stats.vmstat_ticks > 0 && r.stats.lock_acquisitions > 0);
+        assert_eq!(
+            r.stats.requests_ahead, 0,
+            "kbuild/{preset}: zone-lock requests booked ahead of their time"
+        );
+    }
+}
+
 /// Item 2: lock contend% is spin over busy (unhalted) time, not over CPUs × wall time: with
 /// 16 pairs on 64 CPUs, half the machine idles, and the share of busy time is the larger.
 #[test]
