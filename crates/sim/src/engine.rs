@@ -1389,6 +1389,11 @@ impl Sim {
                         // at a time ahead of the CPUs in between.
                         self.queue
                             .set_tick(c, event_key(self.cpus[c].clock, KIND_TICK, cpu));
+                    } else if self.nr_deferred != 0 && !self.deferred[c].is_empty() {
+                        // The CPU is in the middle of a call whose holds wait (its step is
+                        // due now, and a tick sorts first): the tick's work comes after
+                        // them, a nanosecond on, which its clock will then be past.
+                        self.queue.set_tick(c, event_key(t + 1, KIND_TICK, cpu));
                     } else {
                         self.cpus[c].clock = t;
                         self.vmstat_tick(cpu);
