@@ -889,8 +889,7 @@ impl Sim {
     fn charge_holds(&mut self, cpu: u32) {
         let c = cpu as usize;
         for i in 0..self.report.holds.len() {
-            let waiting = self.nr_deferred != 0 && !self.deferred[c].is_empty();
-            if self.in_step && (waiting || self.comes_after_others(cpu)) {
+            if self.in_step && (self.has_deferred(c) || self.comes_after_others(cpu)) {
                 let rest = &self.report.holds[i..];
                 self.nr_deferred += rest.len();
                 self.deferred[c].extend(rest.iter().copied());
@@ -921,6 +920,13 @@ impl Sim {
             HoldKind::BuddyFree => self.stats.buddy_free_ns += ns + spin,
             _ => {}
         }
+    }
+
+    /// Whether CPU `c` has holds waiting ([`Self::charge_holds`]): the total's test first,
+    /// which is all it costs in a run that defers none.
+    #[inline(always)]
+    fn has_deferred(&self, c: usize) -> bool {
+        self.nr_deferred != 0 && !self.deferred[c].is_empty()
     }
 
     /// Whether the running `cpu`'s clock is past another CPU's pending event: a request
@@ -1389,7 +1395,7 @@ impl Sim {
                         // at a time ahead of the CPUs in between.
                         self.queue
                             .set_tick(c, event_key(self.cpus[c].clock, KIND_TICK, cpu));
-                    } else if self.nr_deferred != 0 && !self.deferred[c].is_empty() {
+                    } else if self.has_deferred(c) {
                         // The CPU is in the middle of a call whose holds wait (its step is
                         // due now, and a tick sorts first): the tick's work comes after
                         // them, a nanosecond on, which its clock will then be past.
@@ -1464,7 +1470,7 @@ impl Sim {
         self.nr_scheduled -= 1;
         self.queue.run(c);
         self.in_step = true;
-        if self.nr_deferred != 0 && !self.deferred[c].is_empty() {
+        if self.has_deferred(c) {
             self.run_deferred(cpu, end_ns);
             self.in_step = false;
             return Ok(());
@@ -1518,7 +1524,7 @@ impl Sim {
             if verify.is_some_and(|every| self.stats.steps % every == 0) {
                 self.check(workload)?;
             }
-            if self.nr_deferred != 0 && !self.deferred[c].is_empty() {
+            if self.has_deferred(c) {
                 // Holds wait: the CPU runs them when it comes first, then does what the
                 // step decided.
                 self.after_holds[c] = Some(step);

@@ -26,6 +26,15 @@ fn run_preset(spec: &RunSpec, preset: &str) -> RunResult {
         .unwrap_or_else(|e| panic!("{} / {preset}: {e}", spec.workload))
 }
 
+/// Item 1's check: no zone-lock request of run `what` was booked ahead of another CPU's
+/// earlier event.
+fn assert_requests_at_their_time(r: &RunResult, what: &str) {
+    assert_eq!(
+        r.stats.requests_ahead, 0,
+        "{what}: zone-lock requests booked ahead of their time"
+    );
+}
+
 /// Item 1: A zone-lock request is made at the virtual time it happens: no CPU books the lock
 /// while another CPU has an earlier pending event (a stream sender used to compute and
 /// then allocate in one step, asking for the lock 1.5–6 µs ahead of its time).
@@ -43,10 +52,7 @@ fn no_zone_lock_request_is_booked_ahead_of_an_earlier_event() {
                 r.stats.lock_acquisitions > 0,
                 "{workload}/{preset} took the lock"
             );
-            assert_eq!(
-                r.stats.requests_ahead, 0,
-                "{workload}/{preset}: zone-lock requests booked ahead of their time"
-            );
+            assert_requests_at_their_time(&r, &format!("{workload}/{preset}"));
         }
     }
 }
@@ -67,10 +73,7 @@ fn a_step_due_while_its_cpu_drains_at_its_tick_waits_for_the_cpu() {
     for preset in ["patch7", "patch9"] {
         let r = run_preset(&spec, preset);
         assert!(r.stats.vmstat_ticks > 0 && r.stats.lock_acquisitions > 0);
-        assert_eq!(
-            r.stats.requests_ahead, 0,
-            "kbuild/{preset}: zone-lock requests booked ahead of their time"
-        );
+        assert_requests_at_their_time(&r, &format!("kbuild/{preset}"));
     }
 }
 
@@ -95,10 +98,7 @@ fn a_call_that_drains_every_pageset_requests_each_hold_at_its_time() {
         r.pcp_drains[mmkit_core::page_alloc::DrainReason::Explicit as usize] > 0,
         "the slow path drained every pageset"
     );
-    assert_eq!(
-        r.stats.requests_ahead, 0,
-        "zone-lock requests booked ahead of their time"
-    );
+    assert_requests_at_their_time(&r, "kbuild/patch7 on 2 GiB");
 }
 
 /// Item 2: lock contend% is spin over busy (unhalted) time, not over CPUs × wall time: with
