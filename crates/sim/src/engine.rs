@@ -31,7 +31,7 @@
 //! changes nothing in the order, only saves queue operations). Ties break by event kind,
 //! then CPU number, so a run is a pure function of its inputs.
 
-use mmkit_core::page::{Page, NO_PFN};
+use mmkit_core::page::Page;
 use mmkit_core::page_alloc::pcp::{pcp_allowed_order, PAGE_ALLOC_COSTLY_ORDER};
 use mmkit_core::page_alloc::{
     AllocAttempt, Caller, DrainAll, DrainReason, DrainWork, Gfp, HoldKind, LockEvents, Zone,
@@ -774,22 +774,6 @@ impl Sim {
         self.cache.prefetch(slot, pfn.0.wrapping_sub(start));
     }
 
-    /// [`Self::prefetch_in`] of the descriptor of the block after `pfn` on its list (by
-    /// `pfn`'s `next` link, read now: the caller knows `pfn`'s descriptor is in cache).
-    #[inline]
-    fn prefetch_after(&self, slot: usize, pfn: Pfn) {
-        let (zone, _, _) = self.zones[slot];
-        let mem_map = self.allocator.zones()[zone].mem_map();
-        if let Some(page) = mem_map.get(pfn) {
-            let after = page.next();
-            if after != NO_PFN {
-                if let Some(page) = mem_map.get(Pfn(after as u64)) {
-                    prefetch(page);
-                }
-            }
-        }
-    }
-
     /// A step of the walk down the buddy list the last refill took from, if it is not
     /// done: taken after every allocation and free ([`crate::list_walk`]).
     #[inline(always)]
@@ -1070,16 +1054,13 @@ impl Sim {
             });
         };
         let slot = self.zone_slot(pfn);
-        // The block this CPU's next allocation of the kind takes (its stamp is needed
-        // then, and its descriptor if the list changed since), and the block after it:
-        // the next pop stores to that one's `prev`, and a store that misses holds up the
-        // next locked instruction of whichever CPU comes next (the pageset lock's). Asked
-        // for one pop ahead, it has arrived by then; `next`'s own descriptor, asked for a
-        // pop ago, is in cache, so reading its link costs no wait. Both blocks are on the
-        // pageset list the block came from, so in the block's zone.
+        // The block this CPU's next allocation of the kind takes: its stamp is needed
+        // then, and its descriptor, whose `next` link that pop reads. It is on the
+        // pageset list the block came from, so in the block's zone. (The block after it
+        // is not asked for: a pop from the head writes only the popped block's
+        // descriptor, `PfnList` keeping no back link at a list's head.)
         if let Some(next) = next {
             self.prefetch_in(slot, next);
-            self.prefetch_after(slot, next);
         }
         self.walk_ahead();
         self.stats.alloc_calls += 1;

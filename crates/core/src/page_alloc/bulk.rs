@@ -295,6 +295,7 @@ mod tests {
     use alloc::vec::Vec;
 
     use super::*;
+    use crate::page::PageState;
     use crate::page_alloc::pcp::order_to_pindex;
     use crate::page_alloc::test_allocator;
     use crate::page_alloc::types::MigrateType;
@@ -312,14 +313,21 @@ mod tests {
         pcp.lists[pindex].iter(&zone.mem_map).collect()
     }
 
-    /// Every descriptor of `zone`: state, order, links and `private`.
+    /// Every descriptor of `zone`: state, order, links and `private`; the `prev` of a
+    /// block that heads a list (free, and no block's `next`), which has no value to
+    /// keep, shown as 0.
     fn descriptors(zone: &Zone) -> Vec<(Pfn, u32, u32, u32, u16)> {
+        let followed: alloc::collections::BTreeSet<u32> =
+            zone.mem_map.iter().map(|(_, page)| page.next()).collect();
         zone.mem_map
             .iter()
             .map(|(pfn, page)| {
                 let (state, order) = page.state_order();
                 let bits = (state as u32) << 8 | u32::from(order.get());
-                (pfn, bits, page.next(), page.prev(), page.refcount())
+                let free = matches!(state, PageState::Pcp | PageState::Buddy);
+                let heads = free && !followed.contains(&(pfn.0 as u32));
+                let prev = if heads { 0 } else { page.prev() };
+                (pfn, bits, page.next(), prev, page.refcount())
             })
             .collect()
     }

@@ -855,7 +855,11 @@ impl BuddyReadAhead {
     ) -> BuddyReadAhead {
         let mut ahead = BuddyReadAhead {
             next: list.last(),
-            left: if E::READS_AHEAD { wanted } else { 0 },
+            left: if E::READS_AHEAD {
+                wanted.min(list.len())
+            } else {
+                0
+            },
             order,
         };
         for _ in 0..READ_AHEAD_BLOCKS {
@@ -939,5 +943,52 @@ impl<R: RawMutex> PageAllocator<R> {
                 .set_state(PageState::Allocated, Order::ZERO);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use alloc::vec::Vec;
+
+    use super::*;
+
+    /// Names the descriptors a read-ahead asks for.
+    #[derive(Default)]
+    struct Named(Vec<*const Page>);
+
+    impl LockEvents for Named {
+        const READS_AHEAD: bool = true;
+
+        fn read_ahead(&mut self, page: &Page) {
+            self.0.push(page);
+        }
+    }
+
+    /// A drain's read-ahead asked for more blocks than its list holds (a drain that goes
+    /// on to the next list) names the buddies of the list's blocks and nothing more, even
+    /// when the head's `prev` is stale (a pop from the head does not clear its successor's):
+    /// the walk stops at the list's length, not at a `NO_PFN` back link.
+    #[test]
+    fn a_read_ahead_stops_at_the_head_whatever_its_back_link() {
+        let mem_map = crate::page_alloc::mem_map::all_managed(0, 32);
+        let mut list = PfnList::EMPTY;
+        for pfn in (0..32).step_by(2).map(Pfn) {
+            list.push_tail(&mem_map, pfn);
+        }
+        // The head, pfn 0, goes: pfn 2 heads the list with its back link still 0.
+        assert_eq!(list.pop_head(&mem_map).map(|(pfn, _)| pfn), Some(Pfn(0)));
+        assert_eq!(mem_map.page(Pfn(2)).prev(), 0);
+        let mut named = Named::default();
+        let wanted = list.len() + 5;
+        let mut ahead = BuddyReadAhead::start(&list, &mem_map, Order::ZERO, wanted, &mut named);
+        for _ in 0..wanted {
+            ahead.step(&mem_map, &mut named);
+        }
+        // From the tail, pfn 30, to the head, pfn 2: buddies 31, 29, …, 3.
+        let expected: Vec<*const Page> = (1..16u64)
+            .rev()
+            .map(|i| core::ptr::from_ref(mem_map.page(Pfn((2 * i) ^ 1))))
+            .collect();
+        assert_eq!(named.0, expected);
     }
 }

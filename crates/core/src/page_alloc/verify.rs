@@ -230,7 +230,11 @@ impl<R: RawMutex> Zone<R> {
                 let mut len = 0;
                 for pfn in list.iter(mem_map) {
                     let page = mem_map.page(pfn);
-                    ensure!(page.prev() == prev, "{name}: broken back link at {pfn:?}");
+                    // A head's back link is not kept ([`PfnList`]): only the others'.
+                    ensure!(
+                        prev == NO_PFN || page.prev() == prev,
+                        "{name}: broken back link at {pfn:?}"
+                    );
                     ensure!(
                         page.state_order() == (PageState::Buddy, order),
                         "{name}: {pfn:?} on the order-{order} {mt} list is not a free order-{order} block"
@@ -382,8 +386,9 @@ fn verify_pageset(
         let mut len = 0;
         for pfn in list.iter(mem_map) {
             let page = mem_map.page(pfn);
+            // A head's back link is not kept ([`PfnList`]): only the others'.
             ensure!(
-                page.prev() == prev,
+                prev == NO_PFN || page.prev() == prev,
                 "{name}: broken back link at {pfn:?} on list {pindex}"
             );
             ensure!(
