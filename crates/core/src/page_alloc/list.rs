@@ -178,8 +178,9 @@ impl PfnList {
 
     /// Take the first `n` blocks (all, if fewer) off the head, in order, calling `each` on
     /// each one's pfn and descriptor; returns how many were taken. The list and the taken
-    /// blocks end as `n` rounds of [`PfnList::pop_head`] leave them, but the list's ends
-    /// and length are written once: per block, only its own links change (a bulk
+    /// blocks end as `n` rounds of [`PfnList::pop_head`] leave them (but for the new
+    /// head's `prev`, which has no value to keep and which this writes `NO_PFN`), the
+    /// list's ends and length written once: per block, only its own links change (a bulk
     /// allocation's run, `__rmqueue_pcplist` in a loop).
     #[inline(always)]
     pub(crate) fn pop_head_run<'m>(
