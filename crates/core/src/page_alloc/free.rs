@@ -833,7 +833,8 @@ const READ_AHEAD_BLOCKS: u64 = 8;
 /// [`READ_AHEAD_BLOCKS`] blocks before the block is merged. (For order 0 the buddy
 /// shares the block's own cache line, four descriptors to a line, so the hint also brings
 /// in what the pop will read.) The walk goes from the tail through `prev` links, which
-/// the pops do not change; its loads still come one after another, but ahead of the
+/// the pops do not change, for no more blocks than the list holds (the head's `prev` is
+/// stale: `PfnList`); its loads still come one after another, but ahead of the
 /// merges, whose work overlaps them. A sink that does not read ahead gets no walk at
 /// all.
 struct BuddyReadAhead {
