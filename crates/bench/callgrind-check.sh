@@ -101,7 +101,7 @@ mmkit="${CARGO_TARGET_DIR:-$root/target}/release/mmkit"
 # Instructions per page event inside `Sim::run` for workload $1 at scale $2.
 measure_sim() {
     local total events
-    total=$(instructions "sim-$1" 'mmkit_sim::engine::Sim::run' "$mmkit" sim --workload "$1" \
+    total=$(instructions "sim-$1" 'mmkit_sim::engine::event_loop::<impl mmkit_sim::engine::Sim>::run' "$mmkit" sim --workload "$1" \
         --policies base --threads 1 --json --scale "$2") || exit 2
     events=$(sed -n 's/^ *"run_page_events": *\([0-9]*\).*/\1/p' "$tmp/sim-$1.stdout" | head -n 1)
     if [[ -z "$events" || "$events" == 0 ]]; then
@@ -132,7 +132,7 @@ if $update; then
   "cache_free_instructions_per_page": ${count[cache_free]},
   "tolerance_percent": $tolerance,
   "sim_runs": "$sim_runs",
-  "sim_counted": "instructions executed inside mmkit_sim::engine::Sim::run (callgrind --toggle-collect) of mmkit sim --workload W --policies base --threads 1 --json --scale S (the release build), divided by the run_page_events of its JSON",
+  "sim_counted": "instructions executed inside Sim::run (callgrind --toggle-collect of mmkit_sim::engine::event_loop::<impl mmkit_sim::engine::Sim>::run) of mmkit sim --workload W --policies base --threads 1 --json --scale S (the release build), divided by the run_page_events of its JSON",
 $(for run in $sim_runs; do
     echo "  \"sim_${run%%:*}_instructions_per_page_event\": ${sim_count[${run%%:*}]},"
 done)
