@@ -11,11 +11,12 @@ use clap::Args;
 use mmkit_core::Policy;
 use mmkit_sim::measured;
 use mmkit_sim::published::{self, Cell, Column};
+use mmkit_sim::speed::RunSpeed;
 use mmkit_sim::{table, RunResult, RunSpec, TableRow, WorkloadKind};
 
 use crate::demo_report;
 use crate::shard::{Shard, Sweep};
-use crate::sim_cmd::{render_json, run_all};
+use crate::sim_cmd::{render_json, run_all_timed, speed_line};
 use crate::CliError;
 
 /// Arguments of `mmkit demo`.
@@ -46,6 +47,12 @@ pub struct DemoArgs {
     /// Also write each workload's runs as JSON into the folder.
     #[arg(long)]
     pub json: bool,
+    /// After the runs, print each one's speed on standard error, as `mmkit sim --timing`
+    /// does: the virtual seconds it simulated per second of its thread's CPU time and of
+    /// wall time. kbuild's base run is the simulator's speed target (at least 1× on one
+    /// core); the tables and plots stay the same.
+    #[arg(long, conflicts_with = "merge")]
+    pub timing: bool,
     /// Run one shard of the demo's runs (`--shard I/N`, or a Slurm array's or a Kubernetes
     /// Indexed Job's index) and write a shard file for `--merge`.
     #[command(flatten)]
@@ -74,6 +81,17 @@ const WORKLOADS: [WorkloadKind; 3] = [
     WorkloadKind::Netperf,
     WorkloadKind::Unix,
 ];
+
+/// `--timing`: each run's speed on standard error, as `mmkit sim --timing` prints it, then
+/// which run is the speed target's.
+pub(crate) fn print_speeds(timed: &[(RunResult, RunSpeed)]) {
+    for (result, speed) in timed {
+        eprintln!("{}", speed_line(result, speed));
+    }
+    eprintln!(
+        "speed target: kbuild / base at scale 1, at least 1× real time on one core (docs/EXPERIMENTS.md, \"Speed\"; crates/bench/realtime.sh alternates builds)"
+    );
+}
 
 /// The demo's runs at `seed` and `scale`: each workload under each of [`DEMO_POLICIES`].
 pub fn jobs(seed: u64, scale: f64) -> Vec<(RunSpec, Policy)> {
@@ -501,7 +519,13 @@ pub fn run_demo(args: &DemoArgs) -> Result<(), CliError> {
     println!("{LEGEND}\n");
     let results = match merged {
         Some(results) => results,
-        None => run_all(&jobs, args.threads, false)?,
+        None => {
+            let timed = run_all_timed(&jobs, args.threads, false)?;
+            if args.timing {
+                print_speeds(&timed);
+            }
+            timed.into_iter().map(|(result, _)| result).collect()
+        }
     };
     std::fs::create_dir_all(&args.out)
         .map_err(|e| CliError::failed(format!("{}: {e}", args.out.display())))?;

@@ -12,7 +12,7 @@ use std::fmt::Write;
 use mmkit_sim::published::{Cell, Column};
 
 use crate::demo::{self, DemoArgs};
-use crate::sim_cmd::run_all;
+use crate::sim_cmd::run_all_timed;
 use crate::CliError;
 
 /// Most seeds one summary runs: each is 18 runs (about a minute on 2 cores at scale 1).
@@ -152,7 +152,11 @@ pub fn run(args: &DemoArgs, seeds: &[u64]) -> Result<(), CliError> {
         args.scale
     );
     println!("{}\n", demo::TOLERANCES);
-    let results = run_all(&jobs, args.threads, false)?;
+    let timed = run_all_timed(&jobs, args.threads, false)?;
+    if args.timing {
+        demo::print_speeds(&timed);
+    }
+    let results: Vec<_> = timed.into_iter().map(|(result, _)| result).collect();
     let cells = results
         .chunks(per_seed)
         .map(demo::scored_cells)

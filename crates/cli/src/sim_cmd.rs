@@ -746,7 +746,7 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
 }
 
 /// What `--timing` prints of one run: which run, on how many CPUs, and its speed.
-fn speed_line(result: &RunResult, speed: &RunSpeed) -> String {
+pub(crate) fn speed_line(result: &RunResult, speed: &RunSpeed) -> String {
     format!(
         "speed: {} / {} on {} CPUs: {speed}",
         result.workload,

@@ -190,3 +190,62 @@ fn the_demo_report_holds_every_table_cell_and_plot_and_fetches_nothing() {
     every_plot_inline_once(&page, Path::new(&out));
     nothing_fetched(&html, &page);
 }
+
+/// `mmkit demo --timing` prints each run's speed on standard error, in the demo's order,
+/// and names the speed target's run; the tables on standard output are the same as
+/// without it (host time is never part of a result). `--merge` runs nothing, so it takes
+/// no `--timing`.
+#[test]
+fn the_demos_timing_prints_each_runs_speed_and_changes_no_table() {
+    let scratch = Scratch::new("demo-timing");
+    let run = |out: &str, timing: bool| {
+        let mut args = vec!["demo", "--scale", "0.001", "--out", out];
+        if timing {
+            args.push("--timing");
+        }
+        let output = mmkit().args(&args).output().unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let stdout = String::from_utf8(output.stdout).unwrap();
+        // Every line but the last, which names the --out folder.
+        let tables: Vec<String> = stdout
+            .lines()
+            .filter(|l| !l.contains(out))
+            .map(str::to_owned)
+            .collect();
+        (tables, String::from_utf8(output.stderr).unwrap())
+    };
+    let (plain, plain_err) = run(&scratch.path("plain"), false);
+    let (timed, timed_err) = run(&scratch.path("timed"), true);
+    assert_eq!(plain, timed, "--timing changed the tables");
+    assert!(!plain_err.contains("speed"), "{plain_err}");
+    let speeds: Vec<&str> = timed_err
+        .lines()
+        .filter(|l| l.starts_with("speed: "))
+        .collect();
+    assert_eq!(speeds.len(), 18, "{timed_err}");
+    let mut expected = Vec::new();
+    for workload in ["kbuild", "netperf", "unix"] {
+        for policy in ["base", "patch1", "patch3", "patch5", "patch7", "patch9"] {
+            expected.push(format!("speed: {workload} / {policy} on "));
+        }
+    }
+    for (line, start) in speeds.iter().zip(&expected) {
+        assert!(line.starts_with(start.as_str()), "{line}, not {start}");
+        assert!(line.contains("× real time"), "{line}");
+    }
+    assert!(
+        timed_err
+            .lines()
+            .any(|l| l.starts_with("speed target: kbuild / base at scale 1")),
+        "{timed_err}"
+    );
+    let refused = mmkit()
+        .args(["demo", "--merge", "a.json", "--timing"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+}
