@@ -463,7 +463,15 @@ fn run_shard(args: &DemoArgs, jobs: &[(RunSpec, Policy)], shard: &Shard) -> Resu
             args.out.join(name)
         }
     };
-    crate::shard::run_shard(Sweep::Demo, jobs, shard, args.threads, Some(&out), false)?;
+    crate::shard::run_shard(
+        Sweep::Demo,
+        jobs,
+        shard,
+        args.threads,
+        Some(&out),
+        false,
+        args.timing,
+    )?;
     println!(
         "mmkit demo: shard {}/{} written to {}",
         shard.index,

@@ -25,7 +25,7 @@ use mmkit_sim::{RunResult, RunSpec};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::sim_cmd::run_all;
+use crate::sim_cmd::{run_all_timed, speed_line};
 use crate::CliError;
 
 /// The environment variable that gives a Kubernetes Indexed Job's shard count, which
@@ -251,7 +251,8 @@ struct ShardFile<J, R> {
 type ShardIn = ShardFile<Value, RunResult>;
 
 /// Run `shard`'s jobs of `jobs` on `threads` threads and write its shard file to `out`
-/// (stdout if `None`).
+/// (stdout if `None`); with `timing`, print each run's speed on standard error (`mmkit sim
+/// --timing`'s line).
 pub fn run_shard(
     sweep: Sweep,
     jobs: &[(RunSpec, Policy)],
@@ -259,6 +260,7 @@ pub fn run_shard(
     threads: Option<usize>,
     out: Option<&Path>,
     quiet: bool,
+    timing: bool,
 ) -> Result<(), CliError> {
     if threads == Some(0) {
         return Err(CliError::usage("--threads must be at least 1"));
@@ -274,7 +276,13 @@ pub fn run_shard(
         picked.len(),
         jobs.len()
     );
-    let results = run_all(&picked, threads, quiet)?;
+    let timed = run_all_timed(&picked, threads, quiet)?;
+    if timing {
+        for (result, speed) in &timed {
+            eprintln!("{}", speed_line(result, speed));
+        }
+    }
+    let results: Vec<RunResult> = timed.into_iter().map(|(result, _)| result).collect();
     let file = ShardFile {
         format: FORMAT.to_owned(),
         mmkit: env!("CARGO_PKG_VERSION").to_owned(),

@@ -793,7 +793,15 @@ fn run_shard(
     let out = args.shard.shard_out.as_deref();
     crate::output::check_optional_file("--shard-out", out)?;
     let sweep = crate::shard::Sweep::Sim;
-    crate::shard::run_shard(sweep, jobs, shard, args.threads, out, args.json)
+    crate::shard::run_shard(
+        sweep,
+        jobs,
+        shard,
+        args.threads,
+        out,
+        args.json,
+        args.timing,
+    )
 }
 
 /// Print the runs of one workload as a table or JSON and write the plots: what `mmkit sim`

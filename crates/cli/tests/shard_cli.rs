@@ -358,3 +358,34 @@ fn demo_shards_merge_to_the_single_demo() {
         &scratch.dir().join("merged/out"),
     );
 }
+
+/// A shard run with `--timing` prints each of its runs' speed on standard error (it used
+/// to drop the flag), and writes the same shard as without it: host time is never part
+/// of a result.
+#[test]
+fn a_timed_shard_prints_its_runs_speed_and_writes_the_same_shard() {
+    let args = sweep(&["--shard", "1/2"]);
+    let plain = mmkit().args(&args).output().unwrap();
+    let timed = mmkit().args(&args).arg("--timing").output().unwrap();
+    assert!(plain.status.success() && timed.status.success());
+    assert_eq!(plain.stdout, timed.stdout, "--timing changed the shard");
+    let stderr = String::from_utf8(timed.stderr).unwrap();
+    let speeds: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("speed: unix / "))
+        .collect();
+    // Shard 1 of 2 owns the jobs 1 and 3: patch1 and patch7.
+    assert_eq!(speeds.len(), 2, "{stderr}");
+    assert!(
+        speeds[0].starts_with("speed: unix / patch1 on 8 CPUs: "),
+        "{stderr}"
+    );
+    assert!(
+        speeds[1].starts_with("speed: unix / patch7 on 8 CPUs: "),
+        "{stderr}"
+    );
+    assert!(
+        !String::from_utf8(plain.stderr).unwrap().contains("speed: "),
+        "speed lines only with --timing"
+    );
+}
