@@ -16,9 +16,11 @@ many times it ran, so the mean wait from being woken or preempted to running: th
 scheduler's part of `--wakeup-us`) and voluntary context switches (its sleeps) per
 message, and `/proc/stat`'s busy share of every CPU (LKP's `turbostat.Busy%`).
 
-Usage: pair_migrations.py SECONDS [tcp] [--pairs N]
+Usage: pair_migrations.py SECONDS [tcp] [pinned] [--pairs N]
        tcp: a loopback TCP stream of 10 KiB writes, netperf's message size, for a kernel
             without SCTP
+       pinned: bw_unix's writer on CPU 0 and reader on CPU 1, as the pinned clone runs
+            (no migrations to follow: for the counters alone, beside an unpinned run)
        --pairs N: N pairs at once (default 1), e.g. a quarter as many pairs as CPUs for
             lmbench's 16 pairs on 128 CPUs
 """
@@ -34,21 +36,26 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 EVENT = re.compile(r"\s*([\d.]+):\s+sched:(sched_wakeup|sched_migrate_task):.*?\bpid=(\d+)"
                    r".*?\b(?:target_cpu|dest_cpu)=(\d+)")
-USAGE = "usage: pair_migrations.py SECONDS [tcp] [--pairs N]"
+USAGE = "usage: pair_migrations.py SECONDS [tcp] [pinned] [--pairs N]"
 
 
 def parse(argv):
-    """(seconds, extra bw_unix arguments, pairs)."""
+    """(seconds, bw_unix's arguments after SECONDS, pairs)."""
     if not argv:
         sys.exit(USAGE)
     seconds, rest, extra, pairs = float(argv[0]), argv[1:], [], 1
+    pinned = False
     while rest:
         if rest[0] == "tcp":
-            extra, rest = ["tcp"], rest[1:]
+            extra, rest = extra + ["tcp"], rest[1:]
+        elif rest[0] == "pinned":
+            pinned, rest = True, rest[1:]
         elif rest[0] == "--pairs" and len(rest) > 1 and rest[1].isdigit() and int(rest[1]) > 0:
             pairs, rest = int(rest[1]), rest[2:]
         else:
             sys.exit(USAGE)
+    if not pinned:
+        extra = ["unpinned"] + extra
     return seconds, extra, pairs
 
 
@@ -87,7 +94,7 @@ def record(seconds, extra, pairs):
         binary = os.path.join(tmp, "bw_unix")
         subprocess.run(["cc", "-O2", "-o", binary, os.path.join(HERE, "bw_unix.c")], check=True)
         data = os.path.join(tmp, "perf.data")
-        one = " ".join([binary, str(seconds), "unpinned", *extra])
+        one = " ".join([binary, str(seconds), *extra])
         run = subprocess.Popen(["perf", "record", "-q", "-a", "-o", data,
                                 "-e", "sched:sched_migrate_task", "-e", "sched:sched_wakeup",
                                 "--", "sh", "-c", f"for i in $(seq {pairs}); do {one} & done; wait"],
