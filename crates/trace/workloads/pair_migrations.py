@@ -16,11 +16,13 @@ many times it ran, so the mean wait from being woken or preempted to running: th
 scheduler's part of `--wakeup-us`) and voluntary context switches (its sleeps) per
 message, and `/proc/stat`'s busy share of every CPU (LKP's `turbostat.Busy%`).
 
-Usage: pair_migrations.py SECONDS [tcp] [pinned] [--pairs N]
+Usage: pair_migrations.py SECONDS [tcp] [pinned] [untraced] [--pairs N]
        tcp: a loopback TCP stream of 10 KiB writes, netperf's message size, for a kernel
             without SCTP
        pinned: bw_unix's writer on CPU 0 and reader on CPU 1, as the pinned clone runs
             (no migrations to follow: for the counters alone, beside an unpinned run)
+       untraced: no `perf record`, so that nothing recording slows the wake-ups the
+            counters measure; the migrations are then not followed
        --pairs N: N pairs at once (default 1), e.g. a quarter as many pairs as CPUs for
             lmbench's 16 pairs on 128 CPUs
 """
@@ -36,27 +38,29 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 EVENT = re.compile(r"\s*([\d.]+):\s+sched:(sched_wakeup|sched_migrate_task):.*?\bpid=(\d+)"
                    r".*?\b(?:target_cpu|dest_cpu)=(\d+)")
-USAGE = "usage: pair_migrations.py SECONDS [tcp] [pinned] [--pairs N]"
+USAGE = "usage: pair_migrations.py SECONDS [tcp] [pinned] [untraced] [--pairs N]"
 
 
 def parse(argv):
-    """(seconds, bw_unix's arguments after SECONDS, pairs)."""
+    """(seconds, bw_unix's arguments after SECONDS, pairs, whether to trace)."""
     if not argv:
         sys.exit(USAGE)
     seconds, rest, extra, pairs = float(argv[0]), argv[1:], [], 1
-    pinned = False
+    pinned, traced = False, True
     while rest:
         if rest[0] == "tcp":
             extra, rest = extra + ["tcp"], rest[1:]
         elif rest[0] == "pinned":
             pinned, rest = True, rest[1:]
+        elif rest[0] == "untraced":
+            traced, rest = False, rest[1:]
         elif rest[0] == "--pairs" and len(rest) > 1 and rest[1].isdigit() and int(rest[1]) > 0:
             pairs, rest = int(rest[1]), rest[2:]
         else:
             sys.exit(USAGE)
     if not pinned:
         extra = ["unpinned"] + extra
-    return seconds, extra, pairs
+    return seconds, extra, pairs, traced
 
 
 def task_counters(pid):
@@ -86,7 +90,7 @@ def snapshot(found):
     return {pid: task_counters(pid) for pair in found for pid in pair}, cpu_times(), time.time()
 
 
-def record(seconds, extra, pairs):
+def record(seconds, extra, pairs, traced):
     """The pairs' (writer, reader) pids, `perf script`'s text of the run, the messages
     each writer sent, and two snapshots of the tasks' counters, at 10 % and 90 % of the
     run."""
@@ -95,9 +99,10 @@ def record(seconds, extra, pairs):
         subprocess.run(["cc", "-O2", "-o", binary, os.path.join(HERE, "bw_unix.c")], check=True)
         data = os.path.join(tmp, "perf.data")
         one = " ".join([binary, str(seconds), *extra])
-        run = subprocess.Popen(["perf", "record", "-q", "-a", "-o", data,
-                                "-e", "sched:sched_migrate_task", "-e", "sched:sched_wakeup",
-                                "--", "sh", "-c", f"for i in $(seq {pairs}); do {one} & done; wait"],
+        perf = ["perf", "record", "-q", "-a", "-o", data,
+                "-e", "sched:sched_migrate_task", "-e", "sched:sched_wakeup", "--"]
+        run = subprocess.Popen([*(perf if traced else []),
+                                "sh", "-c", f"for i in $(seq {pairs}); do {one} & done; wait"],
                                stderr=subprocess.PIPE, text=True)
         lines = []
         reader = threading.Thread(target=lambda: lines.extend(run.stderr))
@@ -110,15 +115,17 @@ def record(seconds, extra, pairs):
         last = snapshot(found)
         reader.join()
         if run.wait() != 0:
-            sys.exit(f"pair_migrations.py: perf record failed: {''.join(lines)}")
+            sys.exit(f"pair_migrations.py: the run failed: {''.join(lines)}")
         text = "".join(lines)
         sys.stderr.write(text)
         found = [(int(w), int(r)) for w, r in re.findall(r"writer (\d+), reader (\d+)", text)]
         if len(found) != pairs:
             sys.exit(f"pair_migrations.py: {len(found)} of {pairs} pairs started")
         sent = [int(n) for n in re.findall(r"bw_unix: (\d+) messages", text)]
-        script = subprocess.run(["perf", "script", "-i", data, "-F", "time,event,trace"],
-                                check=True, capture_output=True, text=True).stdout
+        script = ""
+        if traced:
+            script = subprocess.run(["perf", "script", "-i", data, "-F", "time,event,trace"],
+                                    check=True, capture_output=True, text=True).stdout
     return found, script, sent, (first, last)
 
 
@@ -183,8 +190,12 @@ def follow(writer, reader, events):
 
 
 def main():
-    seconds, extra, pairs = parse(sys.argv[1:])
-    found, script, sent, snapshots = record(seconds, extra, pairs)
+    seconds, extra, pairs, traced = parse(sys.argv[1:])
+    found, script, sent, snapshots = record(seconds, extra, pairs, traced)
+    if not traced:
+        print(f"{len(found)} pairs, untraced: no migrations followed")
+        report_counters(found, seconds, sent, snapshots)
+        return
     events = []
     for line in script.splitlines():
         m = EVENT.match(line)
