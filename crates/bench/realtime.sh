@@ -8,6 +8,13 @@
 # time and of wall time. Checks that every binary gives the same JSON, so that a
 # comparison of two builds is one of speed alone.
 #
+# Right before each run it measures the machine's load latency (`mmkit bench latency`,
+# a pointer chased through a random cycle over 256 MiB, with the first binary that has
+# the command), prints it on the run's line, and at the end its median and range and how
+# closely the runs' speed follows it (Pearson's r over all runs): what the run waits on
+# is such loads, and on a shared VM their latency moves with the other tenants, so a
+# slow round can be told from a slow build. LATENCY=0 skips it.
+#
 #   crates/bench/realtime.sh [BIN ...]     default: target/release/mmkit
 #
 # Each binary must have `mmkit sim --timing` (2026-12-07 on); for an older build, time
@@ -35,9 +42,34 @@ done
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
+# The binary that measures the load latency: the first given that has `bench latency`.
+lat_bin=""
+if [[ "${LATENCY:-1}" != 0 ]]; then
+    for bin in "$@"; do
+        if "$bin" bench latency --help > /dev/null 2>&1; then
+            lat_bin="$bin"
+            break
+        fi
+    done
+    if [[ -z "$lat_bin" ]]; then
+        echo "realtime.sh: no binary has 'mmkit bench latency'; the runs go without it" >&2
+    fi
+fi
+
 for ((round = 1; round <= rounds; round++)); do
     for i in $(seq 1 $#); do
         bin="${!i}"
+        lat=""
+        if [[ -n "$lat_bin" ]]; then
+            lat="$("$lat_bin" bench latency --loads 1000000 --repeat 3 --json |
+                sed -n 's/.*"median_ns":\([0-9.]*\).*/\1/p')"
+            if [[ -z "$lat" ]]; then
+                echo "realtime.sh: cannot read $lat_bin's bench latency" >&2
+                exit 1
+            fi
+            printf '%.1f\n' "$lat" >> "$tmp/lat-$i"
+            lat="$(printf '; load latency %.1f ns' "$lat")"
+        fi
         if ! "$bin" sim "${run_args[@]}" --json --timing > "$tmp/out-$i.json" 2> "$tmp/err"; then
             cat "$tmp/err" >&2
             exit 1
@@ -46,7 +78,7 @@ for ((round = 1; round <= rounds; round++)); do
             echo "realtime.sh: $bin printed no speed line: a build without 'mmkit sim --timing'?" >&2
             exit 1
         fi
-        echo "round $round, $bin: ${line#speed: }"
+        echo "round $round, $bin: ${line#speed: }$lat"
         echo "$line" >> "$tmp/speed-$i"
         if [[ $i -gt 1 && "${SAME_JSON:-1}" != 0 ]] && ! cmp -s "$tmp/out-1.json" "$tmp/out-$i.json"; then
             echo "realtime.sh: $bin's runs differ from $1's: not the same model (SAME_JSON=0 to compare anyway)" >&2
@@ -74,4 +106,19 @@ for i in $(seq 1 $#); do
     fi
     printf '%s: %s runs; x real time (CPU) %s; (wall) %s\n' "${!i}" "$(wc -l < "$tmp/x-$i")" \
         "$(cut -d' ' -f1 < "$tmp/x-$i" | summary)" "$(cut -d' ' -f2 < "$tmp/x-$i" | summary)"
+    if [[ -n "$lat_bin" ]]; then
+        printf '  load latency before its runs, ns: %s\n' "$(summary < "$tmp/lat-$i")"
+        paste -d' ' "$tmp/lat-$i" <(cut -d' ' -f1 < "$tmp/x-$i") >> "$tmp/pairs"
+    fi
 done
+
+# Pearson's r of the runs' load latency and their speed (CPU), all binaries together.
+if [[ -n "$lat_bin" && "$(wc -l < "$tmp/pairs")" -ge 3 ]]; then
+    awk '{ n++; sx += $1; sy += $2; sxx += $1 * $1; syy += $2 * $2; sxy += $1 * $2 }
+        END {
+            vx = sxx - sx * sx / n; vy = syy - sy * sy / n
+            if (vx > 0 && vy > 0) {
+                printf "speed (CPU) against load latency over %d runs: r = %.2f\n", n, (sxy - sx * sy / n) / sqrt(vx * vy)
+            }
+        }' "$tmp/pairs"
+fi

@@ -15,14 +15,20 @@
 //! Output: tables ([`table`]), JSON (every report is `Serialize`) and SVG plots
 //! ([`plot`]).
 //!
-//! `unsafe` lives in [`tsc`] (two intrinsics) and [`peers`] (the peers' `unsafe` APIs and
-//! the slices over blocks); the harness itself is safe code.
+//! Two measures of the machine sit beside them, for the simulator's cost model and its
+//! speed: [`handoff`] (a cache line moving between two CPUs) and [`latency`] (a load that
+//! misses the caches, one after another).
+//!
+//! `unsafe` lives in [`tsc`] (two intrinsics), [`peers`] (the peers' `unsafe` APIs and
+//! the slices over blocks) and [`latency`] (one `madvise`); the harness itself is safe
+//! code.
 
 #![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod contestant;
 pub mod handoff;
+pub mod latency;
 pub mod pagealloc;
 pub mod peers;
 pub mod plot;

@@ -1,7 +1,7 @@
 //! The time-stamp counter: the benchmarks' clock.
 //!
-//! One of the bench crate's two places with `unsafe` (the other is [`crate::peers`], for
-//! the peers' own `unsafe` APIs): `_rdtsc` and `_mm_lfence` are `unsafe` intrinsics.
+//! One of the bench crate's three places with `unsafe` (the others are [`crate::peers`],
+//! for the peers' own `unsafe` APIs, and [`crate::latency`]'s `madvise`): `_rdtsc` and `_mm_lfence` are `unsafe` intrinsics.
 //! A reading is `lfence; rdtsc; lfence`: the first fence keeps earlier instructions from
 //! finishing after the read, the second keeps later ones from starting before it. This is
 //! the usual way to bracket a region with `rdtsc` without `rdtscp`'s extra cost (workloads

@@ -40,6 +40,30 @@ enum BenchCommand {
     /// The hand-off of a cache line between two CPUs (the simulator's
     /// `handoff_socket_ns`): two pinned threads take turns writing one word.
     Handoff(HandoffArgs),
+    /// The latency of a load that misses the caches: one pointer chased through a random
+    /// cycle over a buffer (what the simulator's speed waits on; `crates/bench/realtime.sh`
+    /// measures it beside each round).
+    Latency(LatencyArgs),
+}
+
+/// Arguments of `mmkit bench latency`.
+#[derive(Args, Debug)]
+struct LatencyArgs {
+    /// The buffer, in MiB (a cycle through every 64-byte line of it).
+    #[arg(long, default_value_t = 256)]
+    mib: usize,
+    /// Dependent loads per run.
+    #[arg(long, default_value_t = 2_000_000)]
+    loads: u64,
+    /// Runs; the median is the figure.
+    #[arg(long, default_value_t = 5)]
+    repeat: usize,
+    /// Seed of the cycle's order.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Arguments of `mmkit bench handoff`.
@@ -170,6 +194,7 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
         BenchCommand::Pagealloc(args) => pagealloc(args),
         BenchCommand::Threads(args) => threads(args),
         BenchCommand::Handoff(args) => handoff(args),
+        BenchCommand::Latency(args) => latency(args),
     }
 }
 
@@ -410,6 +435,51 @@ fn handoff(args: &HandoffArgs) -> Result<(), CliError> {
             args.repeat,
             args.handoffs,
             runs.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// `mmkit bench latency`: the median ns per dependent load through a random cycle.
+fn latency(args: &LatencyArgs) -> Result<(), CliError> {
+    use mmkit_bench::latency::{measure, LatencyConfig};
+    const MAX_MIB: usize = 64 << 10;
+    if args.mib > MAX_MIB || args.loads > 10_000_000_000 || args.repeat > 1_000 {
+        return Err(CliError::usage(format!(
+            "--mib up to {MAX_MIB}, --loads up to 10000000000 and --repeat up to 1000"
+        )));
+    }
+    let config = LatencyConfig {
+        bytes: args.mib << 20,
+        loads: args.loads,
+        repeat: args.repeat,
+        seed: args.seed,
+    };
+    let result = measure(&config).map_err(|e| CliError::usage(e.to_string()))?;
+    if args.json {
+        let json = serde_json::json!({
+            "mib": args.mib,
+            "loads": args.loads,
+            "lines": result.lines,
+            "runs_ns": result.runs_ns,
+            "median_ns": result.median_ns,
+            "huge_page_bytes": result.huge_page_bytes,
+        });
+        println!("{json}");
+    } else {
+        let runs: Vec<String> = result.runs_ns.iter().map(|ns| format!("{ns:.1}")).collect();
+        let huge = match result.huge_page_bytes {
+            Some(bytes) => format!("{} MiB of it in huge pages", bytes >> 20),
+            None => "huge pages unknown".to_string(),
+        };
+        println!(
+            "load latency over {} MiB: {:.1} ns (median of {} runs of {} dependent loads; runs: {}; {})",
+            args.mib,
+            result.median_ns,
+            args.repeat,
+            args.loads,
+            runs.join(", "),
+            huge
         );
     }
     Ok(())

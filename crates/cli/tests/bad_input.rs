@@ -787,3 +787,12 @@ fn bench_handoff_refuses_what_it_cannot_measure() {
         "--handoffs",
     );
 }
+
+#[test]
+fn bench_latency_refuses_what_it_cannot_measure() {
+    refused(&["bench", "latency", "--mib", "0"], "nothing to chase");
+    refused(&["bench", "latency", "--loads", "0"], "loads");
+    refused(&["bench", "latency", "--repeat", "0"], "runs");
+    refused(&["bench", "latency", "--mib", "1000000"], "--mib");
+    refused(&["bench", "latency", "--loads", "20000000000"], "--loads");
+}

@@ -1,6 +1,6 @@
 //! `mmkit bench`, short: the pagealloc sweep and a threads pattern run and emit JSON with
 //! a result for every allocator; a build without the `peers` feature says which peers it
-//! lacks and how to build them.
+//! lacks and how to build them; the load latency reports each run.
 
 mod common;
 
@@ -158,4 +158,22 @@ fn a_run_names_the_peers_this_build_lacks_and_how_to_build_them() {
                  `cargo build --release -p mmkit-cli --features peers`",
             ));
     }
+}
+
+#[test]
+fn latency_json_reports_every_run_and_their_median() {
+    let report = mmkit_json(&[
+        "bench", "latency", "--mib", "4", "--loads", "20000", "--repeat", "3", "--json",
+    ]);
+    assert_eq!(report["mib"], 4);
+    assert_eq!(report["lines"], (4 << 20) / 64);
+    let runs: Vec<f64> = report["runs_ns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|ns| ns.as_f64().unwrap())
+        .collect();
+    assert_eq!(runs.len(), 3);
+    assert!(runs.iter().all(|ns| ns.is_finite() && *ns > 0.0));
+    assert!(runs.contains(&report["median_ns"].as_f64().unwrap()));
 }
