@@ -703,9 +703,10 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
         )?));
     }
     if let Some(sockets) = args.sockets {
-        if args.zoneinfo.is_some() || !(1..=8).contains(&sockets) {
+        let most = mmkit_sim::engine::MAX_ZONES as u32;
+        if args.zoneinfo.is_some() || !(1..=most).contains(&sockets) {
             return Err(CliError::usage(format!(
-                "--sockets {sockets}: 1 to 8 sockets of the published machine (not with --zoneinfo)"
+                "--sockets {sockets}: 1 to {most} sockets of the published machine (not with --zoneinfo)"
             )));
         }
         spec.machine = Some(workload.published_machine().with_sockets(sockets));
@@ -731,6 +732,10 @@ pub fn run_sim(args: &SimArgs) -> Result<(), CliError> {
         // Filling 128 GiB nodes with page cache one page at a time would take minutes.
         spec.node_bytes = spec.node_bytes.or(Some(1 << 30));
     }
+    // Again with the machine and parameters the flags above changed: a refusal here, not
+    // a failed run.
+    spec.validate()
+        .map_err(|e| CliError::usage(e.to_string()))?;
     let jobs: Vec<(RunSpec, Policy)> = policies.iter().map(|p| (spec.clone(), *p)).collect();
     if let Some(shard) = crate::shard::select(&args.shard, &crate::shard::process_env)? {
         return run_shard(args, &jobs, &shard);

@@ -556,6 +556,56 @@ fn sim_names_scale_flag_for_huge_scales() {
     );
 }
 
+/// Machines the simulator cannot lay out or tick are refused before any run; each
+/// panicked inside its run: five nodes (`Sim::new` holds four), a node beyond the
+/// mem_map limit (`MachineSpec::topology`, from a zoneinfo snapshot), and a vmstat tick
+/// beyond the 19.5 hours an event key holds.
+#[test]
+fn sim_refuses_machines_it_cannot_lay_out_or_tick() {
+    let scratch = Scratch::new("bad-input-sim-machines");
+    refused(
+        &[
+            "sim",
+            "--workload",
+            "kbuild",
+            "--sockets",
+            "5",
+            "--scale",
+            "0.001",
+        ],
+        "--sockets 5",
+    );
+    let huge = compile_zoneinfo(&scratch, "huge", |t| {
+        t.replace("managed  2129920", "managed  212992000000")
+    });
+    refused(
+        &[
+            "sim",
+            "--workload",
+            "kbuild",
+            "--zoneinfo",
+            &huge,
+            "--scale",
+            "0.001",
+        ],
+        &format!("--zoneinfo {huge}: node 0 zone Normal ends beyond"),
+    );
+    refused(
+        &[
+            "sim",
+            "--workload",
+            "unix",
+            "--cpus",
+            "2",
+            "--scale",
+            "0.001",
+            "--stat-interval",
+            "100000s",
+        ],
+        "vm.stat_interval",
+    );
+}
+
 #[test]
 fn reclaim_pageout_names_its_flags_and_leaves_nothing_behind() {
     let scratch = Scratch::new("bad-input-pageout");

@@ -168,12 +168,18 @@ impl MachineSpec {
             return Err("the zoneinfo's Normal zone lists no pagesets (CPUs)".into());
         }
         let sockets = normal.len() as u32;
+        if sockets as usize > crate::engine::MAX_ZONES {
+            return Err(format!(
+                "{sockets} nodes with a Normal zone: the simulator takes at most {}",
+                crate::engine::MAX_ZONES
+            ));
+        }
         if cpus % sockets != 0 {
             return Err(format!(
                 "{cpus} CPUs do not split evenly over {sockets} nodes"
             ));
         }
-        Ok(MachineSpec {
+        let machine = MachineSpec {
             name: name.to_owned(),
             sockets,
             cpus_per_socket: cpus / sockets,
@@ -192,7 +198,9 @@ impl MachineSpec {
             pcp_batch_scale_max: default_pcp_batch_scale_max(),
             stat_interval_ms: default_stat_interval_ms(),
             warm_pagesets: Vec::new(),
-        })
+        };
+        machine.try_topology()?;
+        Ok(machine)
     }
 
     /// This machine with its Normal zones' pagesets starting as `zones` (a zoneinfo
@@ -354,6 +362,13 @@ impl MachineSpec {
 
     /// The core's machine description: one Normal zone per node, at x86-64 addresses.
     pub fn topology(&self) -> Topology {
+        self.try_topology()
+            .expect("simulated machines are valid x86-64 layouts (RunSpec::validate)")
+    }
+
+    /// [`MachineSpec::topology`], or why the core has no such layout: a node too large
+    /// for the mem_map (a `--zoneinfo` snapshot can name any size).
+    pub fn try_topology(&self) -> Result<Topology, String> {
         let sizes: Vec<ZoneSize> = (0..self.sockets)
             .map(|node| ZoneSize::managed(node as u16, ZoneType::Normal, self.node_pages))
             .collect();
@@ -367,7 +382,7 @@ impl MachineSpec {
             llc,
             false,
         )
-        .expect("simulated machines are valid x86-64 layouts")
+        .map_err(|e| e.to_string())
     }
 
     /// The sysctls: a distribution kernel's (THP on, as on the published machines), with

@@ -10,6 +10,7 @@ use crate::cache::CacheCounts;
 use crate::cost::CostModel;
 use crate::engine::{
     Series, Sim, SimError, SimOptions, SimStats, Warmup, Workload, ZoneTotals, MAX_CPUS,
+    MAX_VIRTUAL_NS, MAX_ZONES,
 };
 use crate::machine::MachineSpec;
 use crate::workload::kbuild::{Kbuild, KbuildParams};
@@ -118,6 +119,23 @@ impl RunSpec {
             )));
         }
         let machine = self.machine();
+        if machine.sockets as usize > MAX_ZONES {
+            return Err(SimError::Invalid(format!(
+                "{} nodes are too many to simulate: use at most {MAX_ZONES}",
+                machine.sockets
+            )));
+        }
+        machine.try_topology().map_err(SimError::Invalid)?;
+        // Ticks are events, whose keys hold MAX_VIRTUAL_NS: half for the interval, half
+        // for the run it is scheduled from.
+        let tick_ns = u64::from(machine.stat_interval_ms) * 1_000_000;
+        if tick_ns >= MAX_VIRTUAL_NS / 2 {
+            return Err(SimError::Invalid(format!(
+                "a vm.stat_interval of {} ms is too long to simulate: use at most {} s",
+                machine.stat_interval_ms,
+                (MAX_VIRTUAL_NS / 2 - 1) / 1_000_000_000
+            )));
+        }
         crate::cache::check_geometry(
             cpus as usize,
             machine.l2_bytes,

@@ -28,6 +28,12 @@ pub const EVENTS: [&str; 5] = [
 /// pointer-derived value); 2^52 pages is 16 EiB.
 const PFN_LIMIT: u64 = 1 << 52;
 
+/// CPU numbers at or above this are not CPUs: the `[cpu]` column is `smp_processor_id()`,
+/// below `nr_cpu_ids`, and no Linux configuration allows more than 8192 (x86-64's
+/// `MAXSMP`). The replay sizes per-CPU tables by the largest CPU a trace names, so a
+/// garbled `[4294967295]` would ask for hundreds of GiB (or wrap the count to 0).
+pub const CPU_LIMIT: u32 = 8192;
+
 /// The kind of one traced event.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
@@ -437,6 +443,9 @@ fn parse_line_with_comm(number: usize, line: &str) -> Result<(Event, &str), Prob
             "gfp_flags" => gfp_above_dma32 = !value.split('|').any(is_dma_zone_modifier),
             _ => {}
         }
+    }
+    if cpu >= CPU_LIMIT {
+        return Err(ProblemKind::BadField);
     }
     let pfn = pfn.ok_or(ProblemKind::BadField)?;
     let order = order.ok_or(ProblemKind::BadField)?;

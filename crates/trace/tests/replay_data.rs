@@ -220,6 +220,29 @@ fn replay_rules_for_odd_frees_are_counted() {
     assert_eq!(result.observed.free_pages, 1 + 2 + 1 + 1 + 1);
 }
 
+/// A CPU number no Linux has (`[4294967295]`, a garbled line) is a bad field of that
+/// line, not a CPU: the replay sized its per-CPU tables by the largest CPU of the trace,
+/// so it panicked on an index out of bounds (the count wrapped to 0), and
+/// `[2000000000]` aborted on a 64 GB allocation.
+#[test]
+fn a_cpu_number_no_linux_has_is_a_bad_field() {
+    let zoneinfo = String::from_utf8(data("compile.zoneinfo.txt")).unwrap();
+    let line = |cpu: u32, ts: &str, fields: &str| {
+        format!("  cc-7 [{cpu:03}] ..... {ts}: mm_page_free: page=0 {fields}\n")
+    };
+    let mut text = String::new();
+    text += &line(0, "10.000001", "pfn=0x100000 order=0");
+    text += &line(u32::MAX, "10.000002", "pfn=0x100001 order=0");
+    text += &line(parse::CPU_LIMIT, "10.000003", "pfn=0x100002 order=0");
+    text += &line(parse::CPU_LIMIT - 1, "10.000004", "pfn=0x100003 order=0");
+    let trace = parse::parse_text(&text);
+    assert_eq!(trace.events.len(), 2);
+    assert_eq!(trace.problems.counts[&parse::ProblemKind::BadField], 2);
+    let machine = Machine::from_trace(&trace, Some(&zoneinfo)).unwrap();
+    let observed = replay::observe(&trace, &machine);
+    assert_eq!(observed.per_cpu.len(), parse::CPU_LIMIT as usize);
+}
+
 /// Observed refills and drains are bursts per CPU: another CPU's events do not split a
 /// burst, an event of the same CPU does; `mm_page_free_batched` does not.
 #[test]

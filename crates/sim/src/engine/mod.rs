@@ -165,8 +165,8 @@ struct CpuClock {
 
 /// Most zones with memory a simulated machine has (one per node; the machines have two):
 /// the counter snapshots taken around every call live on the stack, in arrays of this
-/// size ([`Sim::new`] asserts it).
-const MAX_ZONES: usize = 4;
+/// size ([`Sim::new`] asserts it, `RunSpec::validate` refuses more nodes).
+pub const MAX_ZONES: usize = 4;
 
 const KIND_TICK: u8 = 0;
 const KIND_SAMPLE: u8 = 1;
@@ -175,12 +175,17 @@ const KIND_STEP: u8 = 2;
 /// Bits of an event key below the time: the kind (2 bits) and the CPU (16 bits).
 const KEY_TIME_SHIFT: u32 = 18;
 
+/// The virtual time an event key holds: 2^46 ns, about 19.5 hours ([`event_key`]
+/// asserts it). `RunSpec::validate` keeps `vm.stat_interval` to half of it, so that a
+/// tick scheduled from late in a run still fits.
+pub const MAX_VIRTUAL_NS: u64 = 1 << (64 - KEY_TIME_SHIFT);
+
 /// An event as one integer whose order is that of `(t, kind, cpu)`: the time in the high
 /// 46 bits (2^46 ns ≈ 19.5 hours of virtual time), the kind, then the CPU. One `u64`
 /// compare instead of a tuple's three keeps the queue cheap.
 fn event_key(t: u64, kind: u8, cpu: u32) -> u64 {
     assert!(
-        t < 1 << (64 - KEY_TIME_SHIFT),
+        t < MAX_VIRTUAL_NS,
         "virtual time {t} ns overflows an event key"
     );
     debug_assert!(kind <= KIND_STEP && cpu < 1 << 16);
