@@ -371,6 +371,13 @@ fn read(sweep: Sweep, path: &Path) -> Result<ShardIn, CliError> {
                 file.jobs.len()
             )));
         };
+        let machine = &done.result.machine;
+        if machine.sockets == 0 || machine.cpus_per_socket == 0 {
+            return Err(CliError::usage(format!(
+                "{shown}: a damaged shard file: job {}'s machine has no CPUs",
+                done.job
+            )));
+        }
         let workload = serde_json::to_value(done.result.workload).unwrap_or_default();
         if job["spec"]["workload"] != workload || job["policy"]["name"] != done.result.policy {
             return Err(CliError::usage(format!(

@@ -389,3 +389,27 @@ fn a_timed_shard_prints_its_runs_speed_and_writes_the_same_shard() {
         "speed lines only with --timing"
     );
 }
+
+/// A shard file whose result names a machine of no CPUs is refused: merged, its plots'
+/// lock wait divided by 0 CPUs, and plotters never returned on the infinite axis.
+#[test]
+fn a_result_on_a_machine_of_no_cpus_is_a_damaged_shard() {
+    let scratch = Scratch::new("shard-no-cpus");
+    let files = three_shards(&scratch);
+    for field in ["sockets", "cpus_per_socket"] {
+        let mut json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&files[0]).unwrap()).unwrap();
+        json["results"][0]["result"]["machine"][field] = 0.into();
+        let damaged = scratch.file(
+            &format!("no-{field}.json"),
+            serde_json::to_vec(&json).unwrap(),
+        );
+        let plots = scratch.path("plots");
+        refused(
+            &[
+                "sim", "merge", &damaged, &files[1], &files[2], "--plot", &plots,
+            ],
+            &[&format!("no-{field}.json"), "damaged", "no CPUs"],
+        );
+    }
+}

@@ -21,8 +21,26 @@ pub struct Plot {
     pub caption: String,
 }
 
+/// The first point of `lines` with a coordinate that is not a finite number, as an error:
+/// plotters' axis arithmetic never ends on an infinite maximum, so such a run (a damaged
+/// shard file's machine of no CPUs) is refused before drawing.
+fn check_finite(lines: &[Line]) -> Result<(), String> {
+    for (name, points) in lines {
+        if let Some((x, y)) = points
+            .iter()
+            .find(|(x, y)| !x.is_finite() || !y.is_finite())
+        {
+            return Err(format!(
+                "{name}: the point ({x}, {y}) is not a finite number; a run with no CPUs or a damaged result?"
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn draw(path: PathBuf, title: String, y_desc: &str, lines: &[Line]) -> Result<Plot, String> {
     let err = |e: &dyn std::fmt::Debug| format!("{}: {e:?}", path.display());
+    check_finite(lines).map_err(|e| format!("{}: {e}", path.display()))?;
     let x_max = lines
         .iter()
         .flat_map(|l| l.1.iter().map(|p| p.0))
@@ -190,7 +208,25 @@ pub fn write_plots(results: &[RunResult], dir: &Path, prefix: &str) -> Result<Ve
 
 #[cfg(test)]
 mod tests {
-    use super::same_series;
+    use super::{check_finite, draw, same_series};
+
+    #[test]
+    fn a_point_that_is_not_finite_is_refused_before_drawing() {
+        let line = |y: f64| ("base".to_string(), vec![(0.0, 1.0), (1.0, y)]);
+        assert!(check_finite(&[line(2.0)]).is_ok());
+        for y in [f64::INFINITY, f64::NAN, f64::NEG_INFINITY] {
+            let e = check_finite(&[line(2.0), line(y)]).unwrap_err();
+            assert!(
+                e.contains("base") && e.contains("not a finite number"),
+                "{e}"
+            );
+        }
+        // `draw` refuses it without writing (plotters never returned on an infinite
+        // axis); the directory does not exist, so any write would fail differently.
+        let path = std::path::PathBuf::from("/nonexistent-mmkit-dir/p.svg");
+        let e = draw(path, "t".into(), "y", &[line(f64::INFINITY)]).unwrap_err();
+        assert!(e.contains("not a finite number"), "{e}");
+    }
 
     #[test]
     fn identical_series_share_one_labelled_line() {
