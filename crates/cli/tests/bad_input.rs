@@ -191,6 +191,11 @@ fn zoneinfo_refuses_impossible_machines_naming_the_flag() {
         &["--percpu-pagelist-high-fraction", "-8"],
         "--percpu-pagelist-high-fraction",
     );
+    // Linux's sysctl is an `int`: nothing above 2147483647 parses.
+    machine(
+        &["--percpu-pagelist-high-fraction", "4294967295"],
+        "--percpu-pagelist-high-fraction",
+    );
     machine(&["--llc-size", "lots"], "--llc-size");
     machine(&["--llc-size", "99999999999G"], "--llc-size");
     machine(&["--llc-shared-cpus", "0"], "--llc-shared-cpus");

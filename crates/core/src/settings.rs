@@ -122,7 +122,8 @@ impl Default for Settings {
 pub enum SettingsError {
     /// `watermark_scale_factor` outside 1..=3000.
     WatermarkScaleFactor(u32),
-    /// `percpu_pagelist_high_fraction` in 1..=7.
+    /// `percpu_pagelist_high_fraction` in 1..=7, or above `INT_MAX` (the sysctl is an
+    /// `int`).
     PercpuPagelistHighFraction(u32),
     /// `pcp_batch_scale_max` above 6.
     PcpBatchScaleMax(u8),
@@ -147,7 +148,7 @@ impl fmt::Display for SettingsError {
             }
             SettingsError::PercpuPagelistHighFraction(v) => write!(
                 f,
-                "percpu_pagelist_high_fraction {v} is invalid: use 0 or at least {MIN_PERCPU_PAGELIST_HIGH_FRACTION}"
+                "percpu_pagelist_high_fraction {v} is invalid: use 0 or {MIN_PERCPU_PAGELIST_HIGH_FRACTION} to {}", i32::MAX
             ),
             SettingsError::PcpBatchScaleMax(v) => {
                 write!(f, "pcp_batch_scale_max {v} is outside 0..=6")
@@ -176,7 +177,10 @@ impl Settings {
             ));
         }
         let fraction = self.percpu_pagelist_high_fraction;
-        if fraction != 0 && fraction < MIN_PERCPU_PAGELIST_HIGH_FRACTION {
+        // An `int` sysctl (`proc_dointvec_minmax`): nothing above `INT_MAX` parses.
+        if fraction != 0
+            && !(MIN_PERCPU_PAGELIST_HIGH_FRACTION..=i32::MAX as u32).contains(&fraction)
+        {
             return Err(SettingsError::PercpuPagelistHighFraction(fraction));
         }
         if self.pcp_batch_scale_max > 6 {
@@ -226,7 +230,7 @@ mod tests {
     }
 
     #[test]
-    fn fraction_below_eight_is_rejected() {
+    fn fraction_below_eight_or_above_int_max_is_rejected() {
         for fraction in 1..8 {
             let settings = Settings {
                 percpu_pagelist_high_fraction: fraction,
@@ -242,6 +246,22 @@ mod tests {
             ..Settings::default()
         };
         assert_eq!(eight.validate(), Ok(()));
+        // The sysctl is an `int`: `INT_MAX` is the largest Linux takes.
+        let int_max = Settings {
+            percpu_pagelist_high_fraction: i32::MAX as u32,
+            ..Settings::default()
+        };
+        assert_eq!(int_max.validate(), Ok(()));
+        for above in [1 << 31, u32::MAX] {
+            let settings = Settings {
+                percpu_pagelist_high_fraction: above,
+                ..Settings::default()
+            };
+            assert_eq!(
+                settings.validate(),
+                Err(SettingsError::PercpuPagelistHighFraction(above))
+            );
+        }
     }
 
     #[test]
