@@ -175,7 +175,7 @@ const KIND_STEP: u8 = 2;
 /// Bits of an event key below the time: the kind (2 bits) and the CPU (16 bits).
 const KEY_TIME_SHIFT: u32 = 18;
 
-/// The virtual time an event key holds: 2^46 ns, about 19.5 hours ([`event_key`]
+/// The virtual time an event key holds: 2^46 ns, about 19.5 hours (`event_key`
 /// asserts it). `RunSpec::validate` keeps `vm.stat_interval` to half of it, so that a
 /// tick scheduled from late in a run still fits.
 pub const MAX_VIRTUAL_NS: u64 = 1 << (64 - KEY_TIME_SHIFT);
