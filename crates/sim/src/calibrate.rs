@@ -129,6 +129,10 @@ pub struct Tried {
 /// its threads (or shards), a test runs them one by one.
 pub type Runner<'a> = dyn FnMut(&[(RunSpec, Policy)]) -> Result<Vec<RunResult>, SimError> + 'a;
 
+/// The values a target may take: every metric is a percentage or a ratio of two, which a
+/// run measures to a millionth at best, and none reaches a million.
+const TARGET_RANGE: std::ops::RangeInclusive<f64> = 1e-6..=1e6;
+
 impl Targets {
     /// Refuse a training set that names a patch row or a metric a workload does not have.
     pub fn validate(&self) -> Result<(), String> {
@@ -148,8 +152,17 @@ impl Targets {
             ) {
                 return Err(format!("{} has no published base row", t.workload));
             }
-            if !(t.value.is_finite() && t.value > 0.0) {
-                return Err(format!("target {} {:?} must be > 0", t.workload, t.metric));
+            // A fit minimises Σ ln²(simulated / target): a target no run could measure
+            // (a percentage below a millionth, or a denormal) makes the sum infinite.
+            if !TARGET_RANGE.contains(&t.value) {
+                return Err(format!(
+                    "target {} {:?} of {} is outside {}..={}: no run measures such a figure",
+                    t.workload,
+                    t.metric,
+                    t.value,
+                    TARGET_RANGE.start(),
+                    TARGET_RANGE.end()
+                ));
             }
         }
         Ok(())
@@ -687,6 +700,19 @@ mod tests {
                 source: "test".into(),
             }],
         }
+    }
+
+    #[test]
+    fn a_target_no_run_could_measure_is_refused() {
+        for value in [0.0, -1.0, 5e-324, 1e-7, 2e6, f64::NAN, f64::INFINITY] {
+            let mut file = targets("base");
+            file.targets[0].value = value;
+            let err = file.validate().unwrap_err();
+            assert!(err.contains("no run measures"), "{value}: {err}");
+        }
+        let mut file = targets("base");
+        file.targets[0].value = 1e-6;
+        assert!(file.validate().is_ok());
     }
 
     #[test]
