@@ -595,6 +595,23 @@ fn sim_refuses_machines_it_cannot_lay_out_or_tick() {
         ],
         &format!("--zoneinfo {huge}: node 0 zone Normal ends beyond"),
     );
+    // A count beyond any field's range names its line (it was skipped as not a number,
+    // and the refusal said the snapshot had no populated Normal zone).
+    let beyond = compile_zoneinfo(&scratch, "beyond", |t| {
+        t.replace("managed  2129920", "managed  18446744073709551616")
+    });
+    refused(
+        &[
+            "sim",
+            "--workload",
+            "kbuild",
+            "--zoneinfo",
+            &beyond,
+            "--scale",
+            "0.001",
+        ],
+        "value out of range",
+    );
     refused(
         &[
             "sim",

@@ -299,7 +299,9 @@ pub fn parse(text: &str) -> Result<Vec<ZoneInfo>, ParseError> {
                 None => continue,
             },
         };
-        let Ok(number) = value.parse::<i64>() else {
+        // Wider than any field, so that a value beyond a field's range is refused
+        // below rather than skipped as if it were not a number.
+        let Ok(number) = value.parse::<i128>() else {
             continue;
         };
         apply_field(zone, key, number).map_err(err)?;
@@ -327,8 +329,14 @@ fn empty_zone(node: NodeId, zone: ZoneType) -> ZoneInfo {
     }
 }
 
-fn apply_field(zone: &mut ZoneInfo, key: &str, value: i64) -> Result<(), &'static str> {
-    let unsigned = u64::try_from(value).map_err(|_| "negative value");
+fn apply_field(zone: &mut ZoneInfo, key: &str, value: i128) -> Result<(), &'static str> {
+    let unsigned = u64::try_from(value).map_err(|_| {
+        if value < 0 {
+            "negative value"
+        } else {
+            "value out of range"
+        }
+    });
     if let Some(pcp) = zone.pagesets.last_mut() {
         match key {
             "count" => return unsigned.map(|v| pcp.count = v),
@@ -345,7 +353,7 @@ fn apply_field(zone: &mut ZoneInfo, key: &str, value: i64) -> Result<(), &'stati
         }
     }
     match key {
-        "pages free" => zone.pages_free = value,
+        "pages free" => zone.pages_free = i64::try_from(value).map_err(|_| "value out of range")?,
         "boost" => zone.boost = unsigned?,
         "min" => zone.min = unsigned?,
         "low" => zone.low = unsigned?,
@@ -409,6 +417,42 @@ Node 0, zone  Movable
         cma      0
         protection: (0, 0, 0, 0, 0)
 ";
+
+    /// A field beyond its range is an error naming its line; it was skipped as if it were
+    /// not a number, so a `managed` of 2^64 read as 0 ("no populated Normal zone").
+    #[test]
+    fn a_value_beyond_its_fields_range_is_an_error() {
+        let with = |from: &str, to: &str| LIVE_NORMAL.replacen(from, to, 1);
+        let max = with("managed  196608", "managed  18446744073709551615");
+        assert_eq!(parse(&max).unwrap()[0].managed, u64::MAX);
+        let line = LIVE_NORMAL
+            .lines()
+            .position(|l| l.trim() == "managed  196608")
+            .unwrap()
+            + 1;
+        for (from, to) in [
+            ("managed  196608", "managed  18446744073709551616"),
+            ("managed  196608", "managed  -1"),
+            ("pages free     ", "pages free     9223372036854775808"),
+        ] {
+            let text = if from.starts_with("pages") {
+                // The first zone's `pages free` line, its number replaced.
+                let start = LIVE_NORMAL.find(from).unwrap();
+                let end = start + LIVE_NORMAL[start..].find('\n').unwrap();
+                alloc::format!("{}{}{}", &LIVE_NORMAL[..start], to, &LIVE_NORMAL[end..])
+            } else {
+                with(from, to)
+            };
+            let error = parse(&text).unwrap_err();
+            assert!(
+                error.message.contains("out of range") || error.message.contains("negative"),
+                "{to}: {error}"
+            );
+            if from.starts_with("managed") {
+                assert_eq!(error.line, line, "{to}: {error}");
+            }
+        }
+    }
 
     #[test]
     fn parses_a_live_zoneinfo_excerpt() {
