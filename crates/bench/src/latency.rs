@@ -125,9 +125,7 @@ pub fn measure(config: &LatencyConfig) -> Result<LatencyResult, LatencyError> {
         std::hint::black_box(chase(&buffer, config.loads));
         runs_ns.push(start.elapsed().as_nanos() as f64 / config.loads as f64);
     }
-    let mut sorted = runs_ns.clone();
-    sorted.sort_by(f64::total_cmp);
-    let median_ns = sorted[sorted.len() / 2];
+    let median_ns = crate::stats::median(&mut runs_ns.clone()).expect("at least one run");
     Ok(LatencyResult {
         runs_ns,
         median_ns,

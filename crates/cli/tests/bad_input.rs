@@ -580,19 +580,25 @@ fn sim_refuses_machines_it_cannot_lay_out_or_tick() {
         ],
         "--sockets 5",
     );
+    let sim_on = |zoneinfo: &str, culprit: &str| {
+        refused(
+            &[
+                "sim",
+                "--workload",
+                "kbuild",
+                "--zoneinfo",
+                zoneinfo,
+                "--scale",
+                "0.001",
+            ],
+            culprit,
+        )
+    };
     let huge = compile_zoneinfo(&scratch, "huge", |t| {
         t.replace("managed  2129920", "managed  212992000000")
     });
-    refused(
-        &[
-            "sim",
-            "--workload",
-            "kbuild",
-            "--zoneinfo",
-            &huge,
-            "--scale",
-            "0.001",
-        ],
+    sim_on(
+        &huge,
         &format!("--zoneinfo {huge}: node 0 zone Normal ends beyond"),
     );
     // A count beyond any field's range names its line (it was skipped as not a number,
@@ -600,18 +606,7 @@ fn sim_refuses_machines_it_cannot_lay_out_or_tick() {
     let beyond = compile_zoneinfo(&scratch, "beyond", |t| {
         t.replace("managed  2129920", "managed  18446744073709551616")
     });
-    refused(
-        &[
-            "sim",
-            "--workload",
-            "kbuild",
-            "--zoneinfo",
-            &beyond,
-            "--scale",
-            "0.001",
-        ],
-        "value out of range",
-    );
+    sim_on(&beyond, "value out of range");
     refused(
         &[
             "sim",
