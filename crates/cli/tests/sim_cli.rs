@@ -343,6 +343,59 @@ fn node_gib_sizes_the_machine_and_bad_sizes_are_refused() {
     }
 }
 
+/// A machine whose page descriptors or cache stamps this host will not reserve address
+/// space for is an error that says what was refused and how much, exit status 1 and
+/// nothing on stdout; it used to abort (status 134, "memory allocation of … bytes
+/// failed"), as Rust does on a refused heap allocation. Here a 2-TiB machine (8 GiB of
+/// descriptors, 4 GiB of stamps) under address-space limits (`ulimit -v`, in KiB) that
+/// refuse the one and then the other.
+#[test]
+fn a_machine_the_host_cannot_reserve_is_an_error_not_an_abort() {
+    let run_under = |limit_kib: &str| {
+        let mut command = std::process::Command::new("sh");
+        command
+            .arg("-c")
+            .arg("ulimit -v \"$0\" && exec \"$@\"")
+            .arg(limit_kib)
+            .arg(env!("CARGO_BIN_EXE_mmkit"))
+            .args([
+                "sim",
+                "--workload",
+                "kbuild",
+                "--policies",
+                "base",
+                "--threads",
+                "1",
+                "--sockets",
+                "4",
+                "--node-gib",
+                "512",
+                "--scale",
+                "0.001",
+            ]);
+        for name in common::SHARD_ENV {
+            command.env_remove(name);
+        }
+        command.output().expect("sh runs")
+    };
+    for (limit_kib, refused) in [
+        ("4000000", "page descriptors need 8.00 GiB"),
+        ("10000000", "cache stamps need 4.00 GiB"),
+    ] {
+        let out = run_under(limit_kib);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "ulimit -v {limit_kib}: {err}");
+        assert!(err.starts_with("mmkit: error: "), "{err}");
+        assert!(err.contains(refused), "ulimit -v {limit_kib}: {err}");
+        assert!(
+            err.contains("ulimit -v"),
+            "the message names the limit: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(out.stdout.is_empty());
+    }
+}
+
 #[test]
 fn sim_refuses_impossible_machines_and_thread_counts() {
     let refuse = |args: &[&str], message: &str| {

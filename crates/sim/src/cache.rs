@@ -12,6 +12,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::cost::CostModel;
+use crate::engine::SimError;
 
 /// Lines per 4 KiB page.
 pub const LINES_PER_PAGE: u32 = 64;
@@ -209,15 +210,20 @@ fn grow(stamps: &mut Vec<Stamp>, end: usize) {
 /// Empty stamps for a zone of `pages` pages, with room for all of them reserved: virtual
 /// memory that nothing has written, asked for in huge pages before the first write (the
 /// `huge_pages` module). A run's stamps are read at random over the part of the zone it
-/// has reached; they grow in place ([`grow`]), so no growth copies them.
-fn reserve(pages: u64) -> Vec<Stamp> {
-    let stamps = Vec::with_capacity(pages as usize);
+/// has reached; they grow in place ([`grow`]), so no growth copies them. `None` if the
+/// host refuses the reservation (a machine of terabytes asks for gigabytes), which the
+/// caller reports instead of aborting.
+fn reserve(pages: u64) -> Option<Vec<Stamp>> {
+    let mut stamps = Vec::new();
+    stamps
+        .try_reserve_exact(usize::try_from(pages).ok()?)
+        .ok()?;
     let lo = stamps.as_ptr() as usize;
     crate::huge_pages::before_first_write(
         lo,
         lo + stamps.capacity() * core::mem::size_of::<Stamp>(),
     );
-    stamps
+    Some(stamps)
 }
 
 /// Lines touched by class, summed over a run.
@@ -361,7 +367,7 @@ impl CacheModel {
         l2_bytes: u64,
         socket_bytes: u64,
         cost: &CostModel,
-    ) -> CacheModel {
+    ) -> Result<CacheModel, SimError> {
         let cpus = cpu_socket.len();
         let limits =
             stamp_limits(cpus, l2_bytes, socket_bytes, cost).unwrap_or_else(|why| panic!("{why}"));
@@ -374,7 +380,18 @@ impl CacheModel {
             cpu_limit: limits.cpu_limit,
             socket_limit: limits.socket_limit,
         };
-        CacheModel {
+        let stamps = zone_pages
+            .iter()
+            .map(|&pages| reserve(pages))
+            .collect::<Option<_>>()
+            .ok_or(SimError::HostMemory {
+                what: "cache stamps",
+                bytes: zone_pages
+                    .iter()
+                    .fold(0u64, |sum, &pages| sum.saturating_add(pages))
+                    .saturating_mul(core::mem::size_of::<Stamp>() as u64),
+            })?;
+        Ok(CacheModel {
             cpu_touched: vec![0; cpus],
             socket_touched: vec![0; sockets],
             swept_cpu: vec![0; cpus],
@@ -382,9 +399,9 @@ impl CacheModel {
             sweeps: 0,
             budget: geometry.swept_budget(),
             geometry,
-            stamps: zone_pages.iter().map(|&pages| reserve(pages)).collect(),
+            stamps,
             counts: CacheCounts::default(),
-        }
+        })
     }
 
     /// The offsets from zone `zone`'s start that its stamps cover: every page the run has
@@ -693,7 +710,7 @@ mod tests {
             llc_share: 1.0,
             ..CostModel::calibrated()
         };
-        CacheModel::new(vec![0, 0, 1], &[1 << 12], 2 * 4096, 4 * 4096, &cost)
+        CacheModel::new(vec![0, 0, 1], &[1 << 12], 2 * 4096, 4 * 4096, &cost).unwrap()
     }
 
     /// Touch `n` pages from `first` of zone 0 by `cpu`, `lines` lines each: as one block in
@@ -799,7 +816,7 @@ mod tests {
 
     #[test]
     fn growing_the_stamps_keeps_them_in_place_and_covers_the_offset() {
-        let mut stamps = reserve(64);
+        let mut stamps = reserve(64).unwrap();
         let format = StampFormat::for_cpus(5);
         stamps.extend((0..5u32).map(|i| format.pack(i, u64::from(i) * 3, u64::from(i) * 5)));
         let at = stamps.as_ptr();
@@ -918,7 +935,8 @@ mod tests {
         let mut rng = crate::rng::Rng::new(11, 0);
         let mut cpu_socket = vec![0, 0, 1];
         cpu_socket.resize(2048, 1);
-        let mut narrow = CacheModel::new(cpu_socket, &[1 << 12], 2 * 4096, 4 * 4096, &cost);
+        let mut narrow =
+            CacheModel::new(cpu_socket, &[1 << 12], 2 * 4096, 4 * 4096, &cost).unwrap();
         assert_eq!(narrow.geometry.format.mask, (1 << 20) - 1);
         let pages = 1 << 12;
         let mut full = FullCounters::of(&narrow, pages);

@@ -24,6 +24,8 @@
 use mmkit_core::page::Page;
 use mmkit_core::{InitError, PageAllocator, Policy, Settings, Topology};
 
+use crate::engine::SimError;
+
 /// The allocator and the mapping its descriptors live in. The allocator holds the only
 /// references into the mapping and is declared first, so it is dropped before the
 /// mapping is unmapped.
@@ -34,23 +36,34 @@ pub(crate) struct MappedAllocator {
 
 impl MappedAllocator {
     /// [`PageAllocator::new`] of `topology`, with the descriptors in a mapping of their
-    /// own where the system gives one.
+    /// own where the system gives one. On Linux a mapping the kernel refuses is
+    /// [`SimError::HostMemory`]: the heap would ask the same kernel for the same bytes,
+    /// and a refused heap allocation aborts the process. Settings the core refuses are
+    /// [`SimError::Invalid`].
     pub(crate) fn new(
         topology: Topology,
         settings: Settings,
         policy: Policy,
-    ) -> Result<MappedAllocator, InitError> {
-        let pages = topology.mem_map_pages() as usize;
-        if let Some((mapping, storage)) = Mapping::zeroed_pages(pages) {
-            let allocator =
-                PageAllocator::with_zeroed_mem_map(topology, settings, policy, storage)?;
+    ) -> Result<MappedAllocator, SimError> {
+        let invalid = |e: InitError| SimError::Invalid(e.to_string());
+        let pages = topology.mem_map_pages();
+        if cfg!(target_os = "linux") {
+            let refused = SimError::HostMemory {
+                what: "page descriptors",
+                bytes: pages.saturating_mul(size_of::<Page>() as u64),
+            };
+            let pages = usize::try_from(pages).map_err(|_| refused.clone())?;
+            let (mapping, storage) = Mapping::zeroed_pages(pages).ok_or(refused)?;
+            let allocator = PageAllocator::with_zeroed_mem_map(topology, settings, policy, storage)
+                .map_err(invalid)?;
             return Ok(MappedAllocator {
                 allocator,
                 _storage: Some(mapping),
             });
         }
         Ok(MappedAllocator {
-            allocator: PageAllocator::new(topology, settings, policy)?,
+            allocator: PageAllocator::new(topology, settings, policy)
+                .map_err(|e| invalid(e.into()))?,
             _storage: None,
         })
     }
@@ -79,7 +92,7 @@ const ALIGN: usize = 2 << 20;
 
 impl Mapping {
     /// A zero-filled mapping for `pages` descriptors starting on [`ALIGN`], and the
-    /// descriptors; `None` if the system refuses (the caller falls back to the heap).
+    /// descriptors; `None` if the system refuses.
     #[cfg(target_os = "linux")]
     #[expect(
         unsafe_code,

@@ -378,8 +378,7 @@ pub fn run(
         high_cpus: high_cpus(&machine),
         measure_from_ns: 0,
     };
-    let mut sim = Sim::new(&machine, policy, options);
-    sim.set_cost(spec.cost);
+    let mut sim = Sim::with_cost(&machine, policy, spec.cost, options)?;
     let batched = keeps_batch_at_free_high(sim.allocator(), policy);
     let stream = |published: StreamParams| {
         let params = match &spec.params {

@@ -335,7 +335,7 @@ mod tests {
             high_cpus: Vec::new(),
             measure_from_ns: 0,
         };
-        Sim::new(&machine, Policy::preset("base").unwrap(), options)
+        Sim::new(&machine, Policy::preset("base").unwrap(), options).unwrap()
     }
 
     /// [`Sim::free_quiet`] frees a batch no larger than [`Sim::quiet_frees`] allows with

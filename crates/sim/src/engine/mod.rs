@@ -93,6 +93,16 @@ pub enum SimError {
     /// The run asks for something the simulator cannot do (too many CPUs, a workload
     /// on too few), in words. Nothing ran.
     Invalid(String),
+    /// This host would not give the simulator the memory that the simulated machine's
+    /// `what` need (`bytes` of address space, reserved up front and touched only where a
+    /// run reaches): the host's memory or the process's address-space limit (`ulimit
+    /// -v`) is too small for the machine. Nothing ran.
+    HostMemory {
+        /// The structures, in words ("page descriptors", "cache stamps").
+        what: &'static str,
+        /// The bytes asked for.
+        bytes: u64,
+    },
     /// The allocator's census disagrees with the pages the workload holds.
     Conservation {
         /// Allocated pages in the census.
@@ -112,6 +122,13 @@ impl std::fmt::Display for SimError {
             SimError::BadFree(e) => write!(f, "bad free: {e}"),
             SimError::Verify(e) => write!(f, "allocator invariant broken: {e}"),
             SimError::Invalid(why) => f.write_str(why),
+            SimError::HostMemory { what, bytes } => write!(
+                f,
+                "the simulated machine's {what} need {:.2} GiB of address space, which this \
+                 host refused (its memory, or the process's limit, `ulimit -v`): simulate \
+                 a smaller machine (fewer --sockets, a smaller --node-gib)",
+                *bytes as f64 / (1u64 << 30) as f64
+            ),
             SimError::Conservation { census, held } => write!(
                 f,
                 "page conservation: the allocator has {census} pages allocated, the workload holds {held}"
@@ -282,12 +299,28 @@ pub struct Sim {
 }
 
 impl Sim {
-    /// A simulator of `machine` with `policy`.
-    pub fn new(machine: &MachineSpec, policy: Policy, options: SimOptions) -> Sim {
+    /// A simulator of `machine` with `policy`, under the calibrated cost model
+    /// ([`CostModel::calibrated`]). [`SimError::HostMemory`] if this host refuses the
+    /// address space the machine's descriptors and cache stamps are reserved in (8 and
+    /// 8 bytes a simulated page, touched only where the run reaches).
+    pub fn new(
+        machine: &MachineSpec,
+        policy: Policy,
+        options: SimOptions,
+    ) -> Result<Sim, SimError> {
+        Sim::with_cost(machine, policy, CostModel::calibrated(), options)
+    }
+
+    /// [`Sim::new`] under `cost`.
+    pub fn with_cost(
+        machine: &MachineSpec,
+        policy: Policy,
+        cost: CostModel,
+        options: SimOptions,
+    ) -> Result<Sim, SimError> {
         let settings = machine.settings();
         let tick_ns = settings.stat_interval_ms as u64 * 1_000_000;
-        let allocator = MappedAllocator::new(machine.topology(), settings, policy)
-            .expect("machine settings are valid");
+        let allocator = MappedAllocator::new(machine.topology(), settings, policy)?;
         let zones: Vec<(usize, u64, u64)> = allocator
             .zones()
             .iter()
@@ -306,20 +339,19 @@ impl Sim {
         for (slot, &(zone, _, _)) in zones.iter().enumerate() {
             slot_of_zone[zone] = slot;
         }
-        let cost = CostModel::calibrated();
         let smt = cost.smt_gain().and_then(|gain| Smt::new(machine, gain));
         let nr_cpus = machine.nr_cpus();
         assert!(
             nr_cpus <= MAX_CPUS,
             "{nr_cpus} CPUs are too many to simulate"
         );
-        let cache = cache_model(machine, &zones, &cost);
+        let cache = cache_model(machine, &zones, &cost)?;
         let mut series = Series {
             high_cpus: options.high_cpus.clone(),
             ..Series::default()
         };
         series.high = vec![Vec::new(); options.high_cpus.len()];
-        Sim {
+        Ok(Sim {
             allocator,
             cost,
             machine: machine.clone(),
@@ -349,16 +381,19 @@ impl Sim {
             until: None,
             smt,
             huge_done: vec![0; nr_zones],
-        }
+        })
     }
 
-    /// Replace the cost model (before the run: the cache model's sizes follow it).
-    pub fn set_cost(&mut self, cost: CostModel) {
-        self.cache = cache_model(&self.machine, &self.zones, &cost);
+    /// Replace the cost model (before the run: the cache model's sizes follow it, so its
+    /// stamps are reserved anew, [`SimError::HostMemory`] if refused, and the old ones
+    /// released after). A run under a cost of its own is built by [`Sim::with_cost`].
+    pub fn set_cost(&mut self, cost: CostModel) -> Result<(), SimError> {
+        self.cache = cache_model(&self.machine, &self.zones, &cost)?;
         self.smt = cost
             .smt_gain()
             .and_then(|gain| Smt::new(&self.machine, gain));
         self.cost = cost;
+        Ok(())
     }
 
     /// The allocator.

@@ -93,13 +93,14 @@ mod tests {
             high_cpus: Vec::new(),
             measure_from_ns: 0,
         };
-        let mut sim = Sim::new(&machine, Policy::preset("base").unwrap(), options);
+        let mut sim = Sim::new(&machine, Policy::preset("base").unwrap(), options).unwrap();
         assert!(sim.cost.smt_yield.is_some());
         assert_eq!(sim.smt.as_ref().map(|smt| smt.sibling[1]), Some(3));
         sim.set_cost(CostModel {
             smt_yield: None,
             ..CostModel::calibrated()
-        });
+        })
+        .unwrap();
         assert!(sim.smt.is_none());
     }
 

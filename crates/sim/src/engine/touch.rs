@@ -4,19 +4,20 @@
 
 use mmkit_core::{Order, Pfn};
 
-use super::Sim;
+use super::{Sim, SimError};
 use crate::cache::CacheModel;
 use crate::cost::CostModel;
 use crate::machine::MachineSpec;
 use crate::prefetch::prefetch;
 
 /// The cache model of `machine` under `cost`, with stamps reserved for each simulated
-/// zone of `zones` (allocator index, first pfn, end pfn).
+/// zone of `zones` (allocator index, first pfn, end pfn); [`SimError::HostMemory`] if the
+/// host refuses them.
 pub(super) fn cache_model(
     machine: &MachineSpec,
     zones: &[(usize, u64, u64)],
     cost: &CostModel,
-) -> CacheModel {
+) -> Result<CacheModel, SimError> {
     let cpu_socket = (0..machine.nr_cpus())
         .map(|c| machine.socket_of(c))
         .collect();
