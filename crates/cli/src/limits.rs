@@ -6,7 +6,8 @@
 //! bytes its flags imply (the arithmetic is in a comment there) and [`check_memory`]
 //! refuses more than `MemTotal + SwapTotal` of `/proc/meminfo`: the most Linux's default
 //! overcommit heuristic (`vm.overcommit_memory` 0, `__vm_enough_memory`) lets one mapping
-//! take, so anything larger fails to allocate.
+//! take, so anything larger fails to allocate. Under a lower address-space limit
+//! (`ulimit -v`), the limit is the bound.
 //!
 //! Durations are bounded by [`MAX_RUN_SECONDS`], thread counts by the CPUs that run them
 //! ([`check_threads`]).
@@ -108,15 +109,31 @@ pub fn product(factors: &[u128]) -> u128 {
 /// Refuse `bytes` if this machine cannot hold them. `culprit` names the flags and says
 /// what the memory is for.
 pub fn check_memory(culprit: &str, bytes: u128) -> Result<(), CliError> {
-    let have = machine_memory_bytes();
+    let (have, limited) = memory_bound();
     if bytes <= u128::from(have) {
         return Ok(());
     }
+    let have = human_bytes(u128::from(have));
+    let bound = match limited {
+        true => format!("the process's address-space limit (`ulimit -v`) is {have}"),
+        false => format!("this machine has {have} (RAM and swap)"),
+    };
     Err(CliError::usage(format!(
-        "{culprit}: that needs {} of memory and this machine has {} (RAM and swap)",
-        human_bytes(bytes),
-        human_bytes(u128::from(have))
+        "{culprit}: that needs {} of memory and {bound}",
+        human_bytes(bytes)
     )))
+}
+
+/// The most one process here may map, and whether the process's address-space limit
+/// (`ulimit -v`, `RLIMIT_AS`) sets it rather than RAM and swap
+/// ([`machine_memory_bytes`]): under the limit a larger heap allocation is refused, and a
+/// refused one aborts the process, so the limit is a bound as the machine's memory is.
+fn memory_bound() -> (u64, bool) {
+    let machine = machine_memory_bytes();
+    match rustix::process::getrlimit(rustix::process::Resource::As).current {
+        Some(limit) if limit < machine => (limit, true),
+        _ => (machine, false),
+    }
 }
 
 /// The longest run a duration flag may ask for: a day. `--seconds 1e300` is a typo (it

@@ -21,6 +21,12 @@ fn refused_with_stdin(args: &[&str], stdin: Option<&[u8]>, culprit: &str) {
         command.write_stdin(bytes.to_vec());
     }
     let output = command.output().expect("mmkit runs");
+    check_refused(args, &output, culprit);
+}
+
+/// Check that `output`, of `mmkit args`, is a refusal as bad input whose message names
+/// `culprit`.
+fn check_refused(args: &[&str], output: &std::process::Output, culprit: &str) {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
     let code = output.status.code();
@@ -48,6 +54,22 @@ fn refused_with_stdin(args: &[&str], stdin: Option<&[u8]>, culprit: &str) {
 /// [`refused_with_stdin`] without standard input.
 fn refused(args: &[&str], culprit: &str) {
     refused_with_stdin(args, None, culprit);
+}
+
+/// [`refused`] with the process's address space limited to `limit_kib` KiB (`ulimit -v`).
+fn refused_under_address_limit(limit_kib: &str, args: &[&str], culprit: &str) {
+    let mut command = std::process::Command::new("sh");
+    command
+        .arg("-c")
+        .arg("ulimit -v \"$0\" && exec \"$@\"")
+        .arg(limit_kib)
+        .arg(env!("CARGO_BIN_EXE_mmkit"))
+        .args(args);
+    for name in common::SHARD_ENV {
+        command.env_remove(name);
+    }
+    let output = command.output().expect("sh runs");
+    check_refused(args, &output, culprit);
 }
 
 /// `base` (a subcommand and `--flag value` pairs) with the flags of `overrides` given
@@ -105,6 +127,13 @@ fn zoneinfo_refuses_impossible_machines_naming_the_flag() {
     );
     // Node 65535 wrapped the u16 node count to 0 and boot panicked.
     refused(&["zoneinfo", "--zone", "65535:Normal=1000"], "--zone");
+    // A 2-TiB zone (8 GiB of descriptors) fits this machine's memory but not an address
+    // space limited to about 3 GiB: the heap refused the mem_map and the process aborted.
+    refused_under_address_limit(
+        "3000000",
+        &["zoneinfo", "--zone", "Normal=536870912", "--cpus", "8"],
+        "the process's address-space limit (`ulimit -v`) is 2.9 GiB",
+    );
     refused(
         &[
             "zoneinfo",
