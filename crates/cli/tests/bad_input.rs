@@ -58,17 +58,7 @@ fn refused(args: &[&str], culprit: &str) {
 
 /// [`refused`] with the process's address space limited to `limit_kib` KiB (`ulimit -v`).
 fn refused_under_address_limit(limit_kib: &str, args: &[&str], culprit: &str) {
-    let mut command = std::process::Command::new("sh");
-    command
-        .arg("-c")
-        .arg("ulimit -v \"$0\" && exec \"$@\"")
-        .arg(limit_kib)
-        .arg(env!("CARGO_BIN_EXE_mmkit"))
-        .args(args);
-    for name in common::SHARD_ENV {
-        command.env_remove(name);
-    }
-    let output = command.output().expect("sh runs");
+    let output = common::mmkit_under_address_limit(limit_kib, args);
     check_refused(args, &output, culprit);
 }
 

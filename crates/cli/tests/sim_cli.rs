@@ -352,13 +352,9 @@ fn node_gib_sizes_the_machine_and_bad_sizes_are_refused() {
 #[test]
 fn a_machine_the_host_cannot_reserve_is_an_error_not_an_abort() {
     let run_under = |limit_kib: &str| {
-        let mut command = std::process::Command::new("sh");
-        command
-            .arg("-c")
-            .arg("ulimit -v \"$0\" && exec \"$@\"")
-            .arg(limit_kib)
-            .arg(env!("CARGO_BIN_EXE_mmkit"))
-            .args([
+        common::mmkit_under_address_limit(
+            limit_kib,
+            &[
                 "sim",
                 "--workload",
                 "kbuild",
@@ -372,11 +368,8 @@ fn a_machine_the_host_cannot_reserve_is_an_error_not_an_abort() {
                 "512",
                 "--scale",
                 "0.001",
-            ]);
-        for name in common::SHARD_ENV {
-            command.env_remove(name);
-        }
-        command.output().expect("sh runs")
+            ],
+        )
     };
     for (limit_kib, refused) in [
         ("4000000", "page descriptors need 8.00 GiB"),

@@ -34,6 +34,23 @@ pub fn mmkit() -> Command {
     command
 }
 
+/// The `mmkit` binary with `args`, as [`mmkit`] runs it, but in a process whose address
+/// space is limited to `limit_kib` KiB (`sh`'s `ulimit -v`, `RLIMIT_AS`): what a host
+/// with less memory, or a user's limit, would give it.
+pub fn mmkit_under_address_limit(limit_kib: &str, args: &[&str]) -> std::process::Output {
+    let mut command = std::process::Command::new("sh");
+    command
+        .arg("-c")
+        .arg("ulimit -v \"$0\" && exec \"$@\"")
+        .arg(limit_kib)
+        .arg(env!("CARGO_BIN_EXE_mmkit"))
+        .args(args);
+    for name in SHARD_ENV {
+        command.env_remove(name);
+    }
+    command.output().expect("sh runs")
+}
+
 /// A folder of its own under the temp dir for one test, removed when dropped.
 pub struct Scratch {
     dir: PathBuf,
