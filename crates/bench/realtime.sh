@@ -8,7 +8,8 @@
 # time and of wall time. Checks that every binary gives the same JSON, so that a
 # comparison of two builds is one of speed alone.
 #
-# Right before each run it measures the machine's load latency (`mmkit bench latency`,
+# It prints first the machine it runs on (lscpu's CPU model and L3, the kernel). Right
+# before each run it measures the machine's load latency (`mmkit bench latency`,
 # a pointer chased through a random cycle over 256 MiB, with the first binary that has
 # the command), prints it on the run's line, and at the end its median and range and how
 # closely the runs' speed follows it (Pearson's r over all runs): what the run waits on
@@ -55,6 +56,13 @@ if [[ "${LATENCY:-1}" != 0 ]]; then
         echo "realtime.sh: no binary has 'mmkit bench latency'; the runs go without it" >&2
     fi
 fi
+
+# The machine, first: the speed is this machine's (its CPU, its caches, its memory), so a
+# figure quoted from here says on what.
+# A VM may name its CPU only by brand ("AMD EPYC"), so the family and model go with it.
+cpu_field() { lscpu 2> /dev/null | sed -n "s/^$1: *//p" | head -1; }
+echo "machine: $(cpu_field 'Model name') (family $(cpu_field 'CPU family'), model" \
+    "$(cpu_field 'Model')), $(nproc) CPUs, $(cpu_field 'L3 cache') of L3, kernel $(uname -r)"
 
 for ((round = 1; round <= rounds; round++)); do
     for i in $(seq 1 $#); do
