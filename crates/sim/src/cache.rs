@@ -369,8 +369,7 @@ impl CacheModel {
         cost: &CostModel,
     ) -> Result<CacheModel, SimError> {
         let cpus = cpu_socket.len();
-        let limits =
-            stamp_limits(cpus, l2_bytes, socket_bytes, cost).unwrap_or_else(|why| panic!("{why}"));
+        let limits = stamp_limits(cpus, l2_bytes, socket_bytes, cost).map_err(SimError::Invalid)?;
         let sockets = cpu_socket.iter().max().map_or(1, |s| *s as usize + 1);
         let geometry = Geometry {
             private_lines: limits.private_lines,

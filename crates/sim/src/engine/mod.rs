@@ -301,7 +301,7 @@ pub struct Sim {
 impl Sim {
     /// A simulator of `machine` with `policy`, under the calibrated cost model
     /// ([`CostModel::calibrated`]). [`SimError::HostMemory`] if this host refuses the
-    /// address space the machine's descriptors and cache stamps are reserved in (8 and
+    /// address space the machine's descriptors and cache stamps are reserved in (16 and
     /// 8 bytes a simulated page, touched only where the run reaches).
     pub fn new(
         machine: &MachineSpec,
