@@ -74,6 +74,8 @@ struct PerUnit {
     units: f64,
     /// Pages allocated per unit.
     alloc_pages: f64,
+    /// Refills (`rmqueue_bulk` calls for a pageset) per unit.
+    refills: f64,
     /// Pages refills moved onto pagesets, per unit.
     refill_pages: f64,
     /// Pages drains of frees (`free`, `free_high`) moved back, per unit.
@@ -81,11 +83,12 @@ struct PerUnit {
 }
 
 impl PerUnit {
-    fn new(units: f64, alloc: u64, refill: u64, drain: u64) -> PerUnit {
+    fn new(units: f64, alloc: u64, refills: u64, refill: u64, drain: u64) -> PerUnit {
         let per = |n: u64| n as f64 / units.max(1.0);
         PerUnit {
             units,
             alloc_pages: per(alloc),
+            refills: per(refills),
             refill_pages: per(refill),
             drain_pages: per(drain),
         }
@@ -158,6 +161,11 @@ struct Report {
     rows: Vec<Row>,
     refill_pages: Compared,
     drain_pages: Compared,
+    /// Refills per unit, and their mean size: how the refill pages split into how often
+    /// and how large (an order-0 refill grows while its pageset frees nothing,
+    /// `alloc_factor`, so the size says how long the CPU allocated without freeing).
+    refills: Compared,
+    pages_per_refill: Compared,
     refill_pages_per_1000_allocated: Compared,
     drain_pages_per_1000_allocated: Compared,
 }
@@ -254,13 +262,14 @@ fn spec(
             let build = measured_build(work);
             let cc1 = work.processes.iter().filter(|p| p.comm == "cc1").count();
             let inputs = format!(
-                "{} processes ({cc1} cc1) in {:.2} s; faults per process {:.0}, kernel pages per process {:.1}, order-1/2/3 blocks {:?}, cross-CPU frees {:.1} %",
+                "{} processes ({cc1} cc1) in {:.2} s; faults per process {:.0}, kernel pages per process {:.1}, order-1/2/3 blocks {:?}, cross-CPU frees {:.1} %, mid-life frees {:.2} %",
                 build.processes(),
                 build.seconds,
                 build.faults.iter().sum::<u64>() as f64 / build.processes().max(1) as f64,
                 build.kernel_pages_per_process,
                 build.blocks,
-                100.0 * build.cross_cpu_free_share
+                100.0 * build.cross_cpu_free_share,
+                100.0 * build.midlife_free_share
             );
             (
                 WorkloadParams::Kbuild(mmkit_sim::workload::kbuild::KbuildParams::measured(&build)),
@@ -312,6 +321,7 @@ fn measured_build(work: &Work) -> MeasuredBuild {
             / processes,
         blocks,
         cross_cpu_free_share: work.cross_cpu_free_share(),
+        midlife_free_share: work.midlife_free_share(),
         seconds: work.seconds,
         cpus: work.cpus,
     }
@@ -331,12 +341,14 @@ fn row(recording: &Recording, result: &RunResult, units: f64, inputs: String) ->
         kernel: PerUnit::new(
             units,
             work.alloc_pages,
+            work.kernel.refill_events,
             work.kernel.refill_pages,
             work.kernel.drain_pages,
         ),
         sim: PerUnit::new(
             sim_units,
             result.pgalloc,
+            result.pcp_refills,
             result.pcp_refill_pages,
             of_frees(&result.pcp_drain_pages),
         ),
@@ -424,6 +436,8 @@ pub fn run(args: &CompareSimArgs) -> Result<(), CliError> {
         unit: if streams { "message" } else { "process" },
         refill_pages: compared(&rows, |p| p.refill_pages),
         drain_pages: compared(&rows, |p| p.drain_pages),
+        refills: compared(&rows, |p| p.refills),
+        pages_per_refill: compared(&rows, |p| p.refill_pages / p.refills.max(f64::MIN_POSITIVE)),
         refill_pages_per_1000_allocated: compared(&rows, per_kpage(|p| p.refill_pages)),
         drain_pages_per_1000_allocated: compared(&rows, per_kpage(|p| p.drain_pages)),
         rows,
@@ -490,6 +504,8 @@ fn render(report: &Report) -> String {
     for (name, c) in [
         (format!("refill pages per {unit}"), &report.refill_pages),
         (format!("drain pages per {unit}"), &report.drain_pages),
+        (format!("refills per {unit}"), &report.refills),
+        ("pages per refill".to_string(), &report.pages_per_refill),
         (
             "refill pages per 1000 allocated".to_string(),
             &report.refill_pages_per_1000_allocated,

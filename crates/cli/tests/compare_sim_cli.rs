@@ -96,6 +96,25 @@ fn a_build_is_compared_per_process_with_its_measured_processes() {
         sim > 0.5 * kernel && sim < 2.0 * kernel,
         "{sim} vs {kernel}"
     );
+    // The recording's own mid-life frees are the model's.
+    assert!(row["inputs"].as_str().unwrap().contains("mid-life frees"));
+    // Refills per process and their size, both sides: the size is the refill pages over
+    // the refills (one recording: the mean is its row's), and a refill moves a page at
+    // least.
+    for side in ["kernel", "sim"] {
+        let refills = row[side]["refills"].as_f64().unwrap();
+        let pages = row[side]["refill_pages"].as_f64().unwrap();
+        let size = json["pages_per_refill"][side]["mean"].as_f64().unwrap();
+        assert_eq!(json["refills"][side]["mean"].as_f64().unwrap(), refills);
+        if refills > 0.0 {
+            assert!(
+                (size - pages / refills).abs() < 1e-9 * size,
+                "{side}: {size}"
+            );
+            assert!(size >= 1.0, "{side}: {size}");
+        }
+    }
+    assert!(row["kernel"]["refills"].as_f64().unwrap() > 0.0);
 }
 
 #[test]

@@ -58,6 +58,9 @@ pub struct MeasuredBuild {
     /// Share of frees (of blocks allocated while tracing) made on another CPU than the
     /// allocation.
     pub cross_cpu_free_share: f64,
+    /// Share of the processes' faulted pages they freed themselves while they ran (before
+    /// their last fault), not at their exit.
+    pub midlife_free_share: f64,
     /// Seconds the build ran.
     pub seconds: f64,
     /// CPUs it ran on.
@@ -91,10 +94,14 @@ impl KbuildParams {
     /// - page tables: the measured order-0 kernel pages per process (rounded), less the
     ///   PGD when it is order 0; kernel blocks of orders 1–3 per fault, less the PGDs when
     ///   order 1;
-    /// - cross-CPU frees: the measured share.
+    /// - cross-CPU frees: the measured share;
+    /// - mid-life frees: the measured share of a process's faulted pages it frees while it
+    ///   runs (1.7–2.0 % in a kernel build's stretches, against the published model's 7 %:
+    ///   each such free halves its pageset's `alloc_factor`, so the share sets how large
+    ///   the refills grow; docs/FIDELITY.md).
     ///
-    /// Not measured, the published model's: bursts, mid-life frees, the gap between
-    /// processes.
+    /// Not measured, the published model's: bursts, the mid-life frees' burst size, the gap
+    /// between processes.
     pub fn measured(build: &MeasuredBuild) -> KbuildParams {
         let cpus = build.cpus.max(1);
         let faults = build.faults.iter().sum::<u64>().max(1) as f64;
@@ -120,6 +127,7 @@ impl KbuildParams {
             // exits' slabs among them: the model's exit slabs would count them twice.
             exit_slab_blocks: [0.0; 4],
             cross_cpu_free_share: build.cross_cpu_free_share,
+            midlife_free_share: build.midlife_free_share,
             warmup_ms: seconds * 1e3,
             // The second pass, whole: the measured build's processes, run once warm.
             steady_window: false,
@@ -196,6 +204,7 @@ mod tests {
             kernel_pages_per_process: 20.4,
             blocks: [3, 14, 7],
             cross_cpu_free_share: 0.3,
+            midlife_free_share: 0.02,
             seconds: 2.0,
             cpus: 2,
         }
@@ -210,6 +219,7 @@ mod tests {
         assert_eq!(p.jobs_per_cpu, 7, "two passes of 7 processes on 2 CPUs");
         assert_eq!(p.warmup_ms, 2000.0);
         assert_eq!(p.cross_cpu_free_share, 0.3);
+        assert_eq!(p.midlife_free_share, 0.02);
         assert_eq!(
             p.exit_slab_blocks, [0.0; 4],
             "the recording's blocks include them"

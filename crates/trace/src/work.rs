@@ -36,6 +36,9 @@ pub struct ProcessCounts {
     pub kernel_pages: u64,
     /// Allocations of orders 1, 2 and 3.
     pub blocks: [u64; 3],
+    /// Of its faults' pages, those it freed itself before its last fault: freed while it
+    /// ran (`munmap`, a shrinking heap), not at its exit.
+    pub midlife_frees: u64,
 }
 
 /// The whole trace's work.
@@ -83,6 +86,16 @@ impl Work {
             .map(|pages| self.alloc_pages as f64 / pages as f64)
     }
 
+    /// The processes' mid-life frees ([`ProcessCounts::midlife_frees`]) per fault: the
+    /// share of a process's faulted pages it frees while it runs.
+    pub fn midlife_free_share(&self) -> f64 {
+        let faults: u64 = self.processes.iter().map(|p| p.faults).sum();
+        if faults == 0 {
+            return 0.0;
+        }
+        self.processes.iter().map(|p| p.midlife_frees).sum::<u64>() as f64 / faults as f64
+    }
+
     /// Share of frees of traced blocks made on another CPU.
     pub fn cross_cpu_free_share(&self) -> f64 {
         if self.frees_of_traced_blocks == 0 {
@@ -98,8 +111,13 @@ pub fn measure(trace: &Trace, machine: &Machine) -> Work {
     let observed = observe(trace, machine);
     let mut allocations: BTreeMap<(u8, i32), u64> = BTreeMap::new();
     let mut processes: BTreeMap<u32, ProcessCounts> = BTreeMap::new();
-    // Live blocks allocated while tracing: pfn → CPU of the allocation.
-    let mut live: HashMap<u64, u32> = HashMap::new();
+    // Live blocks allocated while tracing: pfn → CPU of the allocation, and the pid whose
+    // fault it was (a fault's page only).
+    let mut live: HashMap<u64, (u32, Option<u32>)> = HashMap::new();
+    // Per pid: its own faults' pages it has freed so far. At each fault its mid-life
+    // frees become that count, so after the last event they are those before its last
+    // fault.
+    let mut own_frees: HashMap<u32, u64> = HashMap::new();
     let mut frees_of_traced_blocks = 0;
     let mut frees_on_other_cpu = 0;
     for event in &trace.events {
@@ -108,10 +126,14 @@ pub fn measure(trace: &Trace, machine: &Machine) -> Work {
                 *allocations
                     .entry((event.order, event.migratetype))
                     .or_default() += 1;
-                live.insert(event.pfn, event.cpu);
+                let fault = event.order == 0 && event.migratetype == MIGRATE_MOVABLE;
+                live.insert(event.pfn, (event.cpu, fault.then_some(event.pid)));
                 let process = processes.entry(event.pid).or_default();
                 match event.order {
-                    0 if event.migratetype == MIGRATE_MOVABLE => process.faults += 1,
+                    0 if fault => {
+                        process.faults += 1;
+                        process.midlife_frees = own_frees.get(&event.pid).copied().unwrap_or(0);
+                    }
                     0 => process.kernel_pages += 1,
                     1..=3 => process.blocks[event.order as usize - 1] += 1,
                     _ => {}
@@ -119,9 +141,12 @@ pub fn measure(trace: &Trace, machine: &Machine) -> Work {
             }
             EventKind::Free => {
                 processes.entry(event.pid).or_default();
-                if let Some(cpu) = live.remove(&event.pfn) {
+                if let Some((cpu, faulted_by)) = live.remove(&event.pfn) {
                     frees_of_traced_blocks += 1;
                     frees_on_other_cpu += u64::from(cpu != event.cpu);
+                    if faulted_by == Some(event.pid) {
+                        *own_frees.entry(event.pid).or_default() += 1;
+                    }
                 }
             }
             _ => {
@@ -161,6 +186,39 @@ mod tests {
     use crate::parse::parse_text;
 
     const ZONEINFO: &str = "Node 0, zone   Normal\n  pages free 1000\n        min 10\n        low 20\n        high 30\n        spanned 4096\n        present 4096\n        managed 4096\n  start_pfn: 4096\n  pagesets\n    cpu: 0\n              count: 0\n              high: 100\n              batch: 10\n    cpu: 1\n              count: 0\n              high: 100\n              batch: 10\n";
+
+    /// A process's mid-life frees are the pages of its own faults it freed before its
+    /// last fault: not those freed after it (its exit), nor its pages another process
+    /// freed, nor its kernel pages.
+    #[test]
+    fn a_mid_life_free_is_of_a_processs_own_fault_before_its_last() {
+        let text = "\
+  cc1-7 [000] ..... 1.0: mm_page_alloc: pfn=0x2000 order=0 migratetype=1 gfp_flags=GFP_HIGHUSER_MOVABLE
+  cc1-7 [000] ..... 1.1: mm_page_alloc: pfn=0x2001 order=0 migratetype=1 gfp_flags=GFP_HIGHUSER_MOVABLE
+  cc1-7 [000] ..... 1.15: mm_page_alloc: pfn=0x2100 order=0 migratetype=0 gfp_flags=GFP_KERNEL
+  cc1-7 [000] ..... 1.2: mm_page_free: pfn=0x2000 order=0
+  cc1-7 [000] ..... 1.21: mm_page_free: pfn=0x2100 order=0
+  as-8 [001] ..... 1.22: mm_page_free: pfn=0x2001 order=0
+  cc1-7 [000] ..... 1.3: mm_page_alloc: pfn=0x2002 order=0 migratetype=1 gfp_flags=GFP_HIGHUSER_MOVABLE
+  cc1-7 [000] ..... 1.4: mm_page_alloc: pfn=0x2003 order=0 migratetype=1 gfp_flags=GFP_HIGHUSER_MOVABLE
+  cc1-7 [000] ..... 1.5: mm_page_free_batched: pfn=0x2002
+  cc1-7 [000] ..... 1.5: mm_page_free: pfn=0x2002 order=0
+  cc1-7 [000] ..... 1.5: mm_page_free_batched: pfn=0x2003
+  cc1-7 [000] ..... 1.5: mm_page_free: pfn=0x2003 order=0
+  as-8 [001] ..... 1.6: mm_page_alloc: pfn=0x3000 order=0 migratetype=1 gfp_flags=GFP_HIGHUSER_MOVABLE
+";
+        let trace = parse_text(text);
+        let machine = Machine::from_trace(&trace, Some(ZONEINFO)).unwrap();
+        let work = measure(&trace, &machine);
+        let cc1 = &work.processes[0];
+        assert_eq!((cc1.pid, cc1.faults, cc1.midlife_frees), (7, 4, 1));
+        let as_ = &work.processes[1];
+        assert_eq!((as_.pid, as_.faults, as_.midlife_frees), (8, 1, 0));
+        assert!((work.midlife_free_share() - 1.0 / 5.0).abs() < 1e-12);
+        // Every free is an `mm_page_free` (a batched one has its `mm_page_free_batched`
+        // too): five frees of blocks allocated while tracing.
+        assert_eq!(work.frees_of_traced_blocks, 5);
+    }
 
     #[test]
     fn counts_processes_orders_and_frees_on_another_cpu() {
