@@ -96,7 +96,7 @@ impl KbuildParams {
     ///   order 1;
     /// - cross-CPU frees: the measured share;
     /// - mid-life frees: the measured share of a process's faulted pages it frees while it
-    ///   runs (1.7–2.0 % in a kernel build's stretches, against the published model's 7 %:
+    ///   runs (1.3–2.2 % in five kernel-build stretches, against the published model's 7 %:
     ///   each such free halves its pageset's `alloc_factor`, so the share sets how large
     ///   the refills grow; docs/FIDELITY.md).
     ///
