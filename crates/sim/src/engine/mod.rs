@@ -384,18 +384,6 @@ impl Sim {
         })
     }
 
-    /// Replace the cost model (before the run: the cache model's sizes follow it, so its
-    /// stamps are reserved anew, [`SimError::HostMemory`] if refused, and the old ones
-    /// released after). A run under a cost of its own is built by [`Sim::with_cost`].
-    pub fn set_cost(&mut self, cost: CostModel) -> Result<(), SimError> {
-        self.cache = cache_model(&self.machine, &self.zones, &cost)?;
-        self.smt = cost
-            .smt_gain()
-            .and_then(|gain| Smt::new(&self.machine, gain));
-        self.cost = cost;
-        Ok(())
-    }
-
     /// The allocator.
     pub fn allocator(&self) -> &PageAllocator {
         &self.allocator

@@ -82,8 +82,8 @@ mod tests {
         assert!(Smt::new(&odd, (0.6, 0.375)).is_none());
     }
 
-    /// The model's hyperthreads are in force from `Sim::new`, not only after `set_cost`,
-    /// and follow the cost model there.
+    /// The model's hyperthreads are in force from `Sim::new`, and follow the cost model a
+    /// simulator is built under (`Sim::with_cost`).
     #[test]
     pub(super) fn a_new_simulator_has_the_models_hyperthreads() {
         let machine = MachineSpec::spr_224().with_cpus(8).with_node_bytes(1 << 30);
@@ -93,14 +93,15 @@ mod tests {
             high_cpus: Vec::new(),
             measure_from_ns: 0,
         };
-        let mut sim = Sim::new(&machine, Policy::preset("base").unwrap(), options).unwrap();
+        let base = Policy::preset("base").unwrap();
+        let sim = Sim::new(&machine, base, options.clone()).unwrap();
         assert!(sim.cost.smt_yield.is_some());
         assert_eq!(sim.smt.as_ref().map(|smt| smt.sibling[1]), Some(3));
-        sim.set_cost(CostModel {
+        let without = CostModel {
             smt_yield: None,
             ..CostModel::calibrated()
-        })
-        .unwrap();
+        };
+        let sim = Sim::with_cost(&machine, base, without, options).unwrap();
         assert!(sim.smt.is_none());
     }
 
